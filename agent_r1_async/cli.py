@@ -1,0 +1,169 @@
+"""`agent-r1-async` command line.
+
+Argument parsing uses only the standard library; torch, transformers, vLLM and Ray are
+imported inside each command after parsing, so `agent-r1-async --help` stays fast.
+
+    agent-r1-async launch [--config configs/default.yaml] [--set key=value ...]
+    agent-r1-async eval --split dev --num-tasks 64 [--model PATH]
+    agent-r1-async sft --config configs/sft.yaml
+    agent-r1-async report RUN_DIR
+    agent-r1-async prepare-model smollm2-135m-instruct
+    agent-r1-async envs list
+    agent-r1-async config show [--config ...] [--set ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG = REPO_ROOT / "configs" / "default.yaml"
+
+
+def _add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--config",
+        default=None,
+        help=f"YAML run config (default: {DEFAULT_CONFIG.relative_to(REPO_ROOT)} when present)",
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. --set buffer.max_staleness=0 (repeatable)",
+    )
+
+
+def _load(args: argparse.Namespace):  # -> RunConfig
+    from agent_r1_async.config import load_config
+
+    path = args.config
+    if path is None and DEFAULT_CONFIG.is_file():
+        path = str(DEFAULT_CONFIG)
+    return load_config(path, args.overrides)
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    from agent_r1_async.launch import launch
+
+    cfg = _load(args)
+    return launch(cfg, address=args.address, resume=args.resume)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from agent_r1_async.evaluate import evaluate, format_table
+
+    cfg = _load(args)
+    split = args.split or cfg.env.eval_split
+    num_tasks = args.num_tasks or cfg.eval.num_tasks
+    result = evaluate(cfg, split=split, num_tasks=num_tasks, model_path=args.model)
+    print(format_table([result]))
+    return 0
+
+
+def cmd_sft(args: argparse.Namespace) -> int:
+    from agent_r1_async.sft import run_sft
+
+    return run_sft(_load(args))
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from agent_r1_async.report import write_report
+
+    for path in write_report(args.run_dir):
+        print(path)
+    return 0
+
+
+def cmd_prepare_model(args: argparse.Namespace) -> int:
+    from agent_r1_async.models import KNOWN_MODELS, TINY_MODEL_ALIAS, prepare_model
+
+    if args.list or not args.alias:
+        for m in KNOWN_MODELS.values():
+            print(f"{m.alias:28s} {m.description}")
+        print(f"{TINY_MODEL_ALIAS:28s} tiny random-init Llama with the SmolLM2 tokenizer (tests)")
+        return 0
+    print(prepare_model(args.alias))
+    return 0
+
+
+def cmd_envs_list(args: argparse.Namespace) -> int:
+    from agent_r1_async.envs.registry import list_envs
+
+    for name, description in list_envs():
+        print(f"{name:20s} {description}")
+    return 0
+
+
+def cmd_config_show(args: argparse.Namespace) -> int:
+    from agent_r1_async.config import dump_config
+
+    print(dump_config(_load(args)), end="")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agent-r1-async",
+        description="Asynchronous off-policy RL for multi-step tool-using LLM agents.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("launch", help="run actors, buffer and learner (local Ray or a cluster)")
+    _add_config_args(p)
+    p.add_argument("--address", default=None, help="Ray address: 'auto' or host:port (default: local)")
+    p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a run from its checkpoint")
+    p.set_defaults(func=cmd_launch)
+
+    p = sub.add_parser("eval", help="evaluate a model on held-out tasks")
+    _add_config_args(p)
+    p.add_argument("--split", default=None, help="dataset split (default: env.eval_split)")
+    p.add_argument("--num-tasks", type=int, default=0, help="tasks to evaluate (default: eval.num_tasks)")
+    p.add_argument("--model", default=None, help="model dir or alias (default: model.name_or_path)")
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("sft", help="supervised warm start on demonstrations")
+    _add_config_args(p)
+    p.set_defaults(func=cmd_sft)
+
+    p = sub.add_parser("report", help="write PNG plots of reward and staleness for a run")
+    p.add_argument("run_dir")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("prepare-model", help="convert a known model into a local HF directory")
+    p.add_argument("alias", nargs="?", default=None)
+    p.add_argument("--list", action="store_true", help="list known model aliases")
+    p.set_defaults(func=cmd_prepare_model)
+
+    p = sub.add_parser("envs", help="environments")
+    envs_sub = p.add_subparsers(dest="envs_command", metavar="SUBCOMMAND", required=True)
+    q = envs_sub.add_parser("list", help="list registered environments")
+    q.set_defaults(func=cmd_envs_list)
+
+    p = sub.add_parser("config", help="configs")
+    cfg_sub = p.add_subparsers(dest="config_command", metavar="SUBCOMMAND", required=True)
+    q = cfg_sub.add_parser("show", help="print the resolved config")
+    _add_config_args(q)
+    q.set_defaults(func=cmd_config_show)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from agent_r1_async.config import ConfigError
+
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as e:
+        print(f"agent-r1-async: config error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,495 @@
+"""Typed run configuration: msgspec Structs, loaded from YAML, validated once at load.
+
+- Unknown keys are errors (`forbid_unknown_fields=True`); wrong types are errors. Both name the
+  full key path (`buffer.max_stalenes`) and what was expected.
+- Cross-field rules live in `__post_init__` (per section) or `RunConfig.__post_init__`
+  (between sections); each message names the key and says why.
+- Every field has one docstring line (the string right below it).
+- CLI overrides: `--set a.b.c=value`, where value is parsed as YAML (`--set buffer.alpha=0.6`).
+
+Load with `load_config(path, overrides)`; every file in `configs/` is parsed by a test.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+import yaml
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used; the message names the key path and what was expected."""
+
+
+class _Section(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Base for config sections."""
+
+
+def _require(cond: bool, key: str, why: str) -> None:
+    if not cond:
+        raise ValueError(f"{key}: {why}")
+
+
+# --------------------------------------------------------------------------------------
+# Sections
+# --------------------------------------------------------------------------------------
+
+
+class ModelConfig(_Section):
+    name_or_path: str = "smollm2-135m-instruct"
+    """A known model alias (`agent-r1-async prepare-model --list`), a local HF directory or a hub id."""
+    init_from: str = ""
+    """Checkpoint directory to start from (e.g. an `sft` run's `RUN_DIR/checkpoints/latest`)."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Learner parameter dtype (bf16 autocast is `learner.bf16`)."""
+    max_model_len: int = 2048
+    """Longest context + action the engines and the learner accept, in tokens."""
+
+    def __post_init__(self) -> None:
+        _require(self.max_model_len >= 64, "model.max_model_len", "must be at least 64 tokens")
+
+
+class EngineConfig(_Section):
+    backend: Literal["vllm", "hf"] = "vllm"
+    """Actor inference engine: vLLM (async engine, continuous batching) or transformers."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"
+    """Engine weights/activations dtype."""
+    max_new_tokens: int = 256
+    """Token budget of one action (one assistant turn)."""
+    temperature: float = 1.0
+    """Sampling temperature (1.0 keeps behavior log-probs those of the policy itself)."""
+    top_p: float = 1.0
+    """Nucleus sampling; <1 makes behavior log-probs differ from the learner's full softmax."""
+    stop: list[str] = []
+    """Extra stop strings (the tokenizer's eos always stops)."""
+    max_concurrent_requests: int = 64
+    """Generation requests an engine serves at once (continuous batching width)."""
+    enforce_eager: bool = True
+    """vLLM: skip graph compilation (much faster start on CPU)."""
+    kv_cache_gb: float = 2.0
+    """vLLM CPU: KV-cache size in GiB (VLLM_CPU_KVCACHE_SPACE)."""
+    gpu_memory_utilization: float = 0.5
+    """vLLM GPU: fraction of the GPU the engine may take."""
+    abort_on_update: bool = False
+    """Abort in-flight requests when new weights arrive and resume them under the new version."""
+
+    def __post_init__(self) -> None:
+        _require(self.max_new_tokens >= 1, "engine.max_new_tokens", "must be >= 1")
+        _require(self.temperature > 0, "engine.temperature", "must be > 0 (sampling is required)")
+        _require(0 < self.top_p <= 1, "engine.top_p", "must be in (0, 1]")
+        _require(self.max_concurrent_requests >= 1, "engine.max_concurrent_requests", "must be >= 1")
+
+
+class ContextConfig(_Section):
+    builder: Literal["full", "last_k", "truncate"] = "full"
+    """How a step's context is built from the history: all of it, the last k turns, or a token budget."""
+    last_k: int = 4
+    """Turns kept by `last_k` (the instruction is always kept)."""
+    max_tokens: int = 1536
+    """Token budget of `truncate` (oldest turns dropped first, the instruction kept)."""
+
+    def __post_init__(self) -> None:
+        _require(self.last_k >= 1, "context.last_k", "must be >= 1")
+        _require(self.max_tokens >= 16, "context.max_tokens", "must be >= 16")
+
+
+class EnvConfig(_Section):
+    name: str = "multihop_qa"
+    """Registered env name (`agent-r1-async envs list`) or `package.module:Class`."""
+    max_turns: int = 4
+    """Steps (assistant turns) before an episode is truncated."""
+    tool_timeout_s: float = 10.0
+    """A tool call that takes longer fails that call (the episode goes on)."""
+    step_timeout_s: float = 60.0
+    """An env step that takes longer ends the episode with status "timeout"."""
+    train_split: str = "train"
+    """Dataset split actors draw tasks from."""
+    eval_split: str = "dev"
+    """Held-out split for evaluation."""
+    args: dict[str, Any] = {}
+    """Env-specific settings, validated by the env's own config struct."""
+
+    def __post_init__(self) -> None:
+        _require(self.max_turns >= 1, "env.max_turns", "must be >= 1")
+        _require(self.tool_timeout_s > 0, "env.tool_timeout_s", "must be > 0")
+        _require(self.step_timeout_s > 0, "env.step_timeout_s", "must be > 0")
+
+
+class ActorsConfig(_Section):
+    num_actors: int = 1
+    """Actor processes (each with its own engine)."""
+    groups_in_flight: int = 2
+    """Groups one actor runs concurrently (each group is `algorithm.group_size` episodes)."""
+    num_cpus: float = 1.0
+    """CPUs Ray reserves for each actor."""
+    num_gpus: float = 0.0
+    """GPUs Ray reserves for each actor."""
+    stats_interval_s: float = 5.0
+    """How often an actor sends an ActorStats message."""
+    max_restarts: int = 3
+    """Times Ray restarts a dead actor before the launch fails."""
+    seed: int = 0
+    """Base seed; actor i uses seed + i for task order and sampling."""
+
+    def __post_init__(self) -> None:
+        _require(self.num_actors >= 1, "actors.num_actors", "must be >= 1")
+        _require(self.groups_in_flight >= 1, "actors.groups_in_flight", "must be >= 1")
+        _require(self.num_cpus >= 0, "actors.num_cpus", "must be >= 0")
+        _require(self.stats_interval_s > 0, "actors.stats_interval_s", "must be > 0")
+
+
+class BufferConfig(_Section):
+    max_staleness: int = 2
+    """Largest allowed learner_version - policy_version of a trained step (0 = synchronous)."""
+    sampling: Literal["prioritized", "fifo"] = "prioritized"
+    """Group sampling: sum-tree by priority, or oldest first."""
+    alpha: float = 0.6
+    """Priority exponent: P(i) ∝ p_i^α (0 = uniform)."""
+    beta: float = 0.4
+    """Importance-weight exponent: w_i = (N·P(i))^-β / max w."""
+    freshness_decay: float = 0.5
+    """Priority multiplier per version of staleness (fresher groups are preferred)."""
+    priority_eps: float = 0.01
+    """Priority floor so groups with equal rewards can still be drawn."""
+    min_groups_to_sample: int = 1
+    """Groups that must be ready before the first sample."""
+    samples_per_insert: float = 1.0
+    """Target times each group is sampled, on average (Reverb's samples-per-insert)."""
+    spi_tolerance: float = 4.0
+    """Allowed deviation from samples_per_insert, in groups, before sampling or inserts wait."""
+    max_reuse: int = 1
+    """Most times one group may be sampled before it is evicted."""
+    max_bytes: int = 1_073_741_824
+    """Memory bound of stored episodes; when reached, no new credits are granted."""
+    group_wait_s: float = 120.0
+    """After this, a group with at least `min_group_episodes` ended episodes becomes sampleable."""
+    min_group_episodes: int = 2
+    """Fewest ended episodes of a group that may be sampled after `group_wait_s`."""
+    episode_timeout_s: float = 600.0
+    """An episode with no new record for this long expires (its actor is presumed dead)."""
+    snapshot_interval_s: float = 60.0
+    """How often the buffer snapshots its accepted episodes to disk (0 = only at shutdown)."""
+    max_frame_bytes: int = 67_108_864
+    """Largest accepted frame; larger ones are rejected by the socket."""
+    step_grace_s: float = 5.0
+    """After an EpisodeEnd, how long to wait for its missing steps before dropping the episode."""
+    seed: int = 0
+    """Seed of the buffer's sampling RNG."""
+
+    def __post_init__(self) -> None:
+        _require(self.max_staleness >= 0, "buffer.max_staleness", "must be >= 0")
+        _require(0 <= self.alpha <= 1, "buffer.alpha", "must be in [0, 1]")
+        _require(0 <= self.beta <= 1, "buffer.beta", "must be in [0, 1]")
+        _require(0 < self.freshness_decay <= 1, "buffer.freshness_decay", "must be in (0, 1]")
+        _require(self.priority_eps > 0, "buffer.priority_eps", "must be > 0")
+        _require(self.min_groups_to_sample >= 1, "buffer.min_groups_to_sample", "must be >= 1")
+        _require(self.samples_per_insert > 0, "buffer.samples_per_insert", "must be > 0")
+        _require(self.spi_tolerance >= 0, "buffer.spi_tolerance", "must be >= 0")
+        _require(self.max_reuse >= 1, "buffer.max_reuse", "must be >= 1")
+        _require(self.max_bytes >= 1 << 20, "buffer.max_bytes", "must be at least 1 MiB")
+        _require(self.min_group_episodes >= 1, "buffer.min_group_episodes", "must be >= 1")
+        _require(self.episode_timeout_s > 0, "buffer.episode_timeout_s", "must be > 0")
+        _require(self.step_grace_s >= 0, "buffer.step_grace_s", "must be >= 0")
+
+
+class AlgorithmConfig(_Section):
+    name: Literal["grpo", "ppo", "reinforce_pp", "rloo"] = "grpo"
+    """Advantage estimator: group-normalized, step-level GAE with a value head, batch-normalized, leave-one-out."""
+    group_size: int = 4
+    """Episodes per task (G); group baselines are computed over them."""
+    batch_groups: int = 4
+    """Groups per learner update (batch = batch_groups × group_size episodes)."""
+    credit: Literal["step", "token"] = "step"
+    """step: each step's own advantage on its action tokens; token: one episode advantage on all."""
+    gamma: float = 1.0
+    """Discount over steps for returns G_t = Σ γ^(k-t) r_k."""
+    lam: float = 0.95
+    """GAE λ (ppo only)."""
+    std_normalize: bool = True
+    """Divide group (GRPO) or batch (REINFORCE++) advantages by their std."""
+    eps_low: float = 0.2
+    """PPO ratio clip below: r ≥ 1 - eps_low."""
+    eps_high: float = 0.28
+    """PPO ratio clip above: r ≤ 1 + eps_high (clip-higher)."""
+    c_max: float = 5.0
+    """Truncation of the importance weight w = min(exp(proximal - behavior), c_max)."""
+    is_mask_low: float = 0.0
+    """Tokens whose importance weight is below this are masked (0 = off)."""
+    is_mask_high: float = 0.0
+    """Tokens whose importance weight is above this are masked (0 = off)."""
+    kl_coef: float = 0.0
+    """Coefficient of the KL penalty to the reference (initial) policy (0 = no reference model)."""
+    entropy_coef: float = 0.0
+    """Entropy bonus coefficient."""
+    value_coef: float = 0.5
+    """Value loss coefficient (ppo only)."""
+    loss_agg: Literal["token-mean", "seq-mean-token-sum"] = "token-mean"
+    """How per-token losses are aggregated over the batch."""
+
+    def __post_init__(self) -> None:
+        _require(self.group_size >= 1, "algorithm.group_size", "must be >= 1")
+        _require(self.batch_groups >= 1, "algorithm.batch_groups", "must be >= 1")
+        _require(0 < self.gamma <= 1, "algorithm.gamma", "must be in (0, 1]")
+        _require(0 <= self.lam <= 1, "algorithm.lam", "must be in [0, 1]")
+        _require(0 <= self.eps_low < 1, "algorithm.eps_low", "must be in [0, 1)")
+        _require(self.eps_high >= 0, "algorithm.eps_high", "must be >= 0")
+        _require(self.c_max >= 1, "algorithm.c_max", "must be >= 1 (it truncates weights above it)")
+        _require(
+            self.is_mask_high == 0 or self.is_mask_high > self.is_mask_low,
+            "algorithm.is_mask_high",
+            "must be 0 (off) or greater than algorithm.is_mask_low",
+        )
+        _require(
+            self.name not in ("grpo", "rloo") or self.group_size >= 2,
+            "algorithm.group_size",
+            f"{self.name} needs at least 2 episodes per group for its baseline",
+        )
+
+
+class LoraConfig(_Section):
+    enabled: bool = False
+    """Train LoRA adapters through peft instead of all weights (published merged)."""
+    rank: int = 16
+    """LoRA rank r."""
+    alpha: float = 32.0
+    """LoRA scaling alpha."""
+    target_modules: list[str] = msgspec.field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"]
+    )
+    """Module names that get adapters."""
+
+
+class LearnerConfig(_Section):
+    lr: float = 1e-6
+    """AdamW learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    betas: list[float] = msgspec.field(default_factory=lambda: [0.9, 0.999])
+    """AdamW betas."""
+    grad_clip: float = 1.0
+    """Global gradient-norm clip (0 = off)."""
+    micro_batch_tokens: int = 4096
+    """Token budget of one micro-batch (length-sorted, padded); gradients accumulate over them."""
+    ppo_epochs: int = 1
+    """Optimizer passes over each sampled batch."""
+    total_updates: int = 100
+    """Updates (optimizer steps over a batch) before the run ends."""
+    publish_every: int = 1
+    """Publish weights to the actors every N updates."""
+    checkpoint_every: int = 50
+    """Checkpoint every N updates (and at the end)."""
+    bf16: bool = False
+    """bf16 autocast for forward/backward."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in backward to save memory."""
+    flash_attention: bool = True
+    """Use flash-attention 2 when installed and on GPU."""
+    device: str = "auto"
+    """torch device: auto (cuda if available), cpu, cuda, cuda:N."""
+    num_cpus: float = 1.0
+    """CPUs Ray reserves for the learner."""
+    num_gpus: float = 0.0
+    """GPUs Ray reserves for the learner."""
+    sample_timeout_s: float = 600.0
+    """How long the learner waits for a batch before giving up."""
+    seed: int = 0
+    """torch seed."""
+    lora: LoraConfig = msgspec.field(default_factory=LoraConfig)
+    """LoRA settings."""
+
+    def __post_init__(self) -> None:
+        _require(self.lr > 0, "learner.lr", "must be > 0")
+        _require(len(self.betas) == 2, "learner.betas", "must be two numbers [beta1, beta2]")
+        _require(self.grad_clip >= 0, "learner.grad_clip", "must be >= 0")
+        _require(self.micro_batch_tokens >= 64, "learner.micro_batch_tokens", "must be >= 64")
+        _require(self.ppo_epochs >= 1, "learner.ppo_epochs", "must be >= 1")
+        _require(self.total_updates >= 1, "learner.total_updates", "must be >= 1")
+        _require(self.publish_every >= 1, "learner.publish_every", "must be >= 1")
+        _require(self.checkpoint_every >= 1, "learner.checkpoint_every", "must be >= 1")
+
+
+class LoggingConfig(_Section):
+    wandb_mode: Literal["offline", "online", "disabled", "auto"] = "auto"
+    """auto: online when WANDB_API_KEY is set, offline otherwise."""
+    wandb_project: str = "agent-r1-async"
+    """W&B project name."""
+    wandb_entity: str = ""
+    """W&B entity (team); empty = the default one."""
+    console: bool = True
+    """Print a progress line per update."""
+    metrics_interval_s: float = 10.0
+    """How often buffer and actor metrics are aggregated and logged."""
+
+
+class EvalConfig(_Section):
+    num_tasks: int = 64
+    """Held-out tasks per evaluation."""
+    every: int = 0
+    """Evaluate every N updates during a launch (0 = only before and after)."""
+    temperature: float = 1.0
+    """Sampling temperature for evaluation (1.0 matches training)."""
+    samples_per_task: int = 1
+    """Episodes per held-out task."""
+
+
+class LaunchConfig(_Section):
+    address: str = ""
+    """Ray address: empty = start a local embedded Ray; "auto" or host:port = join a cluster."""
+    run_root: str = "runs"
+    """Directory under which each run gets RUN_DIR = run_root/name-timestamp."""
+    name: str = "run"
+    """Run name (prefix of the run directory and the W&B run)."""
+    bind_host: str = "127.0.0.1"
+    """Host the ZeroMQ sockets bind to (loopback unless a cluster needs more)."""
+    curve: bool = False
+    """Encrypt and authenticate sockets with CurveZMQ keys generated at launch."""
+    num_cpus: int = 0
+    """CPUs of the embedded Ray (0 = all of this machine's)."""
+    max_wall_time_s: float = 0.0
+    """Stop gracefully after this long (0 = no limit)."""
+    seed: int = 0
+    """Global seed."""
+
+
+class RunConfig(_Section):
+    """A whole run: one section per component."""
+
+    model: ModelConfig = msgspec.field(default_factory=ModelConfig)
+    """Policy model."""
+    engine: EngineConfig = msgspec.field(default_factory=EngineConfig)
+    """Actor inference engine."""
+    context: ContextConfig = msgspec.field(default_factory=ContextConfig)
+    """How step contexts are built from the interaction history."""
+    env: EnvConfig = msgspec.field(default_factory=EnvConfig)
+    """Environment and tasks."""
+    actors: ActorsConfig = msgspec.field(default_factory=ActorsConfig)
+    """Actor processes."""
+    buffer: BufferConfig = msgspec.field(default_factory=BufferConfig)
+    """Prioritized trajectory buffer."""
+    algorithm: AlgorithmConfig = msgspec.field(default_factory=AlgorithmConfig)
+    """RL objective and advantages."""
+    learner: LearnerConfig = msgspec.field(default_factory=LearnerConfig)
+    """Optimization."""
+    logging: LoggingConfig = msgspec.field(default_factory=LoggingConfig)
+    """Metrics sinks."""
+    eval: EvalConfig = msgspec.field(default_factory=EvalConfig)
+    """Held-out evaluation."""
+    launch: LaunchConfig = msgspec.field(default_factory=LaunchConfig)
+    """Process placement and run directory."""
+
+    def __post_init__(self) -> None:
+        _require(
+            self.context.max_tokens + self.engine.max_new_tokens <= self.model.max_model_len
+            or self.context.builder != "truncate",
+            "context.max_tokens",
+            f"context.max_tokens ({self.context.max_tokens}) + engine.max_new_tokens "
+            f"({self.engine.max_new_tokens}) must fit in model.max_model_len "
+            f"({self.model.max_model_len})",
+        )
+        _require(
+            self.buffer.min_group_episodes <= self.algorithm.group_size,
+            "buffer.min_group_episodes",
+            f"cannot exceed algorithm.group_size ({self.algorithm.group_size})",
+        )
+        _require(
+            self.algorithm.name != "ppo" or self.algorithm.credit == "step"
+            or self.env.max_turns == 1,
+            "algorithm.credit",
+            "ppo's GAE is computed per step; use credit: step for multi-turn envs",
+        )
+
+
+# --------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------
+
+
+def _format_path(msgspec_path: str) -> str:
+    """`$.buffer.alpha` / `$.x[0]` -> `buffer.alpha` / `x[0]`."""
+    return msgspec_path.removeprefix("$").removeprefix(".")
+
+
+_RULE = re.compile(r"^[a-z_]+\.[a-z_.]+: ")
+
+
+def _translate(err: msgspec.ValidationError) -> ConfigError:
+    msg = str(err)
+    head, sep, path = msg.rpartition(" - at `")
+    if sep:
+        key = _format_path(path.rstrip("`"))
+        if _RULE.match(head):  # a cross-field rule: its message already names the key
+            return ConfigError(head)
+        if head.startswith("Object contains unknown field"):
+            field = head.split("`")[1]
+            full = f"{key}.{field}" if key else field
+            return ConfigError(f"unknown config key `{full}`")
+        return ConfigError(f"config key `{key}`: {head}")
+    if msg.startswith("Object contains unknown field"):
+        return ConfigError(f"unknown config key `{msg.split('`')[1]}`")
+    return ConfigError(msg)
+
+
+def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node = tree
+    for i, part in enumerate(parts[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"--set {dotted}: `{'.'.join(parts[: i + 1])}` is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
+    """Parse `a.b.c=value` strings; values are YAML (numbers, bools, lists)."""
+    out = []
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. buffer.alpha=0.6")
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError as e:
+            raise ConfigError(f"--set {key}: value {raw!r} is not valid YAML ({e})") from None
+        out.append((key.strip(), value))
+    return out
+
+
+def config_from_dict(data: dict[str, Any], overrides: list[str] | None = None) -> RunConfig:
+    """Validate a plain dict (from YAML) plus `a.b=value` overrides into a RunConfig."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"a config must be a mapping of sections, got {type(data).__name__}")
+    for key, value in parse_overrides(overrides or []):
+        _set_path(data, key, value)
+    try:
+        return msgspec.convert(data, RunConfig)
+    except msgspec.ValidationError as e:
+        raise _translate(e) from None
+
+
+def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | None = None) -> RunConfig:
+    """Load a YAML config (None = all defaults) and apply overrides."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {str(p)!r} does not exist")
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{p}: not valid YAML: {e}") from None
+    return config_from_dict(data, overrides)
+
+
+def config_to_dict(cfg: RunConfig) -> dict[str, Any]:
+    return msgspec.to_builtins(cfg)
+
+
+def dump_config(cfg: RunConfig) -> str:
+    return yaml.safe_dump(config_to_dict(cfg), sort_keys=False)

@@ -1,0 +1,82 @@
+"""Core agent-side interfaces (Agent-R1's MDP): Task, Observation, StepResult, Env, Tool.
+
+- An `Env` is one episode's environment: `reset(task)` gives the opening messages, then
+  `step(action_text)` interprets each action and answers. Envs are stateful and cheap; the
+  actor makes one per episode through the env's `EnvSpec`.
+- A `Tool` *executes* and reports what happened (the raw result). A `ToolEnv` (toolenv.py)
+  *interprets*: parses tool calls out of the action, validates arguments, runs tools with a
+  timeout, formats responses as chat messages, assigns process rewards and decides `done`.
+- Observations are chat messages; the actor's context builder turns the history into token
+  ids with the model's chat template, keeping every action as the exact token ids sampled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+Message = dict[str, str]
+"""A chat message: {"role": "system" | "user" | "assistant" | "tool", "content": "..."}."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task of a dataset split: what the agent is asked and what counts as success."""
+
+    task_id: str
+    prompt: str
+    """The instruction (becomes the user message)."""
+    answer: Any = None
+    """Gold answer(s) for the env's outcome reward; never shown to the agent."""
+    meta: dict[str, Any] = field(default_factory=dict)
+    """Env-specific extras (supporting facts, difficulty, ...)."""
+
+
+@dataclass
+class Observation:
+    """New messages to append to the interaction history (reset: system + user)."""
+
+    messages: list[Message]
+
+
+@dataclass
+class StepResult:
+    """What the env says about one action."""
+
+    observation: Observation
+    """Messages answering the action (tool responses); empty when done."""
+    reward: float
+    """Process reward of this step (well-formed call, useful retrieval, ...)."""
+    done: bool
+    outcome_reward: float = 0.0
+    """The final outcome reward (EM, F1, success); meaningful when done."""
+    truncated: bool = False
+    """True when the episode ended because it ran out of turns, not by answering."""
+    num_tool_calls: int = 0
+    metrics: dict[str, float] = field(default_factory=dict)
+    """Named episode metrics when done (em, f1, success, format_ok, ...)."""
+
+
+@runtime_checkable
+class Env(Protocol):
+    """One episode's environment."""
+
+    async def reset(self, task: Task) -> Observation: ...
+
+    async def step(self, action: str) -> StepResult: ...
+
+
+@runtime_checkable
+class Tool(Protocol):
+    """Executes one kind of call and reports the raw result."""
+
+    name: ClassVar[str] | str
+    description: ClassVar[str] | str
+    parameters: ClassVar[dict[str, Any]] | dict[str, Any]
+    """JSON schema of the arguments object."""
+
+    async def call(self, **arguments: Any) -> Any: ...
+
+
+class EnvError(RuntimeError):
+    """An env failed (its episode ends with status "env_error"; the actor goes on)."""

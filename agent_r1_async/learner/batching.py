@@ -1,0 +1,231 @@
+"""Batching: a SampleBatch (groups → episodes → steps) to padded training tensors.
+
+One training row per agent step: input ids = context_ids + action_ids. Only the step's own
+action tokens are trained (`action_mask`); the context, which holds the instruction, earlier
+actions and tool output, is masked. Every per-token tensor is [B, T] and aligned with
+`input_ids` positions: `x[b, j]` belongs to token `input_ids[b, j]` (the log-prob of a token
+is read from the logits at position j − 1, so position 0 is never an action: contexts are
+non-empty by construction).
+
+Advantages are per row (step credit: the step's own advantage; token credit: the episode's
+advantage on every step) and broadcast to the row's action tokens. For PPO they are filled in
+after the value head has been read (`MicroBatch.set_advantages`).
+
+Micro-batches: rows are sorted by length (longest first) and packed greedily while
+padded_length × rows ≤ `micro_batch_tokens`; a single longer row gets a micro-batch of its
+own. Padding is on the right with `pad_id`, and `attention_mask` is 0 there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from agent_r1_async import messages
+from agent_r1_async.learner import advantages as adv
+
+
+@dataclass
+class Row:
+    """One step, ready to be collated. `advantage` may be filled in later (PPO)."""
+
+    context_ids: list[int]
+    action_ids: list[int]
+    behavior_logprobs: list[float]
+    token_versions: list[int]
+    advantage: float
+    reward: float
+    sample_weight: float
+    group_index: int
+    episode_index: int
+    step_index: int
+    ids: tuple[str, str]
+    """(group_id, episode_id) for logs."""
+
+    @property
+    def length(self) -> int:
+        return len(self.context_ids) + len(self.action_ids)
+
+
+@dataclass
+class MicroBatch:
+    """Padded tensors of a few rows; [B, T] unless noted."""
+
+    input_ids: Tensor  # long
+    attention_mask: Tensor  # long, 0 on padding
+    action_mask: Tensor  # bool, True on the step's action tokens
+    behavior_logprobs: Tensor  # float32, 0 off the action
+    token_versions: Tensor  # long, policy version that sampled each action token
+    advantages: Tensor  # float32, the row's advantage on its action tokens, 0 elsewhere
+    sample_weights: Tensor  # [B] prioritized-replay importance weight of the row's group
+    value_index: Tensor  # [B] long, position of the last context token (where V(s_t) is read)
+    row_index: Tensor  # [B] long, index into the row list the batch was built from
+    proximal_logprobs: Tensor | None = None
+    reference_logprobs: Tensor | None = None
+    old_values: Tensor | None = None  # [B]
+    value_targets: Tensor | None = None  # [B]
+    extra: dict[str, Tensor] = field(default_factory=dict)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.numel())
+
+    @property
+    def num_action_tokens(self) -> int:
+        return int(self.action_mask.sum())
+
+    def set_advantages(self, row_advantages: Tensor) -> None:
+        """Broadcast per-row advantages [B] onto the action tokens."""
+        self.advantages = row_advantages.to(torch.float32)[:, None] * self.action_mask
+
+
+def _check_step(step: messages.StepRecord) -> None:
+    where = f"episode {step.episode_id!r} step {step.step_index}"
+    if not step.context_ids:
+        raise ValueError(f"{where}: empty context_ids (a step must see at least one token)")
+    if not step.action_ids:
+        raise ValueError(f"{where}: empty action_ids")
+    if len(step.behavior_logprobs) != len(step.action_ids):
+        raise ValueError(
+            f"{where}: {len(step.behavior_logprobs)} behavior_logprobs for "
+            f"{len(step.action_ids)} action tokens"
+        )
+    if step.token_versions and len(step.token_versions) != len(step.action_ids):
+        raise ValueError(
+            f"{where}: {len(step.token_versions)} token_versions for "
+            f"{len(step.action_ids)} action tokens"
+        )
+
+
+def trainable_groups(batch: messages.SampleBatch) -> list[tuple[messages.Group, float]]:
+    """Groups with their sampling weight, keeping only trainable episodes with steps."""
+    out = []
+    for group, weight in zip(batch.groups, batch.is_weights, strict=True):
+        eps = [
+            e for e in group.episodes
+            if e.steps and e.end.status in messages.TRAINABLE_STATUSES
+        ]
+        if eps:
+            out.append((messages.Group(group.group_id, group.task_id, group.env_name, eps), weight))
+    return out
+
+
+def episode_rewards(groups: Sequence[messages.Group]) -> adv.Nested:
+    """r_t per step: process rewards plus the outcome on the last step; [group][episode][step]."""
+    return [
+        [
+            adv.step_rewards([s.process_reward for s in sorted_steps(e)], e.end.outcome_reward)
+            for e in g.episodes
+        ]
+        for g in groups
+    ]
+
+
+def sorted_steps(episode: messages.Episode) -> list[messages.StepRecord]:
+    return sorted(episode.steps, key=lambda s: s.step_index)
+
+
+def build_rows(
+    groups: Sequence[tuple[messages.Group, float]], advantages: adv.Nested, rewards: adv.Nested
+) -> list[Row]:
+    """One Row per step, carrying that step's advantage (shapes of `advantages` must match)."""
+    rows: list[Row] = []
+    for gi, (group, weight) in enumerate(groups):
+        for ei, episode in enumerate(group.episodes):
+            for si, step in enumerate(sorted_steps(episode)):
+                _check_step(step)
+                versions = step.token_versions or [step.policy_version] * len(step.action_ids)
+                rows.append(Row(
+                    context_ids=step.context_ids,
+                    action_ids=step.action_ids,
+                    behavior_logprobs=step.behavior_logprobs,
+                    token_versions=versions,
+                    advantage=advantages[gi][ei][si],
+                    reward=rewards[gi][ei][si],
+                    sample_weight=weight,
+                    group_index=gi,
+                    episode_index=ei,
+                    step_index=si,
+                    ids=(group.group_id, episode.end.episode_id),
+                ))
+    return rows
+
+
+def pad_2d(seqs: Sequence[Sequence[float]], length: int, value: float, dtype: torch.dtype) -> Tensor:
+    """Right-pad each sequence to `length` → [B, length]."""
+    out = torch.full((len(seqs), length), value, dtype=dtype)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = torch.tensor(s, dtype=dtype)
+    return out
+
+
+def collate_pairs(
+    pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
+    per_token: dict[str, tuple[Sequence[Sequence[float]], torch.dtype]],
+    pad_id: int,
+) -> dict[str, Tensor]:
+    """(context_ids, action_ids) rows + per-action-token fields → aligned [B, T] tensors.
+
+    Shared by RL rows and the SFT path (per-token weights as a field). Each per-token field
+    gives one list per row, of the row's action length; it is placed at the action positions.
+    """
+    if not pairs:
+        raise ValueError("collate_pairs: no rows")
+    length = max(len(c) + len(a) for c, a in pairs)
+    ids = pad_2d([[*c, *a] for c, a in pairs], length, pad_id, torch.long)
+    attn = pad_2d([[1] * (len(c) + len(a)) for c, a in pairs], length, 0, torch.long)
+    action = pad_2d([[0] * len(c) + [1] * len(a) for c, a in pairs], length, 0, torch.bool)
+    out = {"input_ids": ids, "attention_mask": attn, "action_mask": action}
+    for name, (values, dtype) in per_token.items():
+        placed = [[0] * len(c) + list(v) for (c, _), v in zip(pairs, values, strict=True)]
+        out[name] = pad_2d(placed, length, 0, dtype)
+    return out
+
+
+def collate(rows: Sequence[Row], row_indices: Sequence[int], pad_id: int) -> MicroBatch:
+    """Rows → one right-padded MicroBatch."""
+    t = collate_pairs(
+        [(r.context_ids, r.action_ids) for r in rows],
+        {
+            "behavior_logprobs": ([r.behavior_logprobs for r in rows], torch.float32),
+            "token_versions": ([r.token_versions for r in rows], torch.long),
+        },
+        pad_id,
+    )
+    mb = MicroBatch(
+        input_ids=t["input_ids"],
+        attention_mask=t["attention_mask"],
+        action_mask=t["action_mask"],
+        behavior_logprobs=t["behavior_logprobs"],
+        token_versions=t["token_versions"],
+        advantages=torch.zeros(t["input_ids"].shape),
+        sample_weights=torch.tensor([r.sample_weight for r in rows], dtype=torch.float32),
+        value_index=torch.tensor([len(r.context_ids) - 1 for r in rows], dtype=torch.long),
+        row_index=torch.tensor(list(row_indices), dtype=torch.long),
+    )
+    mb.set_advantages(torch.tensor([r.advantage for r in rows]))
+    return mb
+
+
+def plan_micro_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Indices grouped into micro-batches: longest first, padded_len × rows ≤ max_tokens."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    plan: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        # Sorted descending, so the first row of a micro-batch sets its padded length.
+        if current and lengths[current[0]] * (len(current) + 1) > max_tokens:
+            plan.append(current)
+            current = []
+        current.append(i)
+    if current:
+        plan.append(current)
+    return plan
+
+
+def make_micro_batches(rows: Sequence[Row], max_tokens: int, pad_id: int) -> list[MicroBatch]:
+    plan = plan_micro_batches([r.length for r in rows], max_tokens)
+    return [collate([rows[i] for i in idx], idx, pad_id) for idx in plan]

@@ -1,0 +1,166 @@
+"""Losses: pure functions of [B, T] tensors (rows × token positions) and a mask.
+
+Decoupled PPO (three policies, named after the math):
+
+    r = exp(current − proximal)                 trust region around the proximal policy
+    w = min(exp(proximal − behavior), c_max)     truncated importance weight (off-policy fix)
+    ℓ = −w · min(r·A, clip(r, 1−ε_low, 1+ε_high)·A)                 per action token
+      + kl_coef · k3(current ‖ reference) − entropy_coef · H(current)
+
+Tokens whose (untruncated) weight leaves [is_mask_low, is_mask_high] are rejected (their loss
+is zero); a bound of 0 is off. `w` and the mask are constants (no gradient).
+
+Aggregation with gradient accumulation in mind: each call sums over its micro-batch and
+divides by `denominator`, which the caller sets to the *whole batch's* count (action tokens
+for `token-mean`, rows for `seq-mean-token-sum`); summing the micro-batch losses then gives
+exactly the full-batch loss. With `denominator=None` the micro-batch's own count is used.
+Rejected tokens stay in the denominator (they contribute zero, like a clipped token).
+
+Metrics are returned as sums over the micro-batch's action tokens (`*_sum`) plus `tokens`,
+so the caller can token-weight them across micro-batches; `is_weight_max` is a max.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+LossAgg = Literal["token-mean", "seq-mean-token-sum"]
+
+
+@dataclass(frozen=True)
+class PPOLossParams:
+    """Hyper-parameters of the decoupled PPO loss (see `from_config`)."""
+
+    eps_low: float = 0.2
+    eps_high: float = 0.28
+    c_max: float = 5.0
+    is_mask_low: float = 0.0
+    is_mask_high: float = 0.0
+    kl_coef: float = 0.0
+    entropy_coef: float = 0.0
+    loss_agg: LossAgg = "token-mean"
+
+    @classmethod
+    def from_config(cls, algo: object) -> PPOLossParams:
+        names = cls.__dataclass_fields__
+        return cls(**{k: getattr(algo, k) for k in names})
+
+
+def k3_kl(logp: Tensor, logq: Tensor) -> Tensor:
+    """Per-token k3 estimate of KL(p‖q) from samples of p: e^(q−p) − (q−p) − 1 ≥ 0."""
+    d = logq - logp
+    return torch.exp(d) - d - 1.0
+
+
+def aggregate(per_token: Tensor, mask: Tensor, agg: LossAgg, denominator: float | None) -> Tensor:
+    """Sum of masked per-token values over the batch, divided by tokens or rows."""
+    m = mask.to(per_token.dtype)
+    if agg == "token-mean":
+        total = (per_token * m).sum()
+        count = m.sum() if denominator is None else denominator
+    elif agg == "seq-mean-token-sum":
+        row_sums = (per_token * m).sum(dim=-1)  # [B]
+        total = row_sums.sum()
+        count = (m.sum(dim=-1) > 0).sum() if denominator is None else denominator
+    else:
+        raise ValueError(f"algorithm.loss_agg: unknown aggregation {agg!r}")
+    return total / torch.clamp(torch.as_tensor(count, dtype=per_token.dtype), min=1.0)
+
+
+def importance_weights(
+    proximal_logprobs: Tensor, behavior_logprobs: Tensor, params: PPOLossParams
+) -> tuple[Tensor, Tensor]:
+    """(truncated weight w, keep mask) from proximal and behavior log-probs; no gradient."""
+    raw = torch.exp(proximal_logprobs - behavior_logprobs).detach()
+    keep = torch.ones_like(raw, dtype=torch.bool)
+    if params.is_mask_low > 0:
+        keep &= raw >= params.is_mask_low
+    if params.is_mask_high > 0:
+        keep &= raw <= params.is_mask_high
+    return torch.clamp(raw, max=params.c_max), keep
+
+
+def ppo_loss(
+    current_logprobs: Tensor,
+    proximal_logprobs: Tensor,
+    behavior_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    params: PPOLossParams,
+    *,
+    denominator: float | None = None,
+    sample_weights: Tensor | None = None,
+    reference_logprobs: Tensor | None = None,
+    entropy: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Decoupled, importance-corrected PPO loss; all tensors [B, T], `mask` marks action tokens.
+
+    `sample_weights` ([B, T] or broadcastable) multiplies each token's policy loss (prioritized
+    replay correction). Returns (loss, metrics); the loss includes KL and entropy terms.
+    """
+    mask = mask.bool()
+    w, keep = importance_weights(proximal_logprobs, behavior_logprobs, params)
+    log_ratio = current_logprobs - proximal_logprobs
+    ratio = torch.exp(log_ratio)
+    clipped = torch.clamp(ratio, 1.0 - params.eps_low, 1.0 + params.eps_high)
+    surrogate = torch.minimum(ratio * advantages, clipped * advantages)
+    per_token = -w * surrogate * keep
+    if sample_weights is not None:
+        per_token = per_token * sample_weights
+    pg_loss = aggregate(per_token, mask, params.loss_agg, denominator)
+    loss = pg_loss
+    metrics: dict[str, Tensor] = {"pg_loss": pg_loss.detach()}
+    if reference_logprobs is not None and params.kl_coef > 0:
+        kl = aggregate(k3_kl(current_logprobs, reference_logprobs), mask, params.loss_agg, denominator)
+        loss = loss + params.kl_coef * kl
+        metrics["kl_ref"] = kl.detach()
+    if entropy is not None and params.entropy_coef > 0:
+        ent = aggregate(entropy, mask, params.loss_agg, denominator)
+        loss = loss - params.entropy_coef * ent
+        metrics["entropy"] = ent.detach()
+    metrics.update(_ppo_metrics(ratio, w, keep, mask, advantages, params, proximal_logprobs,
+                                behavior_logprobs, log_ratio))
+    return loss, metrics
+
+
+@torch.no_grad()
+def _ppo_metrics(
+    ratio: Tensor, w: Tensor, keep: Tensor, mask: Tensor, advantages: Tensor,
+    params: PPOLossParams, proximal: Tensor, behavior: Tensor, log_ratio: Tensor,
+) -> dict[str, Tensor]:
+    """Token sums over the mask (divide by `tokens` after summing across micro-batches)."""
+    m = mask.to(ratio.dtype)
+    # A token is clipped when the clipped branch is the (strictly) binding one.
+    low = (ratio < 1.0 - params.eps_low) & (advantages < 0)
+    high = (ratio > 1.0 + params.eps_high) & (advantages > 0)
+    return {
+        "tokens": m.sum(),
+        "clip_low_sum": (low.to(m.dtype) * m).sum(),
+        "clip_high_sum": (high.to(m.dtype) * m).sum(),
+        "is_weight_sum": (w * m).sum(),
+        "is_weight_max": (w * m).max() if m.numel() else torch.zeros(()),
+        "masked_sum": ((~keep).to(m.dtype) * m).sum(),
+        "mismatch_kl_sum": (k3_kl(behavior, proximal) * m).sum(),
+        "approx_kl_sum": (k3_kl(proximal, proximal + log_ratio.detach()) * m).sum(),
+    }
+
+
+def value_loss(
+    values: Tensor, old_values: Tensor, targets: Tensor, clip: float, denominator: float | None = None
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Clipped value loss over rows (one value per step): 0.5·max((V−R)², (V_clip−R)²).
+
+    V_clip = V_old + clip(V − V_old, −clip, clip); `clip <= 0` disables clipping. Summed over
+    the [B] rows and divided by `denominator` (default B), like `aggregate`.
+    """
+    err = (values - targets) ** 2
+    if clip > 0:
+        v_clip = old_values + torch.clamp(values - old_values, -clip, clip)
+        err = torch.maximum(err, (v_clip - targets) ** 2)
+    count = values.numel() if denominator is None else denominator
+    loss = 0.5 * err.sum() / max(count, 1)
+    return loss, {"value_loss": loss.detach(), "value_err_sum": err.detach().sum()}

@@ -1,0 +1,329 @@
+"""The wire schema: every message that crosses a socket, as msgspec Structs.
+
+Design choices
+- msgspec MessagePack with typed decoders; nothing on any socket is ever unpickled. A frame
+  that does not decode to the expected type raises `WireError` (one typed error) and is
+  counted by the receiver; it is never executed.
+- `array_like=True`: a struct is encoded as a positional array, so **field order is the wire
+  format**. Add new fields at the end, with defaults, and bump `SCHEMA_VERSION` when an old
+  peer could misread a new frame.
+- This module imports nothing heavy (no torch, no tokenizer), so every process can use it.
+- Peers check `SCHEMA_VERSION` on connect with `Hello` / `HelloAck` over the control socket.
+
+Message families
+- Data (actor -> buffer, PUSH/PULL): `StepRecord`, `EpisodeEnd`, `ActorStats`.
+- Control (actor/learner <-> buffer, DEALER/ROUTER): `Hello`, `CreditRequest`,
+  `SampleRequest`, `VersionUpdate`, `StatsRequest` and their replies.
+- Weights (learner -> actors, PUB/SUB): a `WeightsHeader` frame followed by one raw frame per
+  tensor, in header order.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+SCHEMA_VERSION = 1
+
+EpisodeStatus = Literal["ok", "env_error", "truncated", "aborted", "engine_error", "timeout"]
+"""How an episode ended. Only "ok" and "truncated" episodes are trainable."""
+
+TRAINABLE_STATUSES: frozenset[str] = frozenset({"ok", "truncated"})
+
+
+class WireError(ValueError):
+    """A frame that is not a valid message of the expected type (bad bytes, wrong schema)."""
+
+
+class _Wire(msgspec.Struct, array_like=True, gc=False, omit_defaults=False):
+    """Base for wire structs: positional encoding, no GC tracking (they hold no cycles)."""
+
+
+# --------------------------------------------------------------------------------------
+# Data plane: actor -> buffer
+# --------------------------------------------------------------------------------------
+
+
+class StepRecord(_Wire, tag="step"):
+    """One agent step: the context the model saw and the action it sampled.
+
+    `context_ids` is the full context of this step (built by the actor's context builder from
+    the interaction history); `action_ids` are the exact token ids the engine sampled, never
+    re-tokenized. `behavior_logprobs[i]` is the engine's log-prob of `action_ids[i]`.
+    """
+
+    episode_id: str
+    group_id: str
+    task_id: str
+    actor_id: str
+    env_name: str
+    step_index: int
+    context_ids: list[int]
+    action_ids: list[int]
+    behavior_logprobs: list[float]
+    policy_version: int
+    """Weight version that generated the action (the oldest one if `token_versions` is set)."""
+    process_reward: float = 0.0
+    done: bool = False
+    finish_reason: str = "stop"
+    """Engine finish reason: "stop" (eos/stop string), "length" (token budget), "abort"."""
+    token_versions: list[int] = []
+    """Per-action-token versions when an action spans a weight update; empty = all equal."""
+    gen_time_s: float = 0.0
+    env_time_s: float = 0.0
+    num_tool_calls: int = 0
+    created_at: float = 0.0
+    """Unix time the record was sent."""
+
+
+class EpisodeEnd(_Wire, tag="episode_end"):
+    """The end of one episode: its outcome reward and how it ended."""
+
+    episode_id: str
+    group_id: str
+    task_id: str
+    actor_id: str
+    env_name: str
+    num_steps: int
+    outcome_reward: float
+    status: EpisodeStatus
+    group_size: int
+    """Number of episodes in this episode's group (same task)."""
+    metrics: dict[str, float] = {}
+    """Named per-episode metrics from the env (em, f1, success, format_ok, ...)."""
+    error: str = ""
+    """A one-line reason when status is not "ok"."""
+    wall_time_s: float = 0.0
+    created_at: float = 0.0
+
+
+class ActorStats(_Wire, tag="actor_stats"):
+    """Periodic throughput and state report of one actor."""
+
+    actor_id: str
+    time: float
+    policy_version: int
+    tokens_per_s: float
+    episodes_per_s: float
+    gen_time_s: float
+    env_time_s: float
+    episodes_in_flight: int
+    episodes_done: int
+    episodes_failed: int
+    weight_sync_latency_s: float = 0.0
+    """Time from the learner publishing the current version to this actor serving it."""
+
+
+DataMessage = StepRecord | EpisodeEnd | ActorStats
+
+# --------------------------------------------------------------------------------------
+# Control plane: DEALER (actor / learner) <-> ROUTER (buffer)
+# --------------------------------------------------------------------------------------
+
+
+class Hello(_Wire, tag="hello"):
+    """First message on a control connection; the server checks `schema_version`."""
+
+    schema_version: int
+    role: Literal["actor", "learner", "monitor"]
+    peer_id: str
+
+
+class HelloAck(_Wire, tag="hello_ack"):
+    ok: bool
+    schema_version: int
+    reason: str = ""
+
+
+class CreditRequest(_Wire, tag="credit_request"):
+    """An actor asks for admission to start up to `max_groups` new groups."""
+
+    actor_id: str
+    max_groups: int
+
+
+class CreditGrant(_Wire, tag="credit_grant"):
+    """How many groups the actor may start now, and the learner version the buffer knows."""
+
+    actor_id: str
+    groups: int
+    learner_version: int
+    reason: str = ""
+    """Why fewer were granted than asked (staleness bound, memory full, ...)."""
+    group_ids: list[str] = []
+    """Ids the buffer allocated for the granted groups (actors should use them as group_id)."""
+
+
+class Episode(_Wire):
+    """An assembled episode: its steps in order and its end record."""
+
+    steps: list[StepRecord]
+    end: EpisodeEnd
+
+
+class Group(_Wire):
+    """The episodes of one task (the unit of GRPO baselines and of sampling)."""
+
+    group_id: str
+    task_id: str
+    env_name: str
+    episodes: list[Episode]
+
+
+class SampleRequest(_Wire, tag="sample_request"):
+    """The learner asks for a batch of `num_groups` complete groups."""
+
+    num_groups: int
+    learner_version: int
+    timeout_s: float = 0.0
+    """How long the buffer may wait for enough groups before answering "not ready"."""
+
+
+class SampleBatch(_Wire, tag="sample_batch"):
+    """Groups sampled for one update, with importance weights of prioritized sampling."""
+
+    groups: list[Group]
+    is_weights: list[float]
+    """`(N·P(i))^-β / max_j (N·P(j))^-β` per group, 1.0 in FIFO mode."""
+    learner_version: int
+    ready: bool = True
+    """False when the buffer could not fill the batch in time (groups is then empty)."""
+    reason: str = ""
+
+
+class VersionUpdate(_Wire, tag="version_update"):
+    """The learner tells the buffer its new policy version (drives staleness)."""
+
+    version: int
+
+
+class VersionAck(_Wire, tag="version_ack"):
+    version: int
+
+
+class StatsRequest(_Wire, tag="stats_request"):
+    pass
+
+
+class BufferStats(_Wire, tag="buffer_stats"):
+    """A snapshot of buffer metrics."""
+
+    time: float
+    learner_version: int
+    groups_ready: int
+    groups_assembling: int
+    episodes_stored: int
+    bytes_stored: int
+    in_flight_groups: int
+    accepted_groups: int
+    sampled_groups: int
+    drops: dict[str, int]
+    """Counts by reason: stale, expired, malformed, reuse_exhausted, failed_episode, ..."""
+    staleness_hist: dict[int, int]
+    """Token-weighted staleness histogram of sampled data: staleness -> action tokens."""
+    ingest_records_per_s: float = 0.0
+
+
+class ErrorReply(_Wire, tag="error"):
+    """A request that could not be served (malformed, wrong schema, unknown type)."""
+
+    reason: str
+
+
+ControlMessage = (
+    Hello
+    | HelloAck
+    | CreditRequest
+    | CreditGrant
+    | SampleRequest
+    | SampleBatch
+    | VersionUpdate
+    | VersionAck
+    | StatsRequest
+    | BufferStats
+    | ErrorReply
+)
+
+# --------------------------------------------------------------------------------------
+# Weights: learner -> actors (PUB/SUB), header frame + one raw frame per tensor
+# --------------------------------------------------------------------------------------
+
+
+class TensorMeta(_Wire):
+    name: str
+    dtype: str
+    """torch dtype name without the prefix: "float32", "bfloat16", ..."""
+    shape: list[int]
+    nbytes: int
+
+
+class WeightsHeader(_Wire, tag="weights"):
+    """Announces weight version `version`; `tensors[i]` describes raw frame i+1."""
+
+    schema_version: int
+    version: int
+    tensors: list[TensorMeta]
+    published_at: float
+    """Unix time the learner started publishing (for publish-to-serving latency)."""
+
+
+# --------------------------------------------------------------------------------------
+# Encoding
+# --------------------------------------------------------------------------------------
+
+_encoder = msgspec.msgpack.Encoder()
+_data_decoder = msgspec.msgpack.Decoder(DataMessage)
+_control_decoder = msgspec.msgpack.Decoder(ControlMessage)
+_weights_decoder = msgspec.msgpack.Decoder(WeightsHeader)
+
+
+def encode(msg: msgspec.Struct) -> bytes:
+    """Encode any wire struct to MessagePack bytes."""
+    return _encoder.encode(msg)
+
+
+def _decode(decoder: msgspec.msgpack.Decoder, frame: bytes | memoryview) -> object:
+    try:
+        return decoder.decode(frame)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise WireError(str(e)) from None
+    except (TypeError, ValueError, OverflowError, RecursionError) as e:  # defensive: never crash
+        raise WireError(f"{type(e).__name__}: {e}") from None
+
+
+def decode_data(frame: bytes | memoryview) -> StepRecord | EpisodeEnd | ActorStats:
+    """Decode a data-plane frame or raise `WireError`."""
+    return _decode(_data_decoder, frame)  # type: ignore[return-value]
+
+
+def decode_control(frame: bytes | memoryview) -> ControlMessage:
+    """Decode a control-plane frame or raise `WireError`."""
+    return _decode(_control_decoder, frame)  # type: ignore[return-value]
+
+
+def decode_weights_header(frame: bytes | memoryview) -> WeightsHeader:
+    """Decode a weights header frame or raise `WireError` (also on a schema mismatch)."""
+    header: WeightsHeader = _decode(_weights_decoder, frame)  # type: ignore[assignment]
+    if header.schema_version != SCHEMA_VERSION:
+        raise WireError(
+            f"weights schema version {header.schema_version}, expected {SCHEMA_VERSION}"
+        )
+    return header
+
+
+def check_hello(msg: Hello) -> HelloAck:
+    """The server side of the connect-time schema check."""
+    if msg.schema_version != SCHEMA_VERSION:
+        return HelloAck(
+            ok=False,
+            schema_version=SCHEMA_VERSION,
+            reason=f"peer {msg.peer_id!r} speaks schema {msg.schema_version}, "
+            f"this server speaks {SCHEMA_VERSION}",
+        )
+    return HelloAck(ok=True, schema_version=SCHEMA_VERSION)
+
+
+def action_token_count(episode: Episode) -> int:
+    """Number of action tokens in an episode (the unit of token-weighted staleness)."""
+    return sum(len(s.action_ids) for s in episode.steps)

@@ -1,0 +1,427 @@
+"""Transport: ZeroMQ sockets behind a tiny interface, plus an in-process twin for tests.
+
+Six roles, each a small class with the same methods in both implementations:
+
+    Puller  (binds)   <- Pusher  (connects)    data plane, many actors -> one buffer
+    Server  (binds)   <- Client  (connects)    request/reply control (ROUTER <- DEALER)
+    Publisher (binds) -> Subscriber (connects) weights, one learner -> many actors
+
+Frames are bytes-like (bytes, memoryview, bytearray); multipart messages are delivered
+atomically. Nothing here decodes payloads: `messages.py` does, with typed msgspec decoders.
+
+Flow-control invariants (ZeroMQ implementation)
+- PUSH/PULL: high-water marks of `hwm` messages on both sides (default 10,000). When the
+  pipe is full, `Pusher.send` blocks up to `timeout_ms` and then returns False; it never drops
+  a message by itself. The caller decides (actors wait and retry: accepted data is not lost).
+- ROUTER/DEALER: `Client.request` sends and waits up to `timeout_ms` for the reply. On a
+  timeout the client socket is closed and re-created (the "lazy pirate" pattern), so a late
+  reply can never be mistaken for the answer to the next request. The server sets
+  ROUTER_MANDATORY: a reply to a peer that has gone raises inside `reply`, which returns False.
+- PUB/SUB: the publisher keeps at most `hwm` (default 2) messages per slow subscriber and
+  drops older ones. That is correct for weights: only the newest version matters.
+- Receiving sockets set ZMQ_MAXMSGSIZE (`max_message_bytes`): a peer that sends a larger
+  frame is disconnected by libzmq before the frame is buffered.
+- Sockets bind to loopback unless a host is given. Binding to port 0 picks a free port;
+  `.endpoint` is the address peers connect to.
+- Shutdown: `close()` uses a bounded linger (`linger_ms`, default 1 s for senders, 0 for
+  receivers) so queued outgoing messages get a chance to leave but close never hangs.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import uuid
+from collections.abc import Sequence
+from typing import Protocol
+
+import zmq
+
+Frames = Sequence[bytes | memoryview | bytearray]
+
+DEFAULT_DATA_HWM = 10_000
+DEFAULT_PUB_HWM = 2
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+class Pusher(Protocol):
+    endpoint: str
+
+    def send(self, frames: Frames, timeout_ms: int | None = None) -> bool: ...
+    def close(self) -> None: ...
+
+
+class Puller(Protocol):
+    endpoint: str
+
+    def recv(self, timeout_ms: int | None = None) -> list[bytes] | None: ...
+    def close(self) -> None: ...
+
+
+class Client(Protocol):
+    endpoint: str
+
+    def request(self, frames: Frames, timeout_ms: int) -> list[bytes] | None: ...
+    def close(self) -> None: ...
+
+
+class Server(Protocol):
+    endpoint: str
+
+    def recv(self, timeout_ms: int | None = None) -> tuple[bytes, list[bytes]] | None: ...
+    def reply(self, peer: bytes, frames: Frames) -> bool: ...
+    def close(self) -> None: ...
+
+
+class Publisher(Protocol):
+    endpoint: str
+
+    def publish(self, frames: Frames) -> None: ...
+    def close(self) -> None: ...
+
+
+class Subscriber(Protocol):
+    endpoint: str
+
+    def recv(self, timeout_ms: int | None = None) -> list[memoryview] | None: ...
+    def close(self) -> None: ...
+
+
+def tcp_endpoint(host: str = "127.0.0.1", port: int = 0) -> str:
+    return f"tcp://{host}:{port}"
+
+
+# --------------------------------------------------------------------------------------
+# ZeroMQ
+# --------------------------------------------------------------------------------------
+
+
+class _ZmqSocket:
+    def __init__(self, ctx: zmq.Context, kind: int, linger_ms: int) -> None:
+        self._sock = ctx.socket(kind)
+        self._sock.setsockopt(zmq.LINGER, linger_ms)
+        self.endpoint = ""
+
+    def _bind(self, endpoint: str) -> None:
+        if endpoint.startswith("tcp://") and endpoint.endswith(":0"):
+            host = endpoint[len("tcp://") : -len(":0")]
+            port = self._sock.bind_to_random_port(f"tcp://{host}")
+            self.endpoint = f"tcp://{host}:{port}"
+        else:
+            self._sock.bind(endpoint)
+            self.endpoint = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
+
+    def _connect(self, endpoint: str) -> None:
+        self._sock.connect(endpoint)
+        self.endpoint = endpoint
+
+    def _poll(self, timeout_ms: int | None, flags: int = zmq.POLLIN) -> bool:
+        return bool(self._sock.poll(timeout_ms, flags))
+
+    def close(self) -> None:
+        if not self._sock.closed:
+            self._sock.close()
+
+
+class ZmqPusher(_ZmqSocket):
+    def __init__(
+        self, ctx: zmq.Context, endpoint: str, hwm: int = DEFAULT_DATA_HWM, linger_ms: int = 1000
+    ) -> None:
+        super().__init__(ctx, zmq.PUSH, linger_ms)
+        self._sock.setsockopt(zmq.SNDHWM, hwm)
+        self._connect(endpoint)
+
+    def send(self, frames: Frames, timeout_ms: int | None = None) -> bool:
+        """Send one multipart message; False if the pipe stayed full for `timeout_ms`."""
+        if timeout_ms is not None and not self._poll(timeout_ms, zmq.POLLOUT):
+            return False
+        try:
+            self._sock.send_multipart(frames, copy=False, flags=zmq.NOBLOCK)
+        except zmq.Again:
+            return False
+        return True
+
+
+class ZmqPuller(_ZmqSocket):
+    def __init__(
+        self,
+        ctx: zmq.Context,
+        endpoint: str,
+        hwm: int = DEFAULT_DATA_HWM,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    ) -> None:
+        super().__init__(ctx, zmq.PULL, 0)
+        self._sock.setsockopt(zmq.RCVHWM, hwm)
+        self._sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
+        self._bind(endpoint)
+
+    def recv(self, timeout_ms: int | None = None) -> list[bytes] | None:
+        if not self._poll(timeout_ms):
+            return None
+        return self._sock.recv_multipart()
+
+
+class ZmqClient(_ZmqSocket):
+    """DEALER that does one request at a time, re-creating itself after a timeout."""
+
+    def __init__(self, ctx: zmq.Context, endpoint: str, identity: str | None = None) -> None:
+        super().__init__(ctx, zmq.DEALER, 0)
+        self._ctx = ctx
+        self._identity = (identity or uuid.uuid4().hex).encode()
+        self._target = endpoint
+        self._setup()
+
+    def _setup(self) -> None:
+        self._sock.setsockopt(zmq.IDENTITY, self._identity)
+        self._connect(self._target)
+
+    def request(self, frames: Frames, timeout_ms: int) -> list[bytes] | None:
+        self._sock.send_multipart(frames, copy=False)
+        if self._poll(timeout_ms):
+            return self._sock.recv_multipart()
+        # Lazy pirate: drop the socket so a late reply cannot answer the next request.
+        self._sock.close(linger=0)
+        self._sock = self._ctx.socket(zmq.DEALER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._setup()
+        return None
+
+
+class ZmqServer(_ZmqSocket):
+    def __init__(
+        self,
+        ctx: zmq.Context,
+        endpoint: str,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    ) -> None:
+        super().__init__(ctx, zmq.ROUTER, 0)
+        self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self._sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
+        self._bind(endpoint)
+
+    def recv(self, timeout_ms: int | None = None) -> tuple[bytes, list[bytes]] | None:
+        if not self._poll(timeout_ms):
+            return None
+        parts = self._sock.recv_multipart()
+        return parts[0], parts[1:]
+
+    def reply(self, peer: bytes, frames: Frames) -> bool:
+        try:
+            self._sock.send_multipart([peer, *frames], copy=False, flags=zmq.NOBLOCK)
+        except (zmq.Again, zmq.ZMQError):  # peer gone (ROUTER_MANDATORY) or its pipe is full
+            return False
+        return True
+
+
+class ZmqPublisher(_ZmqSocket):
+    def __init__(self, ctx: zmq.Context, endpoint: str, hwm: int = DEFAULT_PUB_HWM) -> None:
+        super().__init__(ctx, zmq.PUB, 1000)
+        self._sock.setsockopt(zmq.SNDHWM, hwm)
+        self._bind(endpoint)
+
+    def publish(self, frames: Frames) -> None:
+        self._sock.send_multipart(frames, copy=False)
+
+
+class ZmqSubscriber(_ZmqSocket):
+    def __init__(
+        self, ctx: zmq.Context, endpoint: str, max_message_bytes: int = 8 * 1024**3
+    ) -> None:
+        super().__init__(ctx, zmq.SUB, 0)
+        self._sock.setsockopt(zmq.RCVHWM, DEFAULT_PUB_HWM)
+        self._sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
+        self._sock.setsockopt(zmq.SUBSCRIBE, b"")
+        self._connect(endpoint)
+
+    def recv(self, timeout_ms: int | None = None) -> list[memoryview] | None:
+        """Receive one multipart message zero-copy (frames are read-only memoryviews)."""
+        if not self._poll(timeout_ms):
+            return None
+        return [f.buffer for f in self._sock.recv_multipart(copy=False)]
+
+
+class ZmqTransport:
+    """Factory for ZeroMQ sockets sharing one context."""
+
+    def __init__(self, ctx: zmq.Context | None = None) -> None:
+        self.ctx = ctx or zmq.Context()
+
+    def puller(self, endpoint: str, **kw: int) -> ZmqPuller:
+        return ZmqPuller(self.ctx, endpoint, **kw)
+
+    def pusher(self, endpoint: str, **kw: int) -> ZmqPusher:
+        return ZmqPusher(self.ctx, endpoint, **kw)
+
+    def server(self, endpoint: str, **kw: int) -> ZmqServer:
+        return ZmqServer(self.ctx, endpoint, **kw)
+
+    def client(self, endpoint: str, identity: str | None = None) -> ZmqClient:
+        return ZmqClient(self.ctx, endpoint, identity)
+
+    def publisher(self, endpoint: str, **kw: int) -> ZmqPublisher:
+        return ZmqPublisher(self.ctx, endpoint, **kw)
+
+    def subscriber(self, endpoint: str, **kw: int) -> ZmqSubscriber:
+        return ZmqSubscriber(self.ctx, endpoint, **kw)
+
+    def close(self) -> None:
+        self.ctx.term()
+
+
+# --------------------------------------------------------------------------------------
+# In-process twin (unit tests): same interface over thread-safe queues
+# --------------------------------------------------------------------------------------
+
+
+def _copy(frames: Frames) -> list[bytes]:
+    return [bytes(f) for f in frames]
+
+
+class _Hub:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.queues: dict[str, queue.Queue] = {}
+        self.subscribers: dict[str, list[queue.Queue]] = {}
+        self.servers: dict[str, InProcServer] = {}
+        self.count = 0
+
+    def new_endpoint(self, endpoint: str) -> str:
+        with self.lock:
+            self.count += 1
+            return endpoint if not endpoint.endswith(":0") else f"inproc://ep{self.count}"
+
+
+class _InProcBase:
+    endpoint = ""
+
+    def close(self) -> None:
+        pass
+
+
+class InProcPuller(_InProcBase):
+    def __init__(self, hub: _Hub, endpoint: str, hwm: int = DEFAULT_DATA_HWM) -> None:
+        self.endpoint = hub.new_endpoint(endpoint)
+        self.queue: queue.Queue = queue.Queue(maxsize=hwm)
+        hub.queues[self.endpoint] = self.queue
+
+    def recv(self, timeout_ms: int | None = None) -> list[bytes] | None:
+        try:
+            return self.queue.get(timeout=None if timeout_ms is None else timeout_ms / 1000)
+        except queue.Empty:
+            return None
+
+
+class InProcPusher(_InProcBase):
+    def __init__(self, hub: _Hub, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self.queue: queue.Queue = hub.queues[endpoint]
+
+    def send(self, frames: Frames, timeout_ms: int | None = None) -> bool:
+        try:
+            self.queue.put(
+                _copy(frames), timeout=None if timeout_ms is None else timeout_ms / 1000
+            )
+        except queue.Full:
+            return False
+        return True
+
+
+class InProcServer(_InProcBase):
+    def __init__(self, hub: _Hub, endpoint: str) -> None:
+        self.endpoint = hub.new_endpoint(endpoint)
+        self.queue: queue.Queue = queue.Queue()
+        self.replies: dict[bytes, queue.Queue] = {}
+        hub.queues[self.endpoint] = self.queue
+        hub.servers[self.endpoint] = self
+
+    def recv(self, timeout_ms: int | None = None) -> tuple[bytes, list[bytes]] | None:
+        try:
+            return self.queue.get(timeout=None if timeout_ms is None else timeout_ms / 1000)
+        except queue.Empty:
+            return None
+
+    def reply(self, peer: bytes, frames: Frames) -> bool:
+        q = self.replies.get(peer)
+        if q is None:
+            return False
+        q.put(_copy(frames))
+        return True
+
+
+class InProcClient(_InProcBase):
+    def __init__(self, hub: _Hub, endpoint: str, identity: str | None = None) -> None:
+        self.endpoint = endpoint
+        self._identity = (identity or uuid.uuid4().hex).encode()
+        self._server_queue: queue.Queue = hub.queues[endpoint]
+        self._replies: queue.Queue = queue.Queue()
+        self._hub = hub
+
+    def request(self, frames: Frames, timeout_ms: int) -> list[bytes] | None:
+        # Fresh reply queue per request: a late reply to an earlier one is never read.
+        self._replies = queue.Queue()
+        self._hub.servers[self.endpoint].replies[self._identity] = self._replies
+        self._server_queue.put((self._identity, _copy(frames)))
+        try:
+            return self._replies.get(timeout=timeout_ms / 1000)
+        except queue.Empty:
+            return None
+
+
+class InProcPublisher(_InProcBase):
+    def __init__(self, hub: _Hub, endpoint: str, hwm: int = DEFAULT_PUB_HWM) -> None:
+        self.endpoint = hub.new_endpoint(endpoint)
+        self._hub = hub
+        self._hwm = hwm
+        hub.subscribers.setdefault(self.endpoint, [])
+
+    def publish(self, frames: Frames) -> None:
+        msg = _copy(frames)
+        for q in list(self._hub.subscribers[self.endpoint]):
+            while q.qsize() >= self._hwm:  # drop the oldest, like a PUB at its high-water mark
+                try:
+                    q.get_nowait()
+                except queue.Empty:
+                    break
+            q.put(msg)
+
+
+class InProcSubscriber(_InProcBase):
+    def __init__(self, hub: _Hub, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self.queue: queue.Queue = queue.Queue()
+        hub.subscribers.setdefault(endpoint, []).append(self.queue)
+
+    def recv(self, timeout_ms: int | None = None) -> list[memoryview] | None:
+        try:
+            msg = self.queue.get(timeout=None if timeout_ms is None else timeout_ms / 1000)
+        except queue.Empty:
+            return None
+        return [memoryview(f) for f in msg]
+
+
+class InProcTransport:
+    """Same factory interface as `ZmqTransport`, over in-memory queues (one process)."""
+
+    def __init__(self) -> None:
+        self.hub = _Hub()
+
+    def puller(self, endpoint: str = "inproc://:0", **kw: int) -> InProcPuller:
+        return InProcPuller(self.hub, endpoint, **kw)
+
+    def pusher(self, endpoint: str, **kw: int) -> InProcPusher:
+        return InProcPusher(self.hub, endpoint)
+
+    def server(self, endpoint: str = "inproc://:0", **kw: int) -> InProcServer:
+        return InProcServer(self.hub, endpoint)
+
+    def client(self, endpoint: str, identity: str | None = None) -> InProcClient:
+        return InProcClient(self.hub, endpoint, identity)
+
+    def publisher(self, endpoint: str = "inproc://:0", **kw: int) -> InProcPublisher:
+        return InProcPublisher(self.hub, endpoint, **kw)
+
+    def subscriber(self, endpoint: str, **kw: int) -> InProcSubscriber:
+        return InProcSubscriber(self.hub, endpoint)
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,97 @@
+"""Advantages and returns against numbers derived by hand in the comments."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_r1_async.learner import advantages as adv
+
+
+def approx(xs, **kw):
+    return pytest.approx(xs, abs=1e-6, **kw)
+
+
+def test_step_rewards_put_outcome_on_last_step():
+    assert adv.step_rewards([0.1, 0.0, 0.2], 1.0) == approx([0.1, 0.0, 1.2])
+    with pytest.raises(ValueError, match="at least one step"):
+        adv.step_rewards([], 1.0)
+
+
+def test_discounted_returns():
+    # r = [1, 0, 2], γ = 0.5: G_2 = 2, G_1 = 0 + 0.5·2 = 1, G_0 = 1 + 0.5·1 = 1.5
+    assert adv.discounted_returns([1.0, 0.0, 2.0], 0.5) == approx([1.5, 1.0, 2.0])
+    # γ = 1: suffix sums
+    assert adv.discounted_returns([1.0, 0.0, 2.0], 1.0) == approx([3.0, 2.0, 2.0])
+
+
+def test_grpo_outcome_only_equals_textbook_grpo_for_both_credits():
+    # One group, 3 episodes with 1, 2 and 3 steps, outcome only, γ = 1 → G_t = outcome.
+    # Outcomes 1, 0, 0: mean 1/3, population std sqrt(((2/3)² + 2(1/3)²)/3) = sqrt(2)/3.
+    returns = [[[1.0], [0.0, 0.0], [0.0, 0.0, 0.0]]]
+    std = 2**0.5 / 3
+    a1 = (1 - 1 / 3) / (std + adv.STD_EPS)  # ≈ 1.41421
+    a0 = (0 - 1 / 3) / (std + adv.STD_EPS)  # ≈ -0.70711
+    for credit in ("step", "token"):
+        out = adv.grpo_advantages(returns, credit=credit, std_normalize=True)
+        assert out[0][0] == approx([a1])
+        assert out[0][1] == approx([a0, a0])
+        assert out[0][2] == approx([a0, a0, a0])
+    # Without std normalization: 2/3 and -1/3.
+    out = adv.grpo_advantages(returns, std_normalize=False)
+    assert out[0][0] == approx([2 / 3]) and out[0][2] == approx([-1 / 3] * 3)
+
+
+def test_grpo_step_credit_with_process_rewards():
+    # Episode A: r = [0.5, 1.0] (γ = 1) → G = [1.5, 1.0]; episode B: r = [0.0] → G = [0.0].
+    # Baseline from episode returns G_0 = {1.5, 0}: mean 0.75 (no std).
+    returns = [[adv.discounted_returns([0.5, 1.0], 1.0), [0.0]]]
+    step = adv.grpo_advantages(returns, credit="step", std_normalize=False)
+    assert step == [[approx([0.75, 0.25]), approx([-0.75])]]
+    # Token credit: one episode advantage (G_0 − mean) on every step.
+    token = adv.grpo_advantages(returns, credit="token", std_normalize=False)
+    assert token == [[approx([0.75, 0.75]), approx([-0.75])]]
+
+
+def test_equal_returns_give_zero_advantage_not_nan():
+    out = adv.grpo_advantages([[[1.0], [1.0, 1.0]]], std_normalize=True)
+    assert out == [[approx([0.0]), approx([0.0, 0.0])]]
+
+
+def test_reinforce_pp_normalizes_over_the_batch():
+    # Two groups; episode returns 2, 0 | 1, 1 → batch mean 1, population std sqrt(2/4)=0.70711.
+    returns = [[[2.0], [0.0]], [[1.0, 1.0], [1.0]]]
+    s = 0.5**0.5 + adv.STD_EPS
+    out = adv.reinforce_pp_advantages(returns, std_normalize=True)
+    assert out == [[approx([1 / s]), approx([-1 / s])], [approx([0.0, 0.0]), approx([0.0])]]
+
+
+def test_rloo_leave_one_out():
+    # Returns 3, 0, 0 (3 episodes): baselines (0+0)/2 = 0, (3+0)/2 = 1.5, 1.5 → A = 3, -1.5, -1.5.
+    out = adv.rloo_advantages([[[3.0], [0.0, 0.0], [0.0]]])
+    assert out == [[approx([3.0]), approx([-1.5, -1.5]), approx([-1.5])]]
+    # A lone episode has nothing to compare with.
+    assert adv.rloo_advantages([[[5.0, 5.0]]]) == [[[0.0, 0.0]]]
+
+
+def test_gae_hand_computed():
+    # r = [0, 1], V = [0.5, 0.8], γ = 0.9, λ = 0.5, V(s_2) = 0 (terminal).
+    # δ_1 = 1 + 0 − 0.8 = 0.2;          A_1 = 0.2
+    # δ_0 = 0 + 0.9·0.8 − 0.5 = 0.22;   A_0 = 0.22 + 0.9·0.5·0.2 = 0.31
+    # targets = A + V = [0.81, 1.0]
+    a, targets = adv.gae([0.0, 1.0], [0.5, 0.8], gamma=0.9, lam=0.5)
+    assert a == approx([0.31, 0.2])
+    assert targets == approx([0.81, 1.0])
+    # λ = 1, γ = 1: A_t = G_t − V_t (Monte Carlo).
+    a, _ = adv.gae([0.0, 1.0], [0.5, 0.8], gamma=1.0, lam=1.0)
+    assert a == approx([0.5, 0.2])
+    with pytest.raises(ValueError, match="2 rewards but 1 values"):
+        adv.gae([0.0, 1.0], [0.5], 1.0, 1.0)
+
+
+def test_compute_advantages_dispatch_and_errors():
+    returns = [[[1.0], [0.0]]]
+    assert adv.compute_advantages(returns, "rloo") == [[[1.0], [-1.0]]]
+    with pytest.raises(ValueError, match="at least one step"):
+        adv.compute_advantages([[[1.0], []]], "grpo")
+    with pytest.raises(ValueError, match="algorithm.name"):
+        adv.compute_advantages(returns, "ppo")  # type: ignore[arg-type]

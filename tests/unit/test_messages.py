@@ -1,0 +1,127 @@
+"""Wire schema: round trips, schema check, and hostile frames never crash a decoder."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agent_r1_async import messages as m
+
+
+def _step(**kw) -> m.StepRecord:
+    base = dict(
+        episode_id="e1", group_id="g1", task_id="t1", actor_id="a0", env_name="arith",
+        step_index=0, context_ids=[1, 2, 3], action_ids=[4, 5], behavior_logprobs=[-0.5, -1.25],
+        policy_version=3,
+    )
+    base.update(kw)
+    return m.StepRecord(**base)
+
+
+def test_step_record_round_trip_keeps_every_field():
+    rec = _step(process_reward=0.25, done=True, finish_reason="length", token_versions=[3, 4],
+                gen_time_s=0.5, env_time_s=0.125, num_tool_calls=2, created_at=12.5)
+    out = m.decode_data(m.encode(rec))
+    assert out == rec
+    assert isinstance(out, m.StepRecord)
+
+
+def test_array_like_encoding_is_positional():
+    # array_like: the struct is a msgpack array [tag, field0, field1, ...] in field order.
+    raw = msgspec.msgpack.decode(m.encode(_step()))
+    assert raw[0] == "step" and raw[1] == "e1" and raw[6] == 0 and raw[7] == [1, 2, 3]
+
+
+def test_episode_end_and_stats_round_trip():
+    end = m.EpisodeEnd(episode_id="e1", group_id="g1", task_id="t1", actor_id="a0",
+                       env_name="arith", num_steps=2, outcome_reward=1.0, status="ok",
+                       group_size=4, metrics={"em": 1.0, "f1": 1.0})
+    stats = m.ActorStats(actor_id="a0", time=1.0, policy_version=2, tokens_per_s=95.5,
+                         episodes_per_s=0.5, gen_time_s=3.0, env_time_s=0.25,
+                         episodes_in_flight=8, episodes_done=10, episodes_failed=1)
+    assert m.decode_data(m.encode(end)) == end
+    assert m.decode_data(m.encode(stats)) == stats
+
+
+def test_control_messages_round_trip():
+    group = m.Group(group_id="g1", task_id="t1", env_name="arith", episodes=[
+        m.Episode(steps=[_step(done=True)], end=m.EpisodeEnd(
+            episode_id="e1", group_id="g1", task_id="t1", actor_id="a0", env_name="arith",
+            num_steps=1, outcome_reward=0.0, status="truncated", group_size=1))])
+    for msg in [
+        m.Hello(schema_version=m.SCHEMA_VERSION, role="actor", peer_id="a0"),
+        m.CreditRequest(actor_id="a0", max_groups=2),
+        m.CreditGrant(actor_id="a0", groups=1, learner_version=5, reason="staleness"),
+        m.SampleRequest(num_groups=4, learner_version=5, timeout_s=1.5),
+        m.SampleBatch(groups=[group], is_weights=[0.5], learner_version=5),
+        m.VersionUpdate(version=6),
+        m.StatsRequest(),
+        m.ErrorReply(reason="x"),
+    ]:
+        assert m.decode_control(m.encode(msg)) == msg
+
+
+def test_weights_header_schema_version_is_checked():
+    header = m.WeightsHeader(schema_version=m.SCHEMA_VERSION, version=7, published_at=1.0,
+                             tensors=[m.TensorMeta(name="w", dtype="float32", shape=[2, 3],
+                                                   nbytes=24)])
+    assert m.decode_weights_header(m.encode(header)) == header
+    old = msgspec.structs.replace(header, schema_version=m.SCHEMA_VERSION + 1)
+    with pytest.raises(m.WireError, match="schema version"):
+        m.decode_weights_header(m.encode(old))
+
+
+def test_hello_with_other_schema_is_refused():
+    ok = m.check_hello(m.Hello(schema_version=m.SCHEMA_VERSION, role="actor", peer_id="a"))
+    bad = m.check_hello(m.Hello(schema_version=m.SCHEMA_VERSION + 1, role="actor", peer_id="a"))
+    assert ok.ok and not bad.ok
+    assert "speaks schema" in bad.reason
+
+
+def test_data_decoder_rejects_control_message_and_wrong_types():
+    with pytest.raises(m.WireError):
+        m.decode_data(m.encode(m.VersionUpdate(version=1)))
+    wrong = msgspec.msgpack.encode(["step", "e1", "g1", "t1", "a0", "x", "zero", [], [], [], 0])
+    with pytest.raises(m.WireError, match="Expected `int`"):
+        m.decode_data(wrong)
+
+
+def test_action_token_count():
+    ep = m.Episode(steps=[_step(), _step(step_index=1, action_ids=[7, 8, 9],
+                                        behavior_logprobs=[0.0] * 3)],
+                   end=m.EpisodeEnd(episode_id="e1", group_id="g1", task_id="t1", actor_id="a",
+                                    env_name="x", num_steps=2, outcome_reward=0.0, status="ok",
+                                    group_size=1))
+    assert m.action_token_count(ep) == 5
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.binary(max_size=512))
+def test_random_bytes_raise_only_wire_error(frame: bytes):
+    for decode in (m.decode_data, m.decode_control, m.decode_weights_header):
+        try:
+            decode(frame)
+        except m.WireError:
+            pass
+
+
+_json_like = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=6) | st.dictionaries(st.text(max_size=4), inner,
+                                                                 max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.sampled_from(["step", "episode_end", "actor_stats", "hello", "sample_request",
+                        "credit_request", "weights"]), st.lists(_json_like, max_size=14))
+def test_wrong_typed_frames_raise_only_wire_error(tag: str, fields: list):
+    frame = msgspec.msgpack.encode([tag, *fields])
+    for decode in (m.decode_data, m.decode_control, m.decode_weights_header):
+        try:
+            decode(frame)
+        except m.WireError:
+            pass

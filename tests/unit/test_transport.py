@@ -1,0 +1,120 @@
+"""Transport: ZeroMQ and in-process twins behave the same on the interface."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from agent_r1_async.transport import InProcTransport, ZmqTransport
+
+
+@pytest.fixture(params=["zmq", "inproc"])
+def transport(request):
+    t = ZmqTransport() if request.param == "zmq" else InProcTransport()
+    yield t
+    if isinstance(t, ZmqTransport):
+        t.ctx.destroy(linger=0)
+
+
+def test_push_pull_multipart(transport):
+    puller = transport.puller("tcp://127.0.0.1:0")
+    pusher = transport.pusher(puller.endpoint)
+    try:
+        assert puller.endpoint.startswith(("tcp://127.0.0.1:", "inproc://"))
+        assert pusher.send([b"a", memoryview(b"bc")], timeout_ms=1000)
+        assert puller.recv(timeout_ms=2000) == [b"a", b"bc"]
+        assert puller.recv(timeout_ms=10) is None
+    finally:
+        pusher.close()
+        puller.close()
+
+
+def test_request_reply_and_timeout_recovery(transport):
+    server = transport.server("tcp://127.0.0.1:0")
+    client = transport.client(server.endpoint, identity="c1")
+    answered = []
+
+    def serve(n: int) -> None:
+        for _ in range(n):
+            got = server.recv(timeout_ms=3000)
+            assert got is not None
+            peer, frames = got
+            if frames[0] == b"ignore":
+                continue
+            answered.append(server.reply(peer, [b"re:" + frames[0]]))
+
+    t = threading.Thread(target=serve, args=(3,))
+    t.start()
+    try:
+        assert client.request([b"x"], timeout_ms=3000) == [b"re:x"]
+        # The server ignores this one: the client times out and must not read a stale reply.
+        assert client.request([b"ignore"], timeout_ms=200) is None
+        assert client.request([b"y"], timeout_ms=3000) == [b"re:y"]
+    finally:
+        t.join(5)
+        client.close()
+        server.close()
+    assert answered == [True, True]
+
+
+def test_reply_to_unknown_peer_returns_false(transport):
+    server = transport.server("tcp://127.0.0.1:0")
+    try:
+        assert server.reply(b"nobody", [b"x"]) is False
+    finally:
+        server.close()
+
+
+def test_pub_sub_zero_copy_frames(transport):
+    import time
+
+    pub = transport.publisher("tcp://127.0.0.1:0")
+    sub = transport.subscriber(pub.endpoint)
+    try:
+        payload = bytes(range(256)) * 1000
+        got = None
+        deadline = time.monotonic() + 5
+        while got is None and time.monotonic() < deadline:  # slow joiner: publish until seen
+            pub.publish([b"hdr", memoryview(payload)])
+            got = sub.recv(timeout_ms=100)
+        assert got is not None
+        assert bytes(got[0]) == b"hdr" and bytes(got[1]) == payload
+        assert isinstance(got[1], memoryview)
+    finally:
+        sub.close()
+        pub.close()
+
+
+def test_zmq_push_reports_full_pipe_instead_of_dropping():
+    t = ZmqTransport()
+    try:
+        puller = t.puller("tcp://127.0.0.1:0", hwm=1)
+        pusher = t.pusher(puller.endpoint, hwm=1)
+        sent = 0
+        # Nobody receives: after the pipes fill, send returns False (it never drops silently).
+        for _ in range(10_000):
+            if not pusher.send([b"x" * 1024], timeout_ms=20):
+                break
+            sent += 1
+        assert 0 < sent < 10_000
+        received = 0
+        while puller.recv(timeout_ms=200) is not None:
+            received += 1
+        assert received == sent
+    finally:
+        t.ctx.destroy(linger=0)
+
+
+def test_zmq_oversized_frame_is_refused():
+    t = ZmqTransport()
+    try:
+        puller = t.puller("tcp://127.0.0.1:0", max_message_bytes=1024)
+        pusher = t.pusher(puller.endpoint)
+        pusher.send([b"x" * 4096], timeout_ms=1000)
+        assert puller.recv(timeout_ms=300) is None  # libzmq drops the peer, not the service
+        pusher2 = t.pusher(puller.endpoint)
+        pusher2.send([b"ok"], timeout_ms=1000)
+        assert puller.recv(timeout_ms=2000) == [b"ok"]
+    finally:
+        t.ctx.destroy(linger=0)
