@@ -179,6 +179,8 @@ class BufferConfig(_Section):
     """After an EpisodeEnd, how long to wait for its missing steps before dropping the episode."""
     seed: int = 0
     """Seed of the buffer's sampling RNG."""
+    gc_freeze: bool = True
+    """Move stored records out of the cyclic GC's scans (gc.freeze, ~2x ingest); off if the process relies on cycle collection."""
 
     def __post_init__(self) -> None:
         _require(self.max_staleness >= 0, "buffer.max_staleness", "must be >= 0")
@@ -229,6 +231,8 @@ class AlgorithmConfig(_Section):
     """Value loss coefficient (ppo only)."""
     loss_agg: Literal["token-mean", "seq-mean-token-sum"] = "token-mean"
     """How per-token losses are aggregated over the batch."""
+    value_clip: float = 0.2
+    """PPO value-loss clip around the proximal value V_old (0 = no clipping; ppo only)."""
 
     def __post_init__(self) -> None:
         _require(self.group_size >= 1, "algorithm.group_size", "must be >= 1")
@@ -238,6 +242,7 @@ class AlgorithmConfig(_Section):
         _require(0 <= self.eps_low < 1, "algorithm.eps_low", "must be in [0, 1)")
         _require(self.eps_high >= 0, "algorithm.eps_high", "must be >= 0")
         _require(self.c_max >= 1, "algorithm.c_max", "must be >= 1 (it truncates weights above it)")
+        _require(self.value_clip >= 0, "algorithm.value_clip", "must be >= 0 (0 = off)")
         _require(
             self.is_mask_high == 0 or self.is_mask_high > self.is_mask_low,
             "algorithm.is_mask_high",

@@ -23,6 +23,11 @@ Flow-control invariants (ZeroMQ implementation)
   frame is disconnected by libzmq before the frame is buffered.
 - Sockets bind to loopback unless a host is given. Binding to port 0 picks a free port;
   `.endpoint` is the address peers connect to.
+- Authentication (`curve=CurveKeys`): binding sockets are CurveZMQ servers, connecting
+  sockets are clients. A ZAP authenticator in each binding process admits only the run's
+  client public key, so a peer without the run's keys can neither inject records nor pose as
+  the weight publisher (a subscriber verifies the server key). `launch` generates the keys
+  and hands them to the processes through Ray.
 - Shutdown: `close()` uses a bounded linger (`linger_ms`, default 1 s for senders, 0 for
   receivers) so queued outgoing messages get a chance to leave but close never hangs.
 """
@@ -35,13 +40,16 @@ import uuid
 from collections.abc import Sequence
 from typing import Protocol
 
+import msgspec
 import zmq
+import zmq.auth.thread
 
 Frames = Sequence[bytes | memoryview | bytearray]
 
 DEFAULT_DATA_HWM = 10_000
 DEFAULT_PUB_HWM = 2
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+ZAP_DOMAIN = "agent-r1-async"
 
 
 class Pusher(Protocol):
@@ -96,13 +104,46 @@ def tcp_endpoint(host: str = "127.0.0.1", port: int = 0) -> str:
 # --------------------------------------------------------------------------------------
 
 
+class CurveKeys(msgspec.Struct, frozen=True):
+    """One run's CurveZMQ keys (Z85 text): the servers' key pair and the clients' key pair."""
+
+    server_public: bytes
+    server_secret: bytes
+    client_public: bytes
+    client_secret: bytes
+
+    @classmethod
+    def generate(cls) -> CurveKeys:
+        server_public, server_secret = zmq.curve_keypair()
+        client_public, client_secret = zmq.curve_keypair()
+        return cls(server_public, server_secret, client_public, client_secret)
+
+
+class _AllowClientKey:
+    """ZAP credentials provider: only the run's client public key may connect."""
+
+    def __init__(self, client_public: bytes) -> None:
+        self._allowed = client_public
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        return key == self._allowed  # pyzmq hands the client key over Z85-encoded
+
+
 class _ZmqSocket:
-    def __init__(self, ctx: zmq.Context, kind: int, linger_ms: int) -> None:
+    def __init__(
+        self, ctx: zmq.Context, kind: int, linger_ms: int, curve: CurveKeys | None = None
+    ) -> None:
         self._sock = ctx.socket(kind)
         self._sock.setsockopt(zmq.LINGER, linger_ms)
+        self._curve = curve
         self.endpoint = ""
 
     def _bind(self, endpoint: str) -> None:
+        if self._curve is not None:
+            self._sock.setsockopt(zmq.CURVE_SERVER, 1)
+            self._sock.setsockopt(zmq.CURVE_SECRETKEY, self._curve.server_secret)
+            self._sock.setsockopt(zmq.CURVE_PUBLICKEY, self._curve.server_public)
+            self._sock.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN.encode())
         if endpoint.startswith("tcp://") and endpoint.endswith(":0"):
             host = endpoint[len("tcp://") : -len(":0")]
             port = self._sock.bind_to_random_port(f"tcp://{host}")
@@ -112,6 +153,10 @@ class _ZmqSocket:
             self.endpoint = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
 
     def _connect(self, endpoint: str) -> None:
+        if self._curve is not None:
+            self._sock.setsockopt(zmq.CURVE_SERVERKEY, self._curve.server_public)
+            self._sock.setsockopt(zmq.CURVE_PUBLICKEY, self._curve.client_public)
+            self._sock.setsockopt(zmq.CURVE_SECRETKEY, self._curve.client_secret)
         self._sock.connect(endpoint)
         self.endpoint = endpoint
 
@@ -125,9 +170,14 @@ class _ZmqSocket:
 
 class ZmqPusher(_ZmqSocket):
     def __init__(
-        self, ctx: zmq.Context, endpoint: str, hwm: int = DEFAULT_DATA_HWM, linger_ms: int = 1000
+        self,
+        ctx: zmq.Context,
+        endpoint: str,
+        hwm: int = DEFAULT_DATA_HWM,
+        linger_ms: int = 1000,
+        curve: CurveKeys | None = None,
     ) -> None:
-        super().__init__(ctx, zmq.PUSH, linger_ms)
+        super().__init__(ctx, zmq.PUSH, linger_ms, curve)
         self._sock.setsockopt(zmq.SNDHWM, hwm)
         self._connect(endpoint)
 
@@ -149,8 +199,9 @@ class ZmqPuller(_ZmqSocket):
         endpoint: str,
         hwm: int = DEFAULT_DATA_HWM,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        curve: CurveKeys | None = None,
     ) -> None:
-        super().__init__(ctx, zmq.PULL, 0)
+        super().__init__(ctx, zmq.PULL, 0, curve)
         self._sock.setsockopt(zmq.RCVHWM, hwm)
         self._sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
         self._bind(endpoint)
@@ -164,8 +215,14 @@ class ZmqPuller(_ZmqSocket):
 class ZmqClient(_ZmqSocket):
     """DEALER that does one request at a time, re-creating itself after a timeout."""
 
-    def __init__(self, ctx: zmq.Context, endpoint: str, identity: str | None = None) -> None:
-        super().__init__(ctx, zmq.DEALER, 0)
+    def __init__(
+        self,
+        ctx: zmq.Context,
+        endpoint: str,
+        identity: str | None = None,
+        curve: CurveKeys | None = None,
+    ) -> None:
+        super().__init__(ctx, zmq.DEALER, 0, curve)
         self._ctx = ctx
         self._identity = (identity or uuid.uuid4().hex).encode()
         self._target = endpoint
@@ -183,7 +240,7 @@ class ZmqClient(_ZmqSocket):
         self._sock.close(linger=0)
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
-        self._setup()
+        self._setup()  # re-applies the curve keys in _connect
         return None
 
 
@@ -193,8 +250,9 @@ class ZmqServer(_ZmqSocket):
         ctx: zmq.Context,
         endpoint: str,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        curve: CurveKeys | None = None,
     ) -> None:
-        super().__init__(ctx, zmq.ROUTER, 0)
+        super().__init__(ctx, zmq.ROUTER, 0, curve)
         self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self._sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
         self._bind(endpoint)
@@ -214,8 +272,14 @@ class ZmqServer(_ZmqSocket):
 
 
 class ZmqPublisher(_ZmqSocket):
-    def __init__(self, ctx: zmq.Context, endpoint: str, hwm: int = DEFAULT_PUB_HWM) -> None:
-        super().__init__(ctx, zmq.PUB, 1000)
+    def __init__(
+        self,
+        ctx: zmq.Context,
+        endpoint: str,
+        hwm: int = DEFAULT_PUB_HWM,
+        curve: CurveKeys | None = None,
+    ) -> None:
+        super().__init__(ctx, zmq.PUB, 1000, curve)
         self._sock.setsockopt(zmq.SNDHWM, hwm)
         self._bind(endpoint)
 
@@ -225,9 +289,13 @@ class ZmqPublisher(_ZmqSocket):
 
 class ZmqSubscriber(_ZmqSocket):
     def __init__(
-        self, ctx: zmq.Context, endpoint: str, max_message_bytes: int = 8 * 1024**3
+        self,
+        ctx: zmq.Context,
+        endpoint: str,
+        max_message_bytes: int = 8 * 1024**3,
+        curve: CurveKeys | None = None,
     ) -> None:
-        super().__init__(ctx, zmq.SUB, 0)
+        super().__init__(ctx, zmq.SUB, 0, curve)
         self._sock.setsockopt(zmq.RCVHWM, DEFAULT_PUB_HWM)
         self._sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
         self._sock.setsockopt(zmq.SUBSCRIBE, b"")
@@ -241,31 +309,46 @@ class ZmqSubscriber(_ZmqSocket):
 
 
 class ZmqTransport:
-    """Factory for ZeroMQ sockets sharing one context."""
+    """Factory for ZeroMQ sockets sharing one context (CurveZMQ-authenticated with `curve`)."""
 
-    def __init__(self, ctx: zmq.Context | None = None) -> None:
+    def __init__(self, ctx: zmq.Context | None = None, curve: CurveKeys | None = None) -> None:
         self.ctx = ctx or zmq.Context()
+        self.curve = curve
+        self._auth: zmq.auth.thread.ThreadAuthenticator | None = None
+
+    def _server_side(self) -> CurveKeys | None:
+        """Binding sockets need the ZAP authenticator running in this process."""
+        if self.curve is not None and self._auth is None:
+            self._auth = zmq.auth.thread.ThreadAuthenticator(self.ctx)
+            self._auth.start()
+            self._auth.configure_curve_callback(
+                domain=ZAP_DOMAIN, credentials_provider=_AllowClientKey(self.curve.client_public)
+            )
+        return self.curve
 
     def puller(self, endpoint: str, **kw: int) -> ZmqPuller:
-        return ZmqPuller(self.ctx, endpoint, **kw)
+        return ZmqPuller(self.ctx, endpoint, curve=self._server_side(), **kw)
 
     def pusher(self, endpoint: str, **kw: int) -> ZmqPusher:
-        return ZmqPusher(self.ctx, endpoint, **kw)
+        return ZmqPusher(self.ctx, endpoint, curve=self.curve, **kw)
 
     def server(self, endpoint: str, **kw: int) -> ZmqServer:
-        return ZmqServer(self.ctx, endpoint, **kw)
+        return ZmqServer(self.ctx, endpoint, curve=self._server_side(), **kw)
 
     def client(self, endpoint: str, identity: str | None = None) -> ZmqClient:
-        return ZmqClient(self.ctx, endpoint, identity)
+        return ZmqClient(self.ctx, endpoint, identity, curve=self.curve)
 
     def publisher(self, endpoint: str, **kw: int) -> ZmqPublisher:
-        return ZmqPublisher(self.ctx, endpoint, **kw)
+        return ZmqPublisher(self.ctx, endpoint, curve=self._server_side(), **kw)
 
     def subscriber(self, endpoint: str, **kw: int) -> ZmqSubscriber:
-        return ZmqSubscriber(self.ctx, endpoint, **kw)
+        return ZmqSubscriber(self.ctx, endpoint, curve=self.curve, **kw)
 
     def close(self) -> None:
-        self.ctx.term()
+        if self._auth is not None:
+            self._auth.stop()
+            self._auth = None
+        self.ctx.destroy(linger=0)
 
 
 # --------------------------------------------------------------------------------------

@@ -40,7 +40,8 @@ class _Template:
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
         base = self.render(_DUMMY)
-        self.generation_prompt = self.encode(self.render(_DUMMY, generation_prompt=True)[len(base):])
+        with_prompt = self.render(_DUMMY, generation_prompt=True)
+        self.generation_prompt = self.encode(with_prompt[len(base):])
         with_asst = self.render([*_DUMMY, {"role": "assistant", "content": _MARK}])
         closing_text = with_asst[with_asst.index(_MARK) + len(_MARK):]
         self.closing = self.encode(closing_text)  # ChatML: [<|im_end|>, "\n"]
@@ -60,8 +61,8 @@ class _Template:
         whole = self.render([*prefix, *messages])
         if not whole.startswith(head):
             raise ValueError(
-                "the chat template is not incremental: rendering more messages changed the text of "
-                "earlier ones, so per-step segments cannot be computed"
+                "the chat template is not incremental: rendering more messages changed the text "
+                "of earlier ones, so per-step segments cannot be computed"
             )
         return self.encode(whole[len(head):])
 

@@ -63,6 +63,22 @@ def approx_nbytes(msg: StepRecord | EpisodeEnd) -> int:
     return _RECORD_OVERHEAD + _BYTES_PER_ID * ids + _BYTES_PER_FLOAT * len(msg.behavior_logprobs)
 
 
+def validate_record(msg: StepRecord | EpisodeEnd) -> str:
+    """Why a decoded record is unusable ("" if it is fine): shapes the learner relies on."""
+    if isinstance(msg, EpisodeEnd):
+        if msg.group_size < 1 or msg.num_steps < 0:
+            return f"episode_end {msg.episode_id!r}: group_size {msg.group_size}, num_steps {msg.num_steps}"
+        return ""
+    n = len(msg.action_ids)
+    if msg.step_index < 0:
+        return f"step {msg.episode_id!r}: negative step_index {msg.step_index}"
+    if len(msg.behavior_logprobs) != n:
+        return f"step {msg.episode_id!r}: {len(msg.behavior_logprobs)} logprobs for {n} actions"
+    if msg.token_versions and len(msg.token_versions) != n:
+        return f"step {msg.episode_id!r}: {len(msg.token_versions)} token_versions for {n} actions"
+    return ""
+
+
 def episode_nbytes(episode: Episode) -> int:
     return approx_nbytes(episode.end) + sum(approx_nbytes(s) for s in episode.steps)
 
@@ -88,6 +104,7 @@ class _Grp:
     task_id: str
     env_name: str
     first_seen: float
+    last_seen: float = 0.0
     group_size: int = 0
     finished: int = 0
     done: list[Episode] = field(default_factory=list)
@@ -138,16 +155,14 @@ class Assembler:
         grp = self._groups.get(msg.group_id)
         new_group = grp is None
         if grp is None:
-            grp = self._groups[msg.group_id] = _Grp(msg.task_id, msg.env_name, now)
+            grp = self._groups[msg.group_id] = _Grp(msg.task_id, msg.env_name, now, now)
         ep = grp.open.get(msg.episode_id)
         if ep is None:
             if msg.episode_id in self._episodes:  # same episode id under another group id
                 self.drops["inconsistent_record"] += 1
                 return new_group
-            ep = grp.open[msg.episode_id] = self._episodes[msg.episode_id] = _Ep(
-                msg.group_id, now
-            )
-        ep.last_seen = now
+            ep = grp.open[msg.episode_id] = self._episodes[msg.episode_id] = _Ep(msg.group_id, now)
+        ep.last_seen = grp.last_seen = now
         nbytes = approx_nbytes(msg)
         if isinstance(msg, StepRecord):
             self._add_step(grp, ep, msg, nbytes)
@@ -208,15 +223,17 @@ class Assembler:
         self._check_group(ep.group_id, grp, ep.last_seen)
 
     def _check_group(self, group_id: str, grp: _Grp, now: float) -> None:
-        size = grp.group_size
+        size, n_done = grp.group_size, len(grp.done)
         all_done = size > 0 and grp.finished >= size
         waited = now - grp.first_seen >= self.group_wait_s
-        if all_done and len(grp.done) >= min(self.min_group_episodes, size):
+        enough = n_done >= min(self.min_group_episodes, size) if all_done else False
+        if enough or (waited and n_done >= self.min_group_episodes):
             self._close(group_id, grp, ready=True)
-        elif waited and len(grp.done) >= self.min_group_episodes:
-            self._close(group_id, grp, ready=True)
-        elif all_done or (not grp.open and size == 0):
-            # Nothing more will come: too few trainable episodes, or every episode expired.
+        elif all_done or (
+            not grp.open and (size == 0 or now - grp.last_seen >= self.episode_timeout_s)
+        ):
+            # Nothing more will come: too few trainable episodes, every episode expired, or
+            # the group's other episodes never sent a record (their actor died first).
             self.drops["group_too_small"] += 1
             self._close(group_id, grp, ready=False)
 
@@ -245,16 +262,29 @@ class Assembler:
                     break
             if gid in self._groups:
                 self._check_group(gid, grp, now)
+        # Forget closed ids after 2 × episode_timeout_s. The dict is in closing order, so this
+        # pops from the front and costs O(forgotten), not O(all closed ids).
         horizon = now - 2 * self.episode_timeout_s
-        for key in [k for k, t in self._closed.items() if t < horizon]:
+        while self._closed:
+            key = next(iter(self._closed))
+            if self._closed[key] >= horizon:
+                break
             del self._closed[key]
 
     def export(self) -> list[OpenGroup]:
         """Every group still assembling, for a snapshot."""
         return [
             OpenGroup(
-                gid, g.task_id, g.env_name, g.group_size, g.finished, list(g.done),
-                [OpenEpisode([e.steps[i] for i in sorted(e.steps)], e.end) for e in g.open.values()],
+                gid,
+                g.task_id,
+                g.env_name,
+                g.group_size,
+                g.finished,
+                list(g.done),
+                [
+                    OpenEpisode([e.steps[i] for i in sorted(e.steps)], e.end)
+                    for e in g.open.values()
+                ],
             )
             for gid, g in self._groups.items()
         ]
@@ -262,7 +292,7 @@ class Assembler:
     def restore(self, groups: list[OpenGroup], now: float) -> None:
         """Re-open snapshotted groups; their timers restart at `now`."""
         for og in groups:
-            grp = self._groups[og.group_id] = _Grp(og.task_id, og.env_name, now)
+            grp = self._groups[og.group_id] = _Grp(og.task_id, og.env_name, now, now)
             grp.group_size, grp.finished, grp.done = og.group_size, og.finished, list(og.done)
             for oe in og.open:
                 first = oe.steps[0] if oe.steps else oe.end

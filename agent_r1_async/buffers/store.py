@@ -21,8 +21,8 @@ Priority of group i (learner at version v):
 
 from __future__ import annotations
 
+import math
 import random
-import statistics
 from collections import Counter
 from dataclasses import dataclass
 
@@ -59,7 +59,8 @@ def describe(group: Group, nbytes: int, times_sampled: int = 0) -> StoredGroup:
         returns.append(ep.end.outcome_reward + sum(s.process_reward for s in ep.steps))
     if not tokens:
         raise ValueError(f"group {group.group_id!r} has no steps")
-    signal = statistics.pstdev(returns) if len(returns) > 1 else 0.0
+    mean = sum(returns) / len(returns)  # population std (statistics.pstdev is 20x slower)
+    signal = math.sqrt(sum((r - mean) ** 2 for r in returns) / len(returns))
     return StoredGroup(group, nbytes, min(tokens), signal, tokens, times_sampled)
 
 

@@ -94,7 +94,8 @@ def parse_tool_calls(text: str) -> list[ToolCall | CallError]:
         try:
             obj, end = decoder.raw_decode(text, start)
         except json.JSONDecodeError as e:
-            out.append(CallError(f"the tool call is not valid JSON ({e.msg} at char {e.pos - start})"))
+            where = e.pos - start
+            out.append(CallError(f"the tool call is not valid JSON ({e.msg} at char {where})"))
             close = text.find(_CLOSE, start)
             pos = text.find(_OPEN, close + len(_CLOSE)) if close != -1 else -1
             continue
@@ -193,6 +194,12 @@ def default_format_result(call: ToolCall, result: Any) -> str:
     return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
 
 
+def tool_call_text(call: ToolCall) -> str:
+    """The action text of one call in the Hermes format (oracles and demonstrations)."""
+    body = json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
+    return f"<tool_call>{body}</tool_call>"
+
+
 def tool_prompt(tools: Sequence[Tool]) -> str:
     """The tool list in the Hermes/Qwen style: one JSON function signature per line."""
     sigs = [
@@ -236,7 +243,9 @@ class ToolEnv:
         system = self._hook("system_prompt")
         if not isinstance(system, str):
             raise EnvError(f"system_prompt() returned {type(system).__name__}, expected str")
-        return Observation([{"role": "system", "content": system}, {"role": "user", "content": task.prompt}])
+        return Observation(
+            [{"role": "system", "content": system}, {"role": "user", "content": task.prompt}]
+        )
 
     async def step(self, action: str) -> StepResult:
         if self.state is None or self.done:
@@ -317,7 +326,8 @@ class ToolEnv:
             return
         if not isinstance(result, str | int | float | bool | list | dict | type(None)):
             outcome.error = "bad_type"
-            outcome.content = f"Error: {call.name} returned an unsupported {type(result).__name__}."
+            kind = type(result).__name__
+            outcome.content = f"Error: {call.name} returned an unsupported {kind}."
             return
         fmt = getattr(self.domain, "format_result", None)
         try:
@@ -336,7 +346,9 @@ class ToolEnv:
             raise EnvError(f"process_reward returned {type(value).__name__}, expected a number")
         return float(value)
 
-    def _finish(self, answer: str | None, *, reward: float, num_calls: int, truncated: bool) -> StepResult:
+    def _finish(
+        self, answer: str | None, *, reward: float, num_calls: int, truncated: bool
+    ) -> StepResult:
         assert self.state is not None
         self.done = True
         score = self._hook("score", self.state.task, answer)

@@ -118,3 +118,39 @@ def test_zmq_oversized_frame_is_refused():
         assert puller.recv(timeout_ms=2000) == [b"ok"]
     finally:
         t.ctx.destroy(linger=0)
+
+
+def test_curve_keys_admit_the_run_and_refuse_a_stranger():
+    from agent_r1_async.transport import CurveKeys
+
+    keys = CurveKeys.generate()
+    server_side = ZmqTransport(curve=keys)
+    honest = ZmqTransport(curve=keys)
+    stranger_keys = CurveKeys.generate()
+    # A stranger that even knows the server's public key but not the run's client key pair.
+    stranger = ZmqTransport(curve=CurveKeys(keys.server_public, keys.server_secret,
+                                            stranger_keys.client_public,
+                                            stranger_keys.client_secret))
+    plain = ZmqTransport()
+    try:
+        puller = server_side.puller("tcp://127.0.0.1:0")
+        for t in (stranger, plain):
+            t.pusher(puller.endpoint).send([b"evil"], timeout_ms=500)
+        assert puller.recv(timeout_ms=700) is None
+        assert honest.pusher(puller.endpoint).send([b"good"], timeout_ms=2000)
+        assert puller.recv(timeout_ms=3000) == [b"good"]
+        # A rogue publisher without the server secret cannot feed an honest subscriber.
+        rogue_keys = CurveKeys.generate()
+        rogue = ZmqTransport(curve=CurveKeys(keys.server_public, rogue_keys.server_secret,
+                                             keys.client_public, keys.client_secret))
+        try:
+            pub = rogue.publisher("tcp://127.0.0.1:0")
+            sub = honest.subscriber(pub.endpoint)
+            for _ in range(10):
+                pub.publish([b"fake-weights"])
+                assert sub.recv(timeout_ms=50) is None
+        finally:
+            rogue.close()
+    finally:
+        for t in (server_side, honest, stranger, plain):
+            t.close()

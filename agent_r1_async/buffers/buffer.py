@@ -1,0 +1,234 @@
+"""The buffer's logic without sockets: assembly -> admission -> store -> rate limiter.
+
+`TrajectoryBuffer` is what the service drives (and what unit tests drive directly, with a
+fake clock). Data flow:
+
+    ingest(StepRecord | EpisodeEnd)  -> Assembler -> ready groups -> (stale? drop) -> GroupStore
+    grant(actor, n)                  -> min(admission capacity, rate-limiter room), 0 if memory full
+    try_sample(k, version)           -> drop stale, rate-limiter check, GroupStore.sample
+    tick()                           -> timeouts (dead actors, missing steps, unused credits)
+
+Memory bound: when the stored + assembling bytes reach `max_bytes`, credits stop ("memory_full").
+Groups already granted still complete and are kept (bounded overshoot of at most the
+in-flight groups), so accepted data is never dropped for lack of memory.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import msgspec
+
+from agent_r1_async.buffers.assembly import (
+    Assembler,
+    OpenGroup,
+    episode_nbytes,
+    validate_record,
+)
+from agent_r1_async.buffers.rate_limiter import SampleToInsertRatio
+from agent_r1_async.buffers.staleness import AdmissionControl
+from agent_r1_async.buffers.store import GroupStore, StoredGroup, describe
+from agent_r1_async.config import AlgorithmConfig, BufferConfig
+from agent_r1_async.messages import (
+    ActorStats,
+    BufferStats,
+    CreditGrant,
+    EpisodeEnd,
+    Group,
+    SampleBatch,
+    StepRecord,
+)
+
+
+class StoredState(msgspec.Struct, array_like=True, gc=False):
+    group: Group
+    times_sampled: int
+
+
+class BufferState(msgspec.Struct, array_like=True, gc=False):
+    """Everything needed to resume a buffer without losing an accepted episode."""
+
+    learner_version: int
+    stored: list[StoredState]
+    assembling: list[OpenGroup]
+    accepted: int
+    in_flight: list[tuple[str, str, bool]]
+    limiter: tuple[float, int, int]
+    drops: dict[str, int]
+    staleness_hist: dict[int, int]
+    records: int
+    sampled_groups: int
+
+
+class TrajectoryBuffer:
+    def __init__(
+        self,
+        cfg: BufferConfig,
+        algo: AlgorithmConfig,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.cfg = cfg
+        self.version = 0
+        self._clock = clock
+        self.admission = AdmissionControl(
+            cfg.max_staleness,
+            algo.batch_groups,
+            lambda: self.version,
+            clock,
+            cfg.episode_timeout_s,
+        )
+        self.assembler = Assembler(
+            cfg.group_wait_s, cfg.min_group_episodes, cfg.episode_timeout_s, cfg.step_grace_s
+        )
+        self.store = GroupStore(
+            cfg.sampling,
+            cfg.alpha,
+            cfg.beta,
+            cfg.freshness_decay,
+            cfg.priority_eps,
+            cfg.max_staleness,
+            cfg.max_reuse,
+            cfg.seed,
+        )
+        self.limiter = SampleToInsertRatio(
+            cfg.samples_per_insert,
+            cfg.min_groups_to_sample,
+            cfg.spi_tolerance,
+            algo.batch_groups,
+        )
+        self.drops: Counter[str] = Counter()
+        self.staleness_hist: Counter[int] = Counter()
+        self.actor_stats: dict[str, ActorStats] = {}
+        self.records = 0
+        self.sampled_groups = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self.store.nbytes + self.assembler.nbytes
+
+    # ---- data in ------------------------------------------------------------------------
+
+    def ingest(self, msg: StepRecord | EpisodeEnd | ActorStats) -> None:
+        self.records += 1
+        if isinstance(msg, ActorStats):
+            self.actor_stats[msg.actor_id] = msg
+            return
+        if validate_record(msg):
+            self.drops["invalid_record"] += 1
+            return
+        if self.assembler.add(msg, self._clock()):
+            self.admission.on_record(msg.group_id, msg.actor_id)
+        self._collect()
+
+    def tick(self) -> None:
+        """Apply timeouts; call a few times per second."""
+        self.assembler.poll(self._clock())
+        self._collect()
+        self.drops["expired_credit"] += len(self.admission.expire())
+
+    def _collect(self) -> None:
+        ready, dropped = self.assembler.drain()
+        for gid in dropped:
+            self.admission.on_dropped(gid)
+        for rg in ready:
+            self.admission.on_accepted(rg.group.group_id)
+            self._insert(describe(rg.group, rg.nbytes))
+
+    def _insert(self, entry: StoredGroup) -> None:
+        if self.store.is_stale(entry, self.version):
+            self.drops["stale"] += 1
+        elif not self.store.insert(entry):
+            self.drops["duplicate_group"] += 1
+        else:
+            self.limiter.on_insert()
+
+    # ---- control ------------------------------------------------------------------------
+
+    def grant(self, actor_id: str, max_groups: int) -> CreditGrant:
+        if self.nbytes >= self.cfg.max_bytes:
+            return CreditGrant(actor_id, 0, self.version, reason="memory_full")
+        by_staleness = self.admission.capacity()
+        by_rate = self.limiter.insert_room(pending=self.admission.in_flight)
+        ids = self.admission.grant(actor_id, min(max_groups, by_staleness, by_rate))
+        reason = ""
+        if len(ids) < max_groups:
+            reason = "staleness" if by_staleness <= by_rate else "rate_limit"
+        return CreditGrant(actor_id, len(ids), self.version, reason=reason, group_ids=ids)
+
+    def set_version(self, version: int) -> None:
+        self.version = version
+        self.store.set_version(version)
+        for entry in self.store.drop_stale(version):
+            self.drops["stale"] += 1
+            self.limiter.on_remove(entry.times_sampled)
+
+    def try_sample(self, k: int, learner_version: int) -> tuple[SampleBatch | None, str]:
+        """A batch of k groups, or (None, why not yet)."""
+        if learner_version != self.version:
+            self.set_version(learner_version)
+        else:
+            self.set_version(self.version)  # the hard bound is checked at every sample
+        if len(self.store) < max(k, self.cfg.min_groups_to_sample):
+            return None, f"{len(self.store)} groups ready, {k} requested"
+        if not self.limiter.can_sample(k, len(self.store)):
+            return None, "rate_limit: samples would outrun inserts (samples_per_insert)"
+        picked, weights, evicted = self.store.sample(k)
+        self.limiter.on_sample(k)
+        for entry in evicted:
+            self.drops["reuse_exhausted"] += 1
+            self.limiter.on_remove(entry.times_sampled)
+        for entry in picked:
+            for version, tokens in entry.token_versions.items():
+                self.staleness_hist[self.version - version] += tokens
+        self.sampled_groups += k
+        groups = [e.group for e in picked]
+        return SampleBatch(groups, weights, self.version), ""
+
+    # ---- metrics and snapshots ----------------------------------------------------------
+
+    def stats(self, ingest_rate: float = 0.0) -> BufferStats:
+        return BufferStats(
+            time=time.time(),
+            learner_version=self.version,
+            groups_ready=len(self.store),
+            groups_assembling=self.assembler.groups_assembling,
+            episodes_stored=sum(len(e.group.episodes) for e in self.store.entries()),
+            bytes_stored=self.nbytes,
+            in_flight_groups=self.admission.in_flight,
+            accepted_groups=self.admission.accepted,
+            sampled_groups=self.sampled_groups,
+            drops=dict(self.drops + self.assembler.drops),
+            staleness_hist=dict(self.staleness_hist),
+            ingest_records_per_s=ingest_rate,
+        )
+
+    def state(self) -> BufferState:
+        accepted, in_flight = self.admission.state()
+        return BufferState(
+            learner_version=self.version,
+            stored=[StoredState(e.group, e.times_sampled) for e in self.store.entries()],
+            assembling=self.assembler.export(),
+            accepted=accepted,
+            in_flight=in_flight,
+            limiter=self.limiter.state(),
+            drops=dict(self.drops + self.assembler.drops),
+            staleness_hist=dict(self.staleness_hist),
+            records=self.records,
+            sampled_groups=self.sampled_groups,
+        )
+
+    def restore(self, state: BufferState) -> None:
+        """Resume from `state` (into a fresh buffer); timers restart now."""
+        self.version = state.learner_version
+        self.store.set_version(self.version)
+        for s in state.stored:
+            nbytes = sum(episode_nbytes(ep) for ep in s.group.episodes)
+            self.store.insert(describe(s.group, nbytes, s.times_sampled))
+        self.assembler.restore(state.assembling, self._clock())
+        self.admission.restore(state.accepted, state.in_flight)
+        self.limiter.restore(*state.limiter)
+        self.drops = Counter(state.drops)
+        self.staleness_hist = Counter(state.staleness_hist)
+        self.records, self.sampled_groups = state.records, state.sampled_groups

@@ -1,0 +1,71 @@
+"""Client of the buffer's control socket (actors ask for credits, learners sample).
+
+One request at a time over a DEALER (the transport's `Client`, lazy-pirate on timeouts).
+Failures are explicit: no answer -> `TimeoutError`; an `ErrorReply` or a reply of the wrong
+type -> `RuntimeError` naming it; a schema mismatch on `connect` -> `ConnectionError`.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from agent_r1_async import messages as m
+
+
+class BufferClient:
+    def __init__(
+        self,
+        transport,
+        control_endpoint: str,
+        role: str,
+        peer_id: str,
+        timeout_s: float = 10.0,
+    ) -> None:
+        if role not in ("actor", "learner", "monitor"):
+            raise ValueError(f"role must be 'actor', 'learner' or 'monitor', got {role!r}")
+        self.role, self.peer_id, self.timeout_s = role, peer_id, timeout_s
+        # A unique socket identity: two clients with the same peer_id must not collide.
+        self._client = transport.client(control_endpoint, f"{peer_id}-{uuid.uuid4().hex[:8]}")
+
+    def connect(self) -> m.HelloAck:
+        """Hello handshake; raises ConnectionError on a schema mismatch or no answer."""
+        hello = m.Hello(m.SCHEMA_VERSION, self.role, self.peer_id)  # type: ignore[arg-type]
+        try:
+            ack = self._call(hello, m.HelloAck, self.timeout_s)
+        except (TimeoutError, RuntimeError) as e:
+            raise ConnectionError(f"buffer at {self._client.endpoint}: {e}") from None
+        if not ack.ok:
+            raise ConnectionError(f"buffer at {self._client.endpoint} refused: {ack.reason}")
+        return ack
+
+    def request_credits(self, max_groups: int) -> m.CreditGrant:
+        return self._call(m.CreditRequest(self.peer_id, max_groups), m.CreditGrant, self.timeout_s)
+
+    def sample(self, num_groups: int, learner_version: int, timeout_s: float) -> m.SampleBatch:
+        """A batch (or `ready=False` after the buffer waited `timeout_s` for enough groups)."""
+        req = m.SampleRequest(num_groups, learner_version, timeout_s)
+        return self._call(req, m.SampleBatch, timeout_s + self.timeout_s)
+
+    def set_version(self, version: int) -> None:
+        self._call(m.VersionUpdate(version), m.VersionAck, self.timeout_s)
+
+    def stats(self) -> m.BufferStats:
+        return self._call(m.StatsRequest(), m.BufferStats, self.timeout_s)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _call(self, req, reply_type: type, timeout_s: float):
+        frames = self._client.request([m.encode(req)], timeout_ms=int(timeout_s * 1000))
+        if frames is None:
+            raise TimeoutError(f"no reply to {type(req).__name__} within {timeout_s:.1f} s")
+        if len(frames) != 1:
+            raise RuntimeError(f"reply to {type(req).__name__} has {len(frames)} frames")
+        reply = m.decode_control(frames[0])
+        if isinstance(reply, m.ErrorReply):
+            raise RuntimeError(f"buffer refused {type(req).__name__}: {reply.reason}")
+        if not isinstance(reply, reply_type):
+            raise RuntimeError(
+                f"expected {reply_type.__name__} to {type(req).__name__}, got {type(reply).__name__}"
+            )
+        return reply

@@ -1,0 +1,187 @@
+"""Env registry: names -> env definitions, and `EnvSpec`, the handle the actor and eval use.
+
+An *env definition* is a class registered with `@register_env("name")` (or exposed through the
+entry-point group `agent_r1_async.envs`, or named in a config as `package.module:Class`):
+
+    @register_env("my_env")
+    class MyEnv:
+        '''One-line description shown by `agent-r1-async envs list`.'''
+        Args = MyArgs                  # msgspec.Struct(forbid_unknown_fields=True); optional
+        def __init__(self, args: MyArgs, env_cfg: EnvConfig): ...  # shared resources, once
+        def make(self) -> Env: ...                  # a fresh env for one episode
+        def tasks(self, split: str) -> list[Task]: ...
+        def oracle(self, task: Task) -> list[str] | None: ...      # optional
+
+The definition is built once per `EnvSpec` (a corpus index is loaded once per actor, not per
+episode); `make()` is cheap. `env.args` is validated against `Args`; errors name
+`env.args.<key>`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import re
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from agent_r1_async.config import ConfigError, EnvConfig
+from agent_r1_async.envs.base import Env, EnvError, Task
+
+ENTRY_POINT_GROUP = "agent_r1_async.envs"
+# Built-ins are found by import path (imported on first use), not by import side effects.
+_BUILTINS = {
+    "multihop_qa": "agent_r1_async.envs.multihop.env:MultihopQAEnv",
+    "arithmetic": "agent_r1_async.envs.arithmetic:ArithmeticEnv",
+}
+_REGISTRY: dict[str, type] = {}
+
+
+class UnknownEnvError(KeyError):
+    """No env of that name; the message lists the known ones."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0])
+
+
+class _NoArgs(msgspec.Struct, forbid_unknown_fields=True):
+    """Args of a definition that declares none: any key is unknown."""
+
+
+def register_env(name: str) -> Callable[[type], type]:
+    """Class decorator: register an env definition under `name`."""
+    if not name or ":" in name:
+        raise ValueError(f"env name {name!r}: must be non-empty and contain no ':'")
+
+    def deco(cls: type) -> type:
+        prev = _REGISTRY.get(name)
+        if prev is not None and prev is not cls and _qualname(prev) != _qualname(cls):
+            raise ValueError(f"env {name!r} is already registered by {_qualname(prev)}")
+        _REGISTRY[name] = cls
+        cls.env_name = name  # type: ignore[attr-defined]
+        return cls
+
+    return deco
+
+
+def _qualname(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def describe(cls: type) -> str:
+    """`cls.description`, else the first line of its docstring."""
+    desc = getattr(cls, "description", None)
+    if isinstance(desc, str) and desc:
+        return desc
+    doc = (cls.__doc__ or "").strip()
+    return doc.splitlines()[0] if doc else ""
+
+
+def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
+    return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def _import_path(path: str) -> type:
+    module, _, attr = path.partition(":")
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"env.name: cannot import {path!r}: {e}") from None
+    if not isinstance(obj, type):
+        raise ConfigError(f"env.name: {path!r} is not a class")
+    return obj
+
+
+def resolve(name: str) -> type:
+    """The definition class for a registered name, an entry point or `package.module:Class`."""
+    if ":" in name:
+        return _import_path(name)
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    if name in _BUILTINS:
+        return _import_path(_BUILTINS[name])
+    eps = _entry_points()
+    if name in eps:
+        cls = eps[name].load()
+        if not isinstance(cls, type):
+            raise ConfigError(f"env.name: entry point {name!r} ({eps[name].value}) is not a class")
+        return _REGISTRY.setdefault(name, cls)
+    known = sorted({*_REGISTRY, *_BUILTINS, *eps})
+    raise UnknownEnvError(
+        f"unknown env {name!r}; known envs: {', '.join(known) or '(none)'} "
+        f"(or give a class as 'package.module:Class')"
+    )
+
+
+def list_envs() -> list[tuple[str, str]]:
+    """(name, one-line description) of every built-in, registered and entry-point env."""
+    rows = {name: describe(_import_path(path)) for name, path in _BUILTINS.items()}
+    rows.update({name: describe(cls) for name, cls in _REGISTRY.items()})
+    for name, ep in _entry_points().items():
+        if name not in rows:
+            try:
+                rows[name] = describe(ep.load())
+            except Exception as e:  # a broken plugin must not hide the others
+                rows[name] = f"(failed to load {ep.value}: {type(e).__name__}: {e})"
+    return sorted(rows.items())
+
+
+def parse_args(cls: type, args: dict[str, Any]) -> Any:
+    """Validate `env.args` against the definition's `Args` struct.
+
+    Errors name `env.args.<key>`; an `Args.__post_init__` names its key by starting its
+    message with "<key>: ".
+    """
+    args_type = getattr(cls, "Args", _NoArgs)
+    try:
+        return msgspec.convert(args, args_type)
+    except (msgspec.ValidationError, ValueError) as e:
+        raise ConfigError(_args_error(str(e))) from None
+
+
+def _args_error(msg: str) -> str:
+    head, sep, path = msg.rpartition(" - at `")
+    if not sep:
+        head, path = msg, ""
+    key = path.rstrip("`").removeprefix("$").removeprefix(".")
+    if head.startswith("Object contains unknown field"):
+        field = head.split("`")[1]
+        return f"unknown config key `env.args.{f'{key}.' if key else ''}{field}`"
+    m = re.match(r"([A-Za-z_]\w*): (.*)", head, re.DOTALL)
+    if not key and m:
+        key, head = m.group(1), m.group(2)
+    return f"config key `env.args{'.' + key if key else ''}`: {head}"
+
+
+class EnvSpec:
+    """A configured env: make episodes, list tasks, get oracle actions."""
+
+    def __init__(self, name: str, definition_cls: type, env_cfg: EnvConfig) -> None:
+        self.name = name
+        self.description = describe(definition_cls)
+        self.env_cfg = env_cfg
+        self.args = parse_args(definition_cls, env_cfg.args)
+        self.definition = definition_cls(self.args, env_cfg)
+
+    def make(self) -> Env:
+        env = self.definition.make()
+        if not isinstance(env, Env):
+            raise EnvError(f"{self.name}: make() returned {type(env).__name__}, not an Env")
+        return env
+
+    def tasks(self, split: str) -> list[Task]:
+        return self.definition.tasks(split)
+
+    def oracle(self, task: Task) -> list[str] | None:
+        fn = getattr(self.definition, "oracle", None)
+        return None if fn is None else fn(task)
+
+
+def get_env_spec(env_cfg: EnvConfig) -> EnvSpec:
+    """Resolve `env_cfg.name` and build its definition with `env_cfg.args`."""
+    cls = resolve(env_cfg.name)
+    return EnvSpec(env_cfg.name, cls, env_cfg)

@@ -1,0 +1,359 @@
+"""`python` tool: run agent-written Python in a fresh, limited subprocess.
+
+Each call writes the code to `main.py` in a fresh temp dir and runs
+`[unshare -rn] <this python> -I -S -c <_sandbox_boot.py> <config>` there, with a minimal
+environment (PATH, LANG, HOME=TMPDIR=the temp dir: nothing inherited), stdin from /dev/null,
+in its own session (process group); the dir is removed afterwards. Never `exec` in-process.
+
+What IS guaranteed (enforced by the kernel, not by Python code the agent could tamper with):
+- a separate process: a crash, hang or leak cannot touch the caller's interpreter;
+- CPU time (RLIMIT_CPU, SIGXCPU then SIGKILL one second later), address space (RLIMIT_AS),
+  size of any one written file (RLIMIT_FSIZE), open files (RLIMIT_NOFILE), no core dumps;
+  all set with soft == hard before the agent's code runs. A non-root user cannot raise a
+  hard limit; root could, so the audit hook also refuses `resource.setrlimit/prlimit` and,
+  where a user namespace is used, the kernel refuses it too;
+- a wall-clock limit: on expiry the child's own process group (and nothing else) gets SIGKILL;
+- output limits: at most `max_output_bytes` of stdout and of stderr are kept (the rest is
+  marked truncated) and the group is killed once `kill_after_bytes` have been read;
+- with the network namespace layer (`unshare -rn`, probed once; used when it works without
+  privileges): no network at all, not even loopback to the host's services;
+- with the privilege drop (when the caller is root and the interpreter is runnable as
+  `nobody`): no write access to files owned by others, no signals to other users' processes,
+  no device nodes, and RLIMIT_NPROC binds (no fork, no threads).
+  `PythonExecTool.layers` says which layers this machine gave.
+
+What is NOT guaranteed (best effort, defense in depth): the audit hook installed by the
+bootstrap refuses sockets, process creation (subprocess, os.system/exec/spawn/fork,
+posix_spawn), ctypes and C modules that reach files or processes behind its back (sqlite3,
+dbm, readline, shared memory, sub-interpreters), writes/renames/removals/links/chmods whose
+real path (symlinks resolved) is outside the temp dir, reads of other processes' /proc
+entries, signals to other processes, tracing/profiling, heap walking (gc.get_referrers...) and
+new code objects. Audit hooks are not a security boundary: code that corrupts interpreter
+memory (a C-level exploit) can bypass all of it, and `_imp.create_builtin` can rebuild the
+`os` functions the bootstrap deletes (mknod, mkfifo, memfd_create, chroot: not audited in
+3.11). A path-like object whose `__fspath__` answers differently on each call can also race
+the write check (exact str/bytes paths cannot). Reads are not restricted; `/tmp` and
+`/dev/shm` stay writable for the kernel, so "no writes outside the temp dir" rests on the hook.
+Without the privilege drop, RLIMIT_NPROC does not bind for root, so fork and threads rest on
+the hook (and on `_thread.start_new_thread` being replaced). Disk use is bounded by
+`max_files` x `file_mb` (counted by the hook). Only the standard library can be imported
+(`-S`: no site-packages).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+EXIT_MEMORY = 86
+"""Exit status the bootstrap uses for an uncaught MemoryError (see _sandbox_boot.py)."""
+_BOOT_SOURCE = (Path(__file__).parent / "_sandbox_boot.py").read_text(encoding="utf-8")
+_CHUNK = 65536
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Per-call limits of the `python` tool."""
+
+    cpu_s: int = 2
+    """CPU seconds (RLIMIT_CPU soft; SIGKILL one second later)."""
+    wall_s: float = 5.0
+    """Wall-clock seconds before the process group is killed."""
+    memory_mb: int = 512
+    """Address space (RLIMIT_AS) in MiB; the interpreter itself needs ~20."""
+    file_mb: int = 16
+    """Largest file the code may write (RLIMIT_FSIZE), MiB."""
+    max_files: int = 256
+    """Files/dirs the code may create or open for writing."""
+    max_open_files: int = 64
+    """RLIMIT_NOFILE."""
+    max_output_bytes: int = 16384
+    """Bytes of stdout and of stderr kept; the rest is dropped and marked."""
+    kill_after_bytes: int = 1 << 20
+    """Total output read before the process is killed as a flood."""
+    max_code_bytes: int = 100_000
+    """Longer code is not run."""
+
+    def __post_init__(self) -> None:
+        for name in ("cpu_s", "memory_mb", "file_mb", "max_files", "max_open_files",
+                     "max_output_bytes", "kill_after_bytes", "max_code_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"SandboxLimits.{name} must be a positive int, got {value!r}")
+        if not self.wall_s > 0:
+            raise ValueError(f"SandboxLimits.wall_s must be > 0, got {self.wall_s!r}")
+        if self.kill_after_bytes < self.max_output_bytes:
+            raise ValueError("SandboxLimits.kill_after_bytes must be >= max_output_bytes")
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """How the child is started: a command prefix and the uid/gid to run as."""
+
+    prefix: tuple[str, ...] = ()
+    uid: int | None = None
+    gid: int | None = None
+    layers: tuple[str, ...] = field(default=())
+    """Which OS layers apply: "netns" (unshare -rn), "nobody" (privilege drop)."""
+
+
+# ------------------------------------------------------------------------------------------
+# Launch probing: which OS layers work on this machine (cached per process).
+# ------------------------------------------------------------------------------------------
+
+
+def _nobody() -> tuple[int, int] | None:
+    try:
+        entry = pwd.getpwnam("nobody")
+    except KeyError:
+        return None
+    return entry.pw_uid, entry.pw_gid
+
+
+def _works(plan: LaunchPlan) -> bool:
+    """Start the interpreter the way `plan` says and check it runs."""
+    tmp = tempfile.mkdtemp(prefix="pyexec-probe-")
+    try:
+        if plan.uid is not None:
+            os.chown(tmp, plan.uid, plan.gid if plan.gid is not None else -1)
+        cmd = [*plan.prefix, sys.executable, "-I", "-S", "-c", "print('ok')"]
+        kw: dict[str, Any] = {}
+        if plan.uid is not None:
+            kw = {"user": plan.uid, "group": plan.gid, "extra_groups": []}
+        out = subprocess.run(cmd, cwd=tmp, env=_base_env(tmp), capture_output=True,
+                             timeout=10, check=False, **kw)
+        return out.returncode == 0 and out.stdout.strip() == b"ok"
+    except (OSError, subprocess.SubprocessError):
+        return False
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@functools.cache
+def launch_plan(use_namespaces: bool | None = None, drop_privileges: bool | None = None
+                ) -> LaunchPlan:
+    """The strongest working plan. None = use the layer when it works; True = require it."""
+    unshare = shutil.which("unshare")
+    nobody = _nobody() if os.geteuid() == 0 else None
+    netns = ("netns",)
+    candidates = []
+    if unshare and use_namespaces is not False and nobody and drop_privileges is not False:
+        candidates.append(LaunchPlan((unshare, "-rn"), *nobody, ("netns", "nobody")))
+    if unshare and use_namespaces is not False and not drop_privileges:
+        candidates.append(LaunchPlan((unshare, "-rn"), layers=netns))
+    if nobody and drop_privileges is not False and not use_namespaces:
+        candidates.append(LaunchPlan((), *nobody, ("nobody",)))
+    if not use_namespaces and not drop_privileges:
+        candidates.append(LaunchPlan())
+    for plan in candidates:
+        if _works(plan):
+            return plan
+    raise RuntimeError(
+        f"python tool: no working launch with use_namespaces={use_namespaces}, "
+        f"drop_privileges={drop_privileges} (unshare: {unshare or 'missing'}, "
+        f"root: {os.geteuid() == 0})"
+    )
+
+
+def _base_env(tmp: str) -> dict[str, str]:
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": tmp,
+            "TMPDIR": tmp}
+
+
+# ------------------------------------------------------------------------------------------
+# One run
+# ------------------------------------------------------------------------------------------
+
+
+class _Output:
+    """Reads both pipes, keeps the first `cap` bytes of each, kills on a flood."""
+
+    def __init__(self, limits: SandboxLimits, kill: Any) -> None:
+        self.limits, self.kill = limits, kill
+        self.total = 0
+        self.flooded = False
+
+    async def drain(self, stream: asyncio.StreamReader) -> tuple[bytes, int]:
+        cap = self.limits.max_output_bytes
+        kept, seen = bytearray(), 0
+        while chunk := await stream.read(_CHUNK):
+            seen += len(chunk)
+            if len(kept) < cap:
+                kept += chunk[: cap - len(kept)]
+            self.total += len(chunk)
+            if self.total > self.limits.kill_after_bytes and not self.flooded:
+                self.flooded = True
+                self.kill()
+        return bytes(kept), seen
+
+
+def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    """SIGKILL the child's own process group (pgid == its pid: start_new_session)."""
+    if proc.returncode is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _text(data: bytes, seen: int) -> tuple[str, bool]:
+    text = data.decode("utf-8", errors="replace")
+    if seen > len(data):
+        return text + f"\n[output truncated: {seen} bytes, first {len(data)} shown]", True
+    return text, False
+
+
+def _status(rc: int, timed_out: bool, flooded: bool) -> str:
+    if timed_out:
+        return "timeout"
+    if flooded:
+        return "output_limit"
+    if rc == EXIT_MEMORY:
+        return "memory"
+    if rc == -signal.SIGXCPU:
+        return "timeout"  # the CPU limit
+    if rc < 0:
+        return "killed"
+    return "ok" if rc == 0 else "error"
+
+
+def _rmtree(path: str) -> None:
+    """Remove the temp dir even if the code chmod-ed parts of it unreadable."""
+
+    def fix(func: Any, p: str, exc: Any) -> None:
+        try:
+            os.chmod(os.path.dirname(p), 0o700)
+            os.chmod(p, 0o700)
+            func(p)
+        except OSError:
+            pass
+
+    shutil.rmtree(path, onerror=fix)
+
+
+class PythonExecTool:
+    """Runs Python code in a sandboxed subprocess; implements the `Tool` protocol."""
+
+    name: ClassVar[str] = "python"
+    description: ClassVar[str] = (
+        "Run a Python 3 program (standard library only, no network, no files outside the "
+        "working directory) and return its stdout and stderr. Print what you need to see."
+    )
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {"code": {"type": "string", "description": "The complete program."}},
+        "required": ["code"],
+        "additionalProperties": False,
+    }
+
+    def __init__(
+        self,
+        limits: SandboxLimits = SandboxLimits(),
+        *,
+        use_namespaces: bool | None = None,
+        drop_privileges: bool | None = None,
+        workdir_root: str | None = None,
+    ) -> None:
+        self.limits = limits
+        self.plan = launch_plan(use_namespaces, drop_privileges)
+        self.layers = self.plan.layers
+        self.workdir_root = workdir_root
+
+    async def call(self, code: str) -> dict[str, Any]:  # type: ignore[override]
+        """Run `code`; returns status, exit_code, stdout, stderr and the flags."""
+        if not isinstance(code, str):
+            raise TypeError(f"python tool: code must be a str, got {type(code).__name__}")
+        if len(code.encode("utf-8", errors="surrogatepass")) > self.limits.max_code_bytes:
+            return _result("error", None, "", f"code longer than "
+                           f"{self.limits.max_code_bytes} bytes; not run", False, 0.0)
+        tmp = tempfile.mkdtemp(prefix="pyexec-", dir=self.workdir_root)
+        try:
+            return await self._run(code, tmp)
+        finally:
+            _rmtree(tmp)
+
+    async def _run(self, code: str, tmp: str) -> dict[str, Any]:
+        lim, plan = self.limits, self.plan
+        main = os.path.join(tmp, "main.py")
+        with open(main, "w", encoding="utf-8", errors="surrogatepass") as f:
+            f.write(code)
+        kw: dict[str, Any] = {}
+        if plan.uid is not None:
+            for p in (tmp, main):
+                os.chown(p, plan.uid, plan.gid if plan.gid is not None else -1)
+            kw = {"user": plan.uid, "group": plan.gid, "extra_groups": []}
+        cfg = {"root": os.path.realpath(tmp), "cpu_s": lim.cpu_s,
+               "memory_bytes": lim.memory_mb << 20, "file_bytes": lim.file_mb << 20,
+               "max_open_files": lim.max_open_files, "nproc": 1, "max_files": lim.max_files}
+        start = time.monotonic()
+        proc = await asyncio.create_subprocess_exec(
+            *plan.prefix, sys.executable, "-I", "-S", "-c", _BOOT_SOURCE, json.dumps(cfg),
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, cwd=tmp, env=_base_env(tmp),
+            start_new_session=True, **kw,
+        )
+        out = _Output(lim, lambda: _kill_group(proc))
+        assert proc.stdout is not None and proc.stderr is not None
+        work = asyncio.gather(out.drain(proc.stdout), out.drain(proc.stderr), proc.wait())
+        timed_out = False
+        try:
+            done, _ = await asyncio.wait({work}, timeout=lim.wall_s)
+            if not done:
+                timed_out = True
+                _kill_group(proc)
+            (so, so_n), (se, se_n), rc = await work
+        finally:
+            if not work.done():  # cancelled by the caller (e.g. ToolEnv's timeout)
+                _kill_group(proc)
+                await asyncio.wait({work}, timeout=1.0)  # reap it before the dir goes
+        stdout, t1 = _text(so, so_n)
+        stderr, t2 = _text(se, se_n)
+        status = _status(rc, timed_out, out.flooded)
+        return _result(status, rc, stdout, stderr, t1 or t2, time.monotonic() - start)
+
+
+def _result(status: str, rc: int | None, stdout: str, stderr: str, truncated: bool,
+            seconds: float) -> dict[str, Any]:
+    return {
+        "status": status,
+        "exit_code": rc if rc is None or rc >= 0 else None,
+        "signal": -rc if rc is not None and rc < 0 else None,
+        "stdout": stdout,
+        "stderr": stderr,
+        "truncated": truncated,
+        "timeout": status == "timeout",
+        "memory": status == "memory",
+        "killed": rc is not None and rc < 0,
+        "seconds": round(seconds, 3),
+    }
+
+
+def format_exec_result(result: dict[str, Any]) -> str:
+    """A compact text rendering of a `PythonExecTool.call` result for the agent."""
+    parts = []
+    if result["stdout"]:
+        parts.append(result["stdout"].rstrip("\n"))
+    if result["stderr"]:
+        parts.append("[stderr]\n" + result["stderr"].rstrip("\n"))
+    notes = {"timeout": "[stopped: time limit]", "memory": "[stopped: out of memory]",
+             "output_limit": "[stopped: too much output]", "killed": "[killed by a signal]",
+             "error": f"[exit status {result['exit_code']}]"}
+    if result["status"] in notes:
+        parts.append(notes[result["status"]])
+    return "\n".join(parts) if parts else "[no output]"
+
+
+__all__ = ["EXIT_MEMORY", "LaunchPlan", "PythonExecTool", "SandboxLimits",
+           "format_exec_result", "launch_plan"]

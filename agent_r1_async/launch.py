@@ -1,0 +1,230 @@
+"""`agent-r1-async launch`: place buffer, learner and actors with Ray, wire ZeroMQ, supervise.
+
+    driver (this process)
+      ├─ BufferHost   ray actor: PULL records, ROUTER credits/samples, snapshots
+      ├─ LearnerHost  ray actor: samples, optimizes, PUBlishes weights
+      └─ ActorHost×N  ray actors (restarted by Ray up to actors.max_restarts): episodes
+
+The driver loop asks the learner for one update at a time, logs the merged metrics (learner,
+buffer, actors) to W&B / metrics.jsonl / console, and restarts an actor's run loop after Ray
+restarts a dead actor process. Ctrl-C (or launch.max_wall_time_s) stops gracefully: actors
+stop, the learner checkpoints, the buffer snapshots. `--resume RUN_DIR` continues from the
+latest checkpoint and buffer snapshot with the same W&B run.
+
+Local by default (embedded Ray with enough logical CPUs for every process on this machine);
+`--address auto` or `RAY_ADDRESS` joins an existing cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from agent_r1_async.config import RunConfig, dump_config, load_config
+from agent_r1_async.monitor import MetricsLogger, progress_line, staleness_summary
+from agent_r1_async.transport import CurveKeys
+
+
+def make_run_dir(cfg: RunConfig) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    run_dir = Path(cfg.launch.run_root) / f"{cfg.launch.name}-{stamp}"
+    n = 1
+    while run_dir.exists():
+        n += 1
+        run_dir = Path(cfg.launch.run_root) / f"{cfg.launch.name}-{stamp}-{n}"
+    for sub in ("checkpoints", "logs", "buffer"):
+        (run_dir / sub).mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(dump_config(cfg))
+    return run_dir.resolve()
+
+
+def _cpus_needed(cfg: RunConfig) -> float:
+    return cfg.learner.num_cpus + cfg.actors.num_actors * cfg.actors.num_cpus + 0.5
+
+
+def start_ray(cfg: RunConfig, address: str | None) -> None:
+    import ray
+
+    address = address or cfg.launch.address or os.environ.get("RAY_ADDRESS") or None
+    env = {"TOKENIZERS_PARALLELISM": "false", "VLLM_CPU_KVCACHE_SPACE": str(cfg.engine.kv_cache_gb)}
+    if address:
+        ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=True)
+        return
+    # Logical CPUs: at least what the processes ask for, so a 2-core box never deadlocks on
+    # placement (they share the cores; the OS schedules them).
+    num_cpus = cfg.launch.num_cpus or max(os.cpu_count() or 1, math.ceil(_cpus_needed(cfg)))
+    ray.init(
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        runtime_env={"env_vars": env},
+        log_to_driver=True,
+        configure_logging=False,
+    )
+
+
+class Supervisor:
+    """Starts the processes and keeps the actors' run loops alive."""
+
+    def __init__(self, cfg: RunConfig, run_dir: Path, resume: bool, curve: CurveKeys | None) -> None:
+        import ray
+
+        from agent_r1_async.hosts import ActorHost, BufferHost, LearnerHost
+
+        self.cfg = cfg
+        self.ray = ray
+        self.buffer = ray.remote(num_cpus=0.5, max_concurrency=4)(BufferHost).remote(
+            cfg, str(run_dir / "buffer"), curve
+        )
+        self.endpoints: dict[str, str] = ray.get(self.buffer.endpoints.remote())
+        self.learner = ray.remote(
+            num_cpus=cfg.learner.num_cpus, num_gpus=cfg.learner.num_gpus, max_concurrency=2
+        )(LearnerHost).remote(cfg, self.endpoints["control"], str(run_dir), resume, curve)
+        self.endpoints["weights"] = ray.get(self.learner.weights_endpoint.remote())
+        actor_cls = ray.remote(
+            num_cpus=cfg.actors.num_cpus,
+            num_gpus=cfg.actors.num_gpus,
+            max_restarts=cfg.actors.max_restarts,
+            max_concurrency=2,
+        )(ActorHost)
+        self.actors = [
+            actor_cls.remote(cfg, f"actor-{i}", self.endpoints, curve)
+            for i in range(cfg.actors.num_actors)
+        ]
+        self.runs = {a.run.remote(): i for i, a in enumerate(self.actors)}
+        self.restarts = [0] * len(self.actors)
+        if resume:
+            ray.get(self.learner.publish.remote())
+
+    def check_actors(self) -> None:
+        """Re-run the loop of an actor whose process died (Ray restarted it)."""
+        done, _ = self.ray.wait(list(self.runs), timeout=0, num_returns=len(self.runs))
+        for ref in done:
+            i = self.runs.pop(ref)
+            try:
+                self.ray.get(ref)
+                continue  # finished normally (stopped)
+            except self.ray.exceptions.RayActorError as e:
+                reason = f"actor-{i} died: {type(e).__name__}"
+            except Exception as e:  # the actor's loop raised: treat like a crash
+                reason = f"actor-{i} failed: {e!r}"
+            self.restarts[i] += 1
+            if self.restarts[i] > self.cfg.actors.max_restarts:
+                raise RuntimeError(f"{reason}; restarted {self.cfg.actors.max_restarts} times")
+            print(f"[launch] {reason}; restarting its loop ({self.restarts[i]})", file=sys.stderr)
+            self.runs[self.actors[i].run.remote()] = i
+
+    def update(self) -> dict[str, float]:
+        ref = self.learner.update.remote()
+        while True:
+            ready, _ = self.ray.wait([ref], timeout=0.5)
+            if ready:
+                return self.ray.get(ref)
+            self.check_actors()
+
+    def buffer_stats(self) -> dict[str, Any]:
+        return self.ray.get(self.buffer.stats.remote())
+
+    def shutdown(self, checkpoint: bool) -> str | None:
+        ray = self.ray
+        path = None
+        for a in self.actors:
+            with contextlib.suppress(Exception):  # a dead actor has nothing left to stop
+                ray.get(a.stop.remote(), timeout=10)
+        if checkpoint:
+            path = ray.get(self.learner.save_checkpoint.remote())
+        try:
+            ray.get(self.buffer.stop.remote(), timeout=30)
+        except Exception as e:
+            print(f"[launch] buffer stop failed: {e!r}", file=sys.stderr)
+        ray.wait(list(self.runs), timeout=15, num_returns=len(self.runs))
+        return path
+
+
+def merge_metrics(learner: dict[str, float], buffer: dict[str, Any]) -> tuple[dict, dict]:
+    """Flatten learner + buffer metrics into one record and its histograms."""
+    out: dict[str, Any] = dict(learner)
+    for key in ("groups_ready", "groups_assembling", "episodes_stored", "bytes_stored",
+                "in_flight_groups", "accepted_groups", "sampled_groups", "ingest_records_per_s"):
+        if key in buffer:
+            out[f"buffer/{key}"] = buffer[key]
+    for reason, count in buffer.get("drops", {}).items():
+        out[f"buffer/drops/{reason}"] = count
+    hist = {int(k): int(v) for k, v in buffer.get("staleness_hist", {}).items()}
+    for k, v in staleness_summary(hist).items():
+        out.setdefault(k, v)
+    actors = buffer.get("actors", {})
+    if actors:
+        total = 0.0
+        for actor_id, stats in actors.items():
+            for k in ("tokens_per_s", "episodes_per_s", "weight_sync_latency_s", "policy_version"):
+                if k in stats:
+                    out[f"actor/{actor_id}/{k}"] = stats[k]
+            total += stats.get("tokens_per_s", 0.0)
+        out["actors/tokens_per_s"] = total
+    return out, {"staleness/hist": hist}
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # SIGTERM stops as gracefully as Ctrl-C
+
+
+def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None) -> int:
+    import ray
+
+    if resume:
+        run_dir = Path(resume).resolve()
+        cfg = load_config(run_dir / "config.yaml")
+    else:
+        run_dir = make_run_dir(cfg)
+    print(f"[launch] run directory: {run_dir}", flush=True)
+    wandb_id = (run_dir / "wandb_run_id").read_text().strip() if resume and (
+        run_dir / "wandb_run_id").exists() else None
+    logger = MetricsLogger(cfg, run_dir, resume_id=wandb_id)
+    start_ray(cfg, address)
+    stop_reason = "done"
+    sup = None
+    previous = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    wandb_dir = logger.wandb_dir
+    try:
+        # Keys travel to the processes as Ray task arguments; they never touch a ZMQ socket.
+        joined = bool(address or cfg.launch.address or os.environ.get("RAY_ADDRESS"))
+        curve = CurveKeys.generate() if cfg.launch.curve or joined else None
+        sup = Supervisor(cfg, run_dir, resume=bool(resume), curve=curve)
+        version = ray.get(sup.learner.version.remote())
+        t_start = time.monotonic()
+        while version < cfg.learner.total_updates:
+            metrics = sup.update()
+            version = int(metrics.get("version", version + 1))
+            record, hists = merge_metrics(metrics, sup.buffer_stats())
+            logger.log(record, step=version, histograms=hists)
+            logger.console(progress_line(record))
+            if cfg.launch.max_wall_time_s and time.monotonic() - t_start > cfg.launch.max_wall_time_s:
+                stop_reason = "max_wall_time_s"
+                break
+    except KeyboardInterrupt:
+        stop_reason = "interrupted"
+        print("\n[launch] stopping: checkpoint and buffer snapshot ...", flush=True)
+    finally:
+        ckpt = sup.shutdown(checkpoint=True) if sup is not None else None
+        signal.signal(signal.SIGTERM, previous)
+        logger.close()
+        ray.shutdown()
+    print(f"[launch] {stop_reason}; checkpoint: {ckpt}", flush=True)
+    try:
+        from agent_r1_async.report import write_report
+
+        for p in write_report(run_dir):
+            print(f"[launch] plot: {p}", flush=True)
+    except Exception as e:  # plots are a convenience; never fail a finished run on them
+        print(f"[launch] report failed: {e!r}", file=sys.stderr)
+    if wandb_dir:
+        print(f"[launch] W&B run: {wandb_dir} (sync with `wandb sync` when offline)")
+    print(f"[launch] run directory: {run_dir}", flush=True)
+    return 0 if stop_reason in ("done", "max_wall_time_s") else 130

@@ -1,0 +1,233 @@
+"""The policy under optimization: an HF causal LM (+ optional LoRA, value head) and AdamW.
+
+Log-probs of action tokens are `log_softmax(logits[:, :-1]).gather(ids[:, 1:])`, but the LM
+head is applied only at the positions that predict an action token (hidden states
+[N, H] → logits [N, V]) instead of at every position ([B, T, V]): with a 49k vocabulary the
+full logits of a 4k-token micro-batch would be ~0.8 GB in fp32, and context positions are
+never trained. Results are scattered back to [B, T] aligned with `input_ids`.
+
+One optimizer step per pass over the batch: gradients accumulate over the micro-batches, each
+loss divided by the whole batch's token (or row) count, so the accumulated gradient equals the
+full-batch one. `proximal_pass` runs under no_grad before the first step of an update and
+records proximal log-probs (and V(s_t) and reference log-probs when needed) for every row.
+
+Options: bf16 autocast (`learner.bf16`), gradient checkpointing, flash-attention 2 (CUDA and
+`flash_attn` installed), LoRA through peft (published merged into the base weights), a value
+head (linear on the last hidden state, read at each step's last context token) for PPO.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib.util
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from agent_r1_async import config, models
+from agent_r1_async.learner.batching import MicroBatch
+from agent_r1_async.learner.losses import PPOLossParams, ppo_loss, value_loss
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+@dataclass
+class ForwardOut:
+    logprobs: Tensor  # [B, T], 0 off the action tokens
+    values: Tensor | None  # [B], V(s_t) at the last context token
+    entropy: Tensor | None  # [B, T]
+
+
+def apply_lora(model: Any, lora: config.LoraConfig) -> Any:
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as e:  # pragma: no cover - depends on the install
+        raise ImportError("learner.lora.enabled needs peft: pip install 'agent-r1-async[lora]'") from e
+    cfg = LoraConfig(r=lora.rank, lora_alpha=lora.alpha, target_modules=list(lora.target_modules),
+                     lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
+    return get_peft_model(model, cfg)
+
+
+class PolicyTrainer:
+    """Model, optional value head and reference, optimizer; forward/backward per micro-batch."""
+
+    def __init__(self, cfg: config.RunConfig, model_path: str) -> None:
+        self.cfg = cfg
+        self.lcfg = cfg.learner
+        self.algo = cfg.algorithm
+        self.device = resolve_device(self.lcfg.device)
+        self.model_path = model_path
+        self.params = PPOLossParams.from_config(cfg.algorithm)
+        kwargs: dict[str, Any] = {}
+        if (self.lcfg.flash_attention and self.device.type == "cuda"
+                and importlib.util.find_spec("flash_attn") is not None):
+            kwargs["attn_implementation"] = "flash_attention_2"
+        model = models.load_causal_lm(model_path, dtype=cfg.model.dtype, **kwargs)
+        model.config.use_cache = False
+        if self.lcfg.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        self.lora = self.lcfg.lora.enabled
+        if self.lora:
+            if self.lcfg.gradient_checkpointing:
+                model.enable_input_require_grads()
+            model = apply_lora(model, self.lcfg.lora)
+        self.model = model.to(self.device)
+        self.model.train()
+        hidden = self._causal_lm().config.hidden_size
+        self.value_head: nn.Linear | None = None
+        if self.algo.name == "ppo":
+            self.value_head = nn.Linear(hidden, 1).to(self.device)
+            nn.init.zeros_(self.value_head.weight)  # V ≡ bias = 0 at start: no random critic
+            nn.init.zeros_(self.value_head.bias)
+        self.reference: Any = None
+        if self.algo.kl_coef > 0 and not self.lora:  # LoRA: the base model with adapters off
+            self.reference = copy.deepcopy(self._causal_lm()).eval().requires_grad_(False)
+        self.optimizer = torch.optim.AdamW(
+            self.trainable_parameters(), lr=self.lcfg.lr, betas=tuple(self.lcfg.betas),
+            weight_decay=self.lcfg.weight_decay,
+        )
+        pad = getattr(self._causal_lm().config, "pad_token_id", None)
+        self.pad_id = int(pad) if pad is not None else 0
+
+    def _causal_lm(self) -> Any:
+        """The HF causal LM (for LoRA: the base model with adapter layers injected)."""
+        return self.model.get_base_model() if self.lora else self.model
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if self.value_head is not None:
+            params += list(self.value_head.parameters())
+        return params
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.lcfg.bf16)
+
+    def forward(self, mb: MicroBatch, lm: Any = None, values: bool = False,
+                entropy: bool = False) -> ForwardOut:
+        """Action-token log-probs [B, T] (and V(s_t), entropy) for one micro-batch."""
+        lm = lm if lm is not None else self._causal_lm()
+        ids = mb.input_ids.to(self.device)
+        action = mb.action_mask.to(self.device)
+        with self._autocast():
+            hidden = lm.get_decoder()(
+                input_ids=ids, attention_mask=mb.attention_mask.to(self.device)
+            ).last_hidden_state  # [B, T, H]
+            predicts = action[:, 1:]  # [B, T-1]: position j predicts token j + 1
+            logits = lm.get_output_embeddings()(hidden[:, :-1][predicts]).float()  # [N, V]
+        logp_all = torch.log_softmax(logits, dim=-1)
+        lp = logp_all.gather(-1, ids[:, 1:][predicts][:, None]).squeeze(-1)  # [N]
+        # Row-major order of `predicts` = that of `action` (shifted by one within each row).
+        zeros = torch.zeros(ids.shape, dtype=torch.float32, device=self.device)
+        out = ForwardOut(zeros.masked_scatter(action, lp), None, None)
+        if entropy:
+            ent = -(logp_all.exp() * logp_all).sum(-1)  # [N]
+            out.entropy = zeros.masked_scatter(action, ent)
+        if values and self.value_head is not None:
+            idx = mb.value_index.to(self.device)
+            last_ctx = hidden[torch.arange(ids.shape[0], device=self.device), idx]  # [B, H]
+            out.values = self.value_head(last_ctx.float()).squeeze(-1)
+        return out
+
+    @torch.no_grad()
+    def proximal_pass(self, mbs: list[MicroBatch]) -> None:
+        """Record proximal log-probs (+ old values, reference log-probs) on every micro-batch."""
+        for mb in mbs:
+            out = self.forward(mb, values=self.value_head is not None)
+            mb.proximal_logprobs = out.logprobs.cpu()
+            mb.old_values = out.values.cpu() if out.values is not None else None
+            if self.algo.kl_coef > 0:
+                mb.reference_logprobs = self._reference_logprobs(mb)
+
+    def _reference_logprobs(self, mb: MicroBatch) -> Tensor:
+        if self.lora:
+            with self.model.disable_adapter():
+                return self.forward(mb).logprobs.cpu()
+        return self.forward(mb, lm=self.reference).logprobs.cpu()
+
+    def optimize(self, mbs: list[MicroBatch]) -> dict[str, float]:
+        """One optimizer step over all micro-batches (gradient accumulation); returns metrics."""
+        self.optimizer.zero_grad(set_to_none=True)
+        rows = sum(int(mb.input_ids.shape[0]) for mb in mbs)
+        tokens = sum(mb.num_action_tokens for mb in mbs)
+        denom = tokens if self.params.loss_agg == "token-mean" else rows
+        sums: dict[str, float] = {}
+        w_max = 0.0
+        for mb in mbs:
+            out = self.forward(mb, values=self.value_head is not None,
+                               entropy=self.params.entropy_coef > 0)
+            dev = self.device
+            loss, m = ppo_loss(
+                out.logprobs, mb.proximal_logprobs.to(dev), mb.behavior_logprobs.to(dev),
+                mb.advantages.to(dev), mb.action_mask.to(dev), self.params, denominator=denom,
+                sample_weights=mb.sample_weights.to(dev)[:, None],
+                reference_logprobs=_to(mb.reference_logprobs, dev), entropy=out.entropy,
+            )
+            if out.values is not None:
+                vl, vm = value_loss(out.values, mb.old_values.to(dev), mb.value_targets.to(dev),
+                                    self.algo.value_clip, denominator=rows)
+                loss = loss + self.algo.value_coef * vl
+                m.update(vm)
+            loss.backward()
+            m["loss"] = loss.detach()
+            w_max = max(w_max, float(m.pop("is_weight_max")))
+            for k, v in m.items():
+                sums[k] = sums.get(k, 0.0) + float(v)
+        clip = self.lcfg.grad_clip if self.lcfg.grad_clip > 0 else math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable_parameters(), clip)
+        self.optimizer.step()
+        return _finish_metrics(sums, w_max, float(grad_norm))
+
+    @torch.no_grad()
+    def published_state_dict(self) -> dict[str, Tensor]:
+        """Full model weights under their HF names (LoRA merged), tied duplicates dropped."""
+        lm = self._causal_lm()
+        if self.lora:
+            self.model.merge_adapter()
+        try:
+            out: dict[str, Tensor] = {}
+            seen: set[int] = set()
+            for name, t in lm.state_dict().items():
+                if "lora_" in name:
+                    continue
+                if t.data_ptr() in seen:  # tied (lm_head = embed_tokens): like save_pretrained
+                    continue
+                seen.add(t.data_ptr())
+                key = name.replace(".base_layer.", ".")
+                out[key] = t.detach().to("cpu", copy=True)  # copy while merged
+        finally:
+            if self.lora:
+                self.model.unmerge_adapter()
+        return out
+
+
+def _to(t: Tensor | None, device: torch.device) -> Tensor | None:
+    return None if t is None else t.to(device)
+
+
+def _finish_metrics(sums: dict[str, float], w_max: float, grad_norm: float) -> dict[str, float]:
+    n = max(sums.get("tokens", 0.0), 1.0)
+    out = {
+        "loss": sums.get("loss", 0.0),
+        "pg_loss": sums.get("pg_loss", 0.0),
+        "clip_frac_low": sums.get("clip_low_sum", 0.0) / n,
+        "clip_frac_high": sums.get("clip_high_sum", 0.0) / n,
+        "is_weight_mean": sums.get("is_weight_sum", 0.0) / n,
+        "is_weight_max": w_max,
+        "masked_frac": sums.get("masked_sum", 0.0) / n,
+        "mismatch_kl": sums.get("mismatch_kl_sum", 0.0) / n,
+        "approx_kl": sums.get("approx_kl_sum", 0.0) / n,
+        "grad_norm": grad_norm,
+        "action_tokens": sums.get("tokens", 0.0),
+    }
+    for k in ("kl_ref", "entropy", "value_loss"):
+        if k in sums:
+            out[k] = sums[k]
+    return out

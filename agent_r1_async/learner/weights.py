@@ -1,0 +1,183 @@
+"""Weight publishing: learner → actors over ZMQ PUB/SUB, one multipart message per version.
+
+Frame 0 is a msgspec `WeightsHeader` (version, publish time, one `TensorMeta` per tensor);
+frame i+1 holds the raw bytes of tensor i (C-contiguous, native little-endian). Sending is
+zero-copy: each frame is a memoryview of a CPU tensor viewed as uint8 (so bf16, which numpy
+lacks, travels as bytes too). `publish` first takes a CPU snapshot of every tensor (the copy
+that a GPU → CPU transfer needs anyway; on CPU it keeps the optimizer's next in-place step
+from racing libzmq's I/O thread), so the caller may keep training at once.
+
+PUB/SUB keeps at most a couple of messages for a slow subscriber and drops older ones: only
+the newest version matters. A subscriber that connects after a publish waits for the next.
+
+The receiver drains everything queued, validates each message (header decodes, schema
+matches, one frame per tensor, each frame's size = nbytes = numel × itemsize) and returns
+only the newest valid version newer than what it returned before; every invalid message is
+counted in `.rejected` and skipped, never raised. Tensors are copied into owned memory.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+from agent_r1_async import messages
+
+WEIGHTS_FILENAME = "model.safetensors"
+
+
+def _dtype(name: str) -> torch.dtype:
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise messages.WireError(f"unknown tensor dtype {name!r}")
+    return dtype
+
+
+def _as_bytes(t: torch.Tensor) -> memoryview:
+    """A zero-copy byte view of a contiguous CPU tensor (any dtype, including bf16)."""
+    return memoryview(t.reshape(-1).view(torch.uint8).numpy())
+
+
+def snapshot(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Detached, contiguous CPU copies (owned by the caller, safe to send)."""
+    return {
+        k: v.detach().to("cpu", copy=True).contiguous() for k, v in state_dict.items()
+    }
+
+
+class WeightPublisher:
+    """Binds a PUB socket; `publish` sends one version as header + tensor frames."""
+
+    def __init__(self, transport: object, endpoint: str = "tcp://127.0.0.1:0") -> None:
+        self._pub = transport.publisher(endpoint)  # type: ignore[attr-defined]
+        self.endpoint: str = self._pub.endpoint
+        self.published = 0
+
+    def publish(
+        self, version: int, state_dict: dict[str, torch.Tensor], copy: bool = True
+    ) -> messages.WeightsHeader:
+        """Send `state_dict` as `version`; `copy=False` sends the given CPU tensors in place."""
+        started = time.time()
+        tensors = snapshot(state_dict) if copy else state_dict
+        metas = []
+        frames: list[bytes | memoryview] = []
+        for name, t in tensors.items():
+            if t.device.type != "cpu" or not t.is_contiguous():
+                raise ValueError(f"tensor {name!r}: copy=False needs contiguous CPU tensors")
+            metas.append(messages.TensorMeta(
+                name=name, dtype=str(t.dtype).removeprefix("torch."), shape=list(t.shape),
+                nbytes=t.numel() * t.element_size(),
+            ))
+            frames.append(_as_bytes(t))
+        header = messages.WeightsHeader(
+            schema_version=messages.SCHEMA_VERSION, version=version, tensors=metas,
+            published_at=started,
+        )
+        self._pub.publish([messages.encode(header), *frames])
+        self.published += 1
+        return header
+
+    def close(self) -> None:
+        self._pub.close()
+
+
+def decode_weights(
+    frames: list[memoryview] | list[bytes],
+) -> tuple[messages.WeightsHeader, dict[str, torch.Tensor]]:
+    """One multipart message → (header, owned tensors); raises `WireError` when malformed."""
+    if not frames:
+        raise messages.WireError("empty weights message")
+    header = messages.decode_weights_header(frames[0])
+    if len(frames) != len(header.tensors) + 1:
+        raise messages.WireError(
+            f"weights v{header.version}: header lists {len(header.tensors)} tensors, "
+            f"got {len(frames) - 1} frames"
+        )
+    out: dict[str, torch.Tensor] = {}
+    for meta, frame in zip(header.tensors, frames[1:], strict=True):
+        dtype = _dtype(meta.dtype)
+        size = memoryview(frame).nbytes
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        if any(d < 0 for d in meta.shape) or size != meta.nbytes or (
+            meta.nbytes != math.prod(meta.shape) * itemsize
+        ):
+            raise messages.WireError(
+                f"weights v{header.version} tensor {meta.name!r}: frame has {size} bytes, "
+                f"header says {meta.nbytes}, shape {meta.shape} × {itemsize} B"
+            )
+        owned = torch.empty(size, dtype=torch.uint8)
+        if size:  # one copy out of the ZMQ frame into memory the caller owns
+            owned.numpy()[:] = np.frombuffer(frame, dtype=np.uint8)
+        out[meta.name] = owned.view(dtype).reshape(meta.shape)
+    return header, out
+
+
+class WeightReceiver:
+    """Connects a SUB socket; `poll` returns the newest complete version, or None."""
+
+    def __init__(self, transport: object, endpoint: str) -> None:
+        self._sub = transport.subscriber(endpoint)  # type: ignore[attr-defined]
+        self.endpoint = endpoint
+        self.rejected = 0
+        self.received = 0
+        self.version = -1
+        """Newest version returned so far (-1 before the first)."""
+        self.last_error = ""
+
+    def poll(
+        self, timeout_ms: int = 0
+    ) -> tuple[messages.WeightsHeader, dict[str, torch.Tensor]] | None:
+        newest = None
+        frames = self._sub.recv(timeout_ms)
+        while frames is not None:
+            try:
+                header, tensors = decode_weights(frames)
+            except messages.WireError as e:
+                self.rejected += 1
+                self.last_error = str(e)
+            else:
+                self.received += 1
+                if header.version > self.version and (
+                    newest is None or header.version > newest[0].version
+                ):
+                    newest = (header, tensors)
+            frames = self._sub.recv(0)
+        if newest is not None:
+            self.version = newest[0].version
+        return newest
+
+    def close(self) -> None:
+        self._sub.close()
+
+
+def write_safetensors(state_dict: dict[str, torch.Tensor], directory: str) -> str:
+    """Write `directory/model.safetensors` atomically (temp file + rename); return `directory`.
+
+    The directory is what vLLM's `reload_weights(weights_path=...)` takes. Tensors that share
+    storage (tied embeddings) are written as separate copies.
+    """
+    from safetensors.torch import save_file
+
+    os.makedirs(directory, exist_ok=True)
+    seen: set[int] = set()
+    tensors = {}
+    for k, v in state_dict.items():
+        t = v.detach().to("cpu").contiguous()
+        if t.data_ptr() in seen:
+            t = t.clone()
+        seen.add(t.data_ptr())
+        tensors[k] = t
+    fd, tmp = tempfile.mkstemp(prefix=".weights-", suffix=".tmp", dir=directory)
+    os.close(fd)
+    try:
+        save_file(tensors, tmp)
+        os.replace(tmp, os.path.join(directory, WEIGHTS_FILENAME))
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return directory

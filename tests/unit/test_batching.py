@@ -1,0 +1,114 @@
+"""Batching: rows, masks, alignment and micro-batch packing, checked by hand."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agent_r1_async.learner import advantages as adv
+from agent_r1_async.learner import batching
+from tests.fakes_learner import make_batch, make_episode, make_step
+
+PAD = 0
+
+
+def _two_step_batch():
+    """One group: episode A has 2 steps, episode B has 1.
+
+    A step 0: context [11, 12]            action [21, 22]      (logp −0.1, −0.2; version 3)
+    A step 1: context [11, 12, 21, 22, 31] action [23]         (31 is tool output; version 4)
+    B step 0: context [11, 12]            action [24, 25, 26]  (version 4, per-token 4,4,5)
+    """
+    a0 = make_step("A", "g", 0, [11, 12], [21, 22], version=3, behavior_logprobs=[-0.1, -0.2],
+                   process_reward=0.5)
+    a1 = make_step("A", "g", 1, [11, 12, 21, 22, 31], [23], version=4, behavior_logprobs=[-0.3])
+    b0 = make_step("B", "g", 0, [11, 12], [24, 25, 26], version=4,
+                   behavior_logprobs=[-0.4, -0.5, -0.6], token_versions=[4, 4, 5])
+    # Steps arrive out of order: batching sorts them by step_index.
+    return make_batch([[make_episode("A", "g", [a1, a0], 1.0), make_episode("B", "g", [b0], 0.0)]])
+
+
+def _rows():
+    groups = batching.trainable_groups(_two_step_batch())
+    rewards = batching.episode_rewards([g for g, _ in groups])
+    returns = [[adv.discounted_returns(ep, 1.0) for ep in g] for g in rewards]
+    advs = adv.grpo_advantages(returns, credit="step", std_normalize=False)
+    return batching.build_rows(groups, advs, rewards)
+
+
+def test_rows_rewards_and_step_advantages():
+    # A: r = [0.5, 1.0] → G = [1.5, 1.0]; B: r = [0.0] → G = [0.0]; baseline mean(1.5, 0) = 0.75
+    rows = _rows()
+    assert [(r.episode_index, r.step_index) for r in rows] == [(0, 0), (0, 1), (1, 0)]
+    assert [r.reward for r in rows] == pytest.approx([0.5, 1.0, 0.0])
+    assert [r.advantage for r in rows] == pytest.approx([0.75, 0.25, -0.75])
+    assert rows[0].token_versions == [3, 3]  # policy_version broadcast
+    assert rows[2].token_versions == [4, 4, 5]  # per-token versions kept
+
+
+def test_collate_masks_alignment_and_padding():
+    rows = _rows()
+    mb = batching.collate(rows, [0, 1, 2], PAD)
+    # Lengths 4, 6, 5 → T = 6, right padding.
+    assert mb.input_ids.tolist() == [
+        [11, 12, 21, 22, 0, 0],
+        [11, 12, 21, 22, 31, 23],
+        [11, 12, 24, 25, 26, 0],
+    ]
+    assert mb.attention_mask.tolist() == [[1, 1, 1, 1, 0, 0], [1] * 6, [1, 1, 1, 1, 1, 0]]
+    # Only the step's own action is trained: in row 1 the earlier action (21, 22) and the tool
+    # output (31) are context and masked.
+    assert mb.action_mask.int().tolist() == [
+        [0, 0, 1, 1, 0, 0],
+        [0, 0, 0, 0, 0, 1],
+        [0, 0, 1, 1, 1, 0],
+    ]
+    torch.testing.assert_close(mb.behavior_logprobs, torch.tensor([
+        [0, 0, -0.1, -0.2, 0, 0],
+        [0, 0, 0, 0, 0, -0.3],
+        [0, 0, -0.4, -0.5, -0.6, 0],
+    ]), atol=1e-7, rtol=0)
+    assert mb.token_versions.tolist() == [[0, 0, 3, 3, 0, 0], [0, 0, 0, 0, 0, 4], [0, 0, 4, 4, 5, 0]]
+    torch.testing.assert_close(mb.advantages, torch.tensor([
+        [0, 0, 0.75, 0.75, 0, 0],
+        [0, 0, 0, 0, 0, 0.25],
+        [0, 0, -0.75, -0.75, -0.75, 0],
+    ]), atol=1e-7, rtol=0)
+    assert mb.value_index.tolist() == [1, 4, 1]  # last context token of each step
+    assert mb.num_action_tokens == 6
+
+
+def test_micro_batch_plan_respects_token_budget():
+    # Lengths 10, 3, 7, 7, 2 with budget 16: sorted 10 | 7, 7 (14) | 3, 2 (3·2 = 6)
+    plan = batching.plan_micro_batches([10, 3, 7, 7, 2], 16)
+    assert plan == [[0], [2, 3], [1, 4]]
+    for idx in plan:
+        assert max([10, 3, 7, 7, 2][i] for i in idx) * len(idx) <= 16
+    # A row longer than the budget still gets a micro-batch of its own.
+    assert batching.plan_micro_batches([100, 1], 16) == [[0], [1]]
+    mbs = batching.make_micro_batches(_rows(), 12, PAD)
+    assert sorted(i for mb in mbs for i in mb.row_index.tolist()) == [0, 1, 2]
+    assert all(mb.input_ids.numel() <= 12 for mb in mbs)
+
+
+def test_failed_episodes_are_dropped_and_bad_steps_rejected():
+    ok = make_episode("A", "g", [make_step("A", "g", 0, [1], [2])], 1.0)
+    bad = make_episode("B", "g", [make_step("B", "g", 0, [1], [2])], 0.0, status="env_error")
+    groups = batching.trainable_groups(make_batch([[ok, bad]]))
+    assert [e.end.episode_id for g, _ in groups for e in g.episodes] == ["A"]
+    short = make_step("C", "g", 0, [1], [2, 3], behavior_logprobs=[-1.0])
+    groups = batching.trainable_groups(make_batch([[make_episode("C", "g", [short], 1.0)]]))
+    with pytest.raises(ValueError, match="1 behavior_logprobs for 2 action tokens"):
+        batching.build_rows(groups, [[[0.0]]], [[[1.0]]])
+    empty_ctx = make_step("D", "g", 0, [], [2])
+    groups = batching.trainable_groups(make_batch([[make_episode("D", "g", [empty_ctx], 1.0)]]))
+    with pytest.raises(ValueError, match="empty context_ids"):
+        batching.build_rows(groups, [[[0.0]]], [[[1.0]]])
+
+
+def test_sft_collate_places_weights_on_action_tokens():
+    t = batching.collate_pairs([([5, 6], [7]), ([5], [8, 9])],
+                               {"weights": ([[2.0], [1.0, 0.5]], torch.float32)}, PAD)
+    assert t["input_ids"].tolist() == [[5, 6, 7], [5, 8, 9]]
+    assert t["weights"].tolist() == [[0, 0, 2.0], [0, 1.0, 0.5]]
+    assert t["action_mask"].int().tolist() == [[0, 0, 1], [0, 1, 1]]

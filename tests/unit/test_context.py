@@ -1,0 +1,176 @@
+"""Context building: exact action ids, template consistency (SmolLM2 ChatML), the 3 builders."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from agent_r1_async.actors.context import (
+    FullContext,
+    History,
+    LastKContext,
+    TruncateContext,
+    make_context_builder,
+)
+from agent_r1_async.config import ContextConfig
+from agent_r1_async.models import load_tokenizer, tiny_model_dir
+
+IM_START, IM_END, NL = 1, 2, 198  # SmolLM2: <|im_start|>, <|im_end|>, "\n"
+
+# Qwen2.5's layout for tool messages (consecutive `tool` messages share one user turn).
+QWEN_LIKE = (
+    "{%- for message in messages %}"
+    "{%- if message.role == 'tool' %}"
+    "{%- if loop.index0 == 0 or messages[loop.index0 - 1].role != 'tool' %}"
+    "{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\n<tool_response>\n' + message.content + '\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}"
+    "{{- '<|im_end|>\n' }}{%- endif %}"
+    "{%- else %}{{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"
+)
+
+INSTRUCTION = [
+    {"role": "system", "content": "Use the search tool."},
+    {"role": "user", "content": "Which river flows through the capital of Veltrania?"},
+]
+A1 = '<tool_call>{"name": "search", "arguments": {"query": "capital of Veltrania"}}</tool_call>'
+O1 = [
+    {
+        "role": "user",
+        "content": "<tool_response>\n(1) Veltrania: Its capital is Ostrum.\n</tool_response>",
+    }
+]
+A2 = '<tool_call>{"name": "search", "arguments": {"query": "Ostrum river"}}</tool_call>'
+O2 = [
+    {
+        "role": "user",
+        "content": "<tool_response>\n(1) Ostrum: The Kell River flows.\n</tool_response>",
+    }
+]
+A3 = "<answer>Kell River</answer>"
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer(tiny_model_dir())
+
+
+def enc(tok, text: str) -> list[int]:
+    return tok.encode(text, add_special_tokens=False)
+
+
+def reference(tok, messages, gen=True) -> list[int]:
+    return list(
+        tok.apply_chat_template(
+            messages, tokenize=True, add_generation_prompt=gen, return_dict=False
+        )
+    )
+
+
+def three_turns(tok) -> History:
+    h = History(tok)
+    h.add_messages(INSTRUCTION)
+    h.add_action([*enc(tok, A1), IM_END])
+    h.add_messages(O1)
+    h.add_action([*enc(tok, A2), IM_END])
+    h.add_messages(O2)
+    return h
+
+
+def test_segments_concatenate_to_apply_chat_template(tok):
+    h = three_turns(tok)
+    conv = [
+        *INSTRUCTION,
+        {"role": "assistant", "content": A1},
+        *O1,
+        {"role": "assistant", "content": A2},
+        *O2,
+    ]
+    assert FullContext().build(h) == reference(tok, conv)
+    assert h.generation_prompt == [IM_START, *enc(tok, "assistant\n")]
+    assert h.full_ids() == reference(tok, conv, gen=False)
+
+
+def test_instruction_without_system_gets_the_template_default(tok):
+    h = History(tok)
+    h.add_messages(INSTRUCTION[1:])
+    assert FullContext().build(h) == reference(tok, INSTRUCTION[1:])
+    assert "You are a helpful AI assistant named SmolLM" in tok.decode(h.instruction_ids)
+
+
+def test_action_ids_are_kept_exactly_even_when_not_canonical(tok):
+    # "Kell" spelled one character per token: the canonical encoding differs, the context
+    # must still contain exactly these ids.
+    odd = [t for ch in "Kell" for t in enc(tok, ch)]
+    assert odd != enc(tok, "Kell")
+    h = History(tok)
+    h.add_messages(INSTRUCTION)
+    h.add_action([*odd, IM_END])
+    ctx = FullContext().build(h)
+    n = len(h.instruction_ids) + len(h.generation_prompt)
+    assert ctx[n : n + len(odd) + 2] == [*odd, IM_END, NL]
+    assert ctx[n + len(odd) + 2 :] == h.generation_prompt
+    assert h.turns[0].action_ids == [*odd, IM_END]
+
+
+def test_length_stopped_action_is_closed_in_the_context(tok):
+    h = History(tok)
+    h.add_messages(INSTRUCTION)
+    cut = enc(tok, '<tool_call>{"name": "sea')
+    h.add_action(cut)  # finish_reason "length": no <|im_end|>
+    assert h.turns[0].action_ids == cut and h.turns[0].close_ids == [IM_END, NL]
+    h2 = History(tok)
+    h2.add_messages(INSTRUCTION)
+    h2.add_action([*cut, IM_END])
+    assert h2.turns[0].close_ids == [NL]
+    # both contexts continue identically after the action
+    assert FullContext().build(h)[-6:] == FullContext().build(h2)[-6:]
+
+
+def test_last_k_keeps_instruction_and_last_turns(tok):
+    h = three_turns(tok)
+    h.add_action([*enc(tok, A3), IM_END])
+    t = h.turns
+    ctx = LastKContext(2).build(h)
+    assert ctx == h.instruction_ids + t[1].ids() + t[2].ids() + h.generation_prompt
+    assert LastKContext(10).build(h) == FullContext().build(h)
+    assert make_context_builder(ContextConfig(builder="last_k", last_k=1), tok).build(h) == (
+        h.instruction_ids + t[2].ids() + h.generation_prompt
+    )
+
+
+def test_truncate_drops_oldest_whole_turns_within_budget(tok):
+    h = three_turns(tok)
+    t = h.turns
+    fixed = len(h.instruction_ids) + len(h.generation_prompt)
+    # Budget for exactly the newest turn (one token short of also fitting turn 0):
+    budget = fixed + len(t[1]) + len(t[0]) - 1
+    ctx = TruncateContext(budget).build(h)
+    assert ctx == h.instruction_ids + t[1].ids() + h.generation_prompt and len(ctx) <= budget
+    # A budget that fits everything is the full context; one below the instruction keeps it.
+    assert TruncateContext(fixed + len(t[0]) + len(t[1])).build(h) == FullContext().build(h)
+    assert TruncateContext(fixed - 1).build(h) == h.instruction_ids + h.generation_prompt
+
+
+def test_qwen_style_tool_role_template_is_consistent(tok):
+    qtok = copy.copy(tok)  # shares the vocabulary, own chat template
+    qtok.chat_template = QWEN_LIKE
+    obs = [{"role": "tool", "content": "r1"}, {"role": "tool", "content": "r2"}]
+    h = History(qtok)
+    h.add_messages(INSTRUCTION)
+    h.add_action([*enc(qtok, A1), IM_END])
+    h.add_messages(obs)
+    conv = [*INSTRUCTION, {"role": "assistant", "content": A1}, *obs]
+    assert FullContext().build(h) == reference(qtok, conv)
+    assert qtok.decode(h.turns[0].observation_ids).count("<|im_start|>user") == 1
+
+
+def test_errors(tok):
+    h = History(tok)
+    with pytest.raises(ValueError, match="before any instruction"):
+        h.add_action([5])
+    with pytest.raises(ValueError, match="last_k"):
+        LastKContext(0)

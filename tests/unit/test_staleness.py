@@ -1,0 +1,83 @@
+"""Admission control: accepted + in_flight <= (max_staleness + version + 1) × batch_groups."""
+
+import pytest
+
+from agent_r1_async.buffers.staleness import AdmissionControl
+from tests.fakes_buffer import FakeClock, FakeVersion
+
+
+def _control(max_staleness: int = 2, batch_groups: int = 4, timeout: float = 600.0):
+    clock, version = FakeClock(), FakeVersion(0)
+    ctl = AdmissionControl(max_staleness, batch_groups, version, clock, timeout)
+    return ctl, clock, version
+
+
+def test_credits_follow_the_formula() -> None:
+    ctl, _, version = _control()
+    # v=0: (2 + 0 + 1) × 4 = 12 groups may be accepted or in flight.
+    assert ctl.capacity() == 12
+    first = ctl.grant("a0", 5)
+    assert len(first) == 5 and len(set(first)) == 5
+    assert len(ctl.grant("a1", 10)) == 7  # only 12 - 5 left
+    assert ctl.capacity() == 0 and ctl.grant("a0", 1) == []
+    for gid in first:  # 5 complete: accepted 5, in flight 7 -> still 12
+        ctl.on_record(gid, "a0")
+        ctl.on_accepted(gid)
+    assert (ctl.accepted, ctl.in_flight, ctl.capacity()) == (5, 7, 0)
+    version.v = 1  # (2 + 1 + 1) × 4 = 16; accepted max(5, 1 × 4) = 5 -> 16 - 5 - 7 = 4
+    assert ctl.capacity() == 4
+
+
+def test_dropped_groups_release_their_credit_without_counting_as_accepted() -> None:
+    ctl, _, _ = _control()
+    gid = ctl.grant("a0", 1)[0]
+    ctl.on_record(gid, "a0")
+    ctl.on_dropped(gid)
+    assert (ctl.accepted, ctl.in_flight, ctl.capacity()) == (0, 0, 12)
+
+
+def test_unused_credits_expire_after_the_timeout() -> None:
+    ctl, clock, _ = _control(timeout=600.0)
+    unused, started = ctl.grant("a0", 2)
+    ctl.on_record(started, "a0")
+    clock.advance(599.0)
+    assert ctl.expire() == []
+    clock.advance(2.0)  # 601 s after the grant: the never-started credit is released
+    assert ctl.expire() == [unused]
+    assert ctl.in_flight == 1  # the started group is assembly's to expire, not admission's
+
+
+def test_actor_chosen_group_ids_spend_that_actors_oldest_credit() -> None:
+    ctl, _, _ = _control()
+    ctl.grant("a0", 2)
+    ctl.on_record("my-own-id", "a0")
+    assert ctl.in_flight == 2 and ctl.unbudgeted == 0
+    ctl.on_record("stranger-id", "a9")  # no credit at all: accepted anyway, but counted
+    assert ctl.in_flight == 3 and ctl.unbudgeted == 1
+
+
+def test_version_jump_after_resume_does_not_open_a_flood_of_credits() -> None:
+    ctl, _, version = _control()
+    # A learner resumed at version 50 talks to a fresh buffer (accepted = 0). Without the floor
+    # the budget would be (2 + 50 + 1) × 4 = 212 credits; with accepted floored at 50 × 4 = 200
+    # it is 212 - 200 = 12 = (max_staleness + 1) × batch_groups.
+    version.v = 50
+    assert ctl.capacity() == 12
+
+
+def test_restore_then_version_jump() -> None:
+    ctl, clock, version = _control()
+    # Snapshot of a buffer that accepted 210 groups and had 2 in flight, learner at 50.
+    ctl.restore(210, [("g-a", "a0", True), ("g-b", "a1", False)])
+    version.v = 50
+    assert ctl.capacity() == 0  # 212 - max(210, 200) - 2
+    version.v = 53  # the learner moved 3 versions while the buffer was down
+    # (2 + 53 + 1) × 4 = 224; accepted max(210, 212) = 212; in flight 2 -> 10
+    assert ctl.capacity() == 10
+    clock.advance(601.0)  # restored unstarted credits get a fresh timeout, then expire
+    assert ctl.expire() == ["g-b"]
+
+
+def test_bad_settings_are_rejected() -> None:
+    with pytest.raises(ValueError, match="batch_groups"):
+        AdmissionControl(2, 0, FakeVersion(), FakeClock(), 1.0)
