@@ -19,6 +19,7 @@ Design choices
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field
 
@@ -124,10 +125,8 @@ class HFEngine:
         self._closed = True
         if self._server is not None and not self._server.done():
             self._server.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError, RuntimeError):
                 await self._server
-            except (asyncio.CancelledError, RuntimeError):
-                pass
         for req in self._pending:
             if not req.future.done():
                 req.future.set_exception(EngineError("engine closed"))
@@ -218,9 +217,7 @@ class HFEngine:
     def _append(self, row: _Row, token: int, logprob: float) -> None:
         row.ids.append(token)
         row.logprobs.append(logprob)
-        if token in self.eos_ids:
-            row.finish = "stop"
-        elif self.sampling.stop and self._hits_stop(row.ids):
+        if token in self.eos_ids or (self.sampling.stop and self._hits_stop(row.ids)):
             row.finish = "stop"
         elif len(row.ids) >= row.budget:
             row.finish = "length"

@@ -93,5 +93,5 @@ def test_compute_advantages_dispatch_and_errors():
     assert adv.compute_advantages(returns, "rloo") == [[[1.0], [-1.0]]]
     with pytest.raises(ValueError, match="at least one step"):
         adv.compute_advantages([[[1.0], []]], "grpo")
-    with pytest.raises(ValueError, match="algorithm.name"):
+    with pytest.raises(ValueError, match=r"algorithm\.name"):
         adv.compute_advantages(returns, "ppo")  # type: ignore[arg-type]

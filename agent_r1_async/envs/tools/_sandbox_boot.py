@@ -81,7 +81,7 @@ _PATH_EVENTS = {
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
 
-def _make_hook(root: str, max_files: int):  # noqa: C901 - one closure on purpose
+def _make_hook(root: str, max_files: int):
     """The audit hook; `root` is the real path of the sandbox dir."""
     # Captured now: later patches of builtins/os cannot reach these cells.
     _len, _type, _str, _bytes, _int, _isinstance = len, type, str, bytes, int, isinstance
@@ -118,7 +118,7 @@ def _make_hook(root: str, max_files: int):  # noqa: C901 - one closure on purpos
                 if done:
                     done.pop()
                 continue
-            cand = "/" + "/".join(done + [part])
+            cand = "/" + "/".join([*done, part])
             try:
                 is_link = (_lstat(cand).st_mode & 0o170000) == 0o120000
             except _OSError:
@@ -155,9 +155,9 @@ def _make_hook(root: str, max_files: int):  # noqa: C901 - one closure on purpos
         if not (flags & _write_flags):
             r = real(s)  # reads are allowed, except other processes' /proc entries
             parts = r.split("/")
-            if _len(parts) > 2 and parts[1] == "proc" and parts[2].isdigit():
-                if _int(parts[2]) != own_pid:
-                    refuse("open", "reading other processes' /proc entries is disabled")
+            if (_len(parts) > 2 and parts[1] == "proc" and parts[2].isdigit()
+                    and _int(parts[2]) != own_pid):
+                refuse("open", "reading other processes' /proc entries is disabled")
             return
         # os.open passes mode None and may carry a dir_fd the event does not show
         if not inside(path, None if mode is not None else 0):
@@ -203,6 +203,17 @@ def _refuse_fork_exec(*args, **kwargs):
     raise PermissionError("sandbox: process creation is disabled (_posixsubprocess)")
 
 
+def _excepthook(etype, value, tb) -> None:
+    """The default report minus this bootstrap's frames (hook and _main: `File "<string>"`)."""
+    try:
+        import traceback
+
+        lines = traceback.format_exception(etype, value, tb)
+        sys.stderr.write("".join(x for x in lines if not x.startswith('  File "<string>"')))
+    except Exception:  # the code broke what traceback needs (patched builtins, ...)
+        sys.__excepthook__(etype, value, tb)
+
+
 def _set_limits(cfg: dict) -> None:
     cpu = cfg["cpu_s"]
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
@@ -242,6 +253,7 @@ def _main() -> None:
     main.__file__ = "main.py"
     sys.modules["__main__"] = main
     sys.argv = ["main.py"]
+    sys.excepthook = _excepthook
     try:
         code = compile(source, "main.py", "exec")  # relative: tracebacks show source lines
         exec(code, main.__dict__)

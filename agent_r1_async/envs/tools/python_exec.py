@@ -13,8 +13,8 @@ What IS guaranteed (enforced by the kernel, not by Python code the agent could t
   hard limit; root could, so the audit hook also refuses `resource.setrlimit/prlimit` and,
   where a user namespace is used, the kernel refuses it too;
 - a wall-clock limit: on expiry the child's own process group (and nothing else) gets SIGKILL;
-- output limits: at most `max_output_bytes` of stdout and of stderr are kept (the rest is
-  marked truncated) and the group is killed once `kill_after_bytes` have been read;
+- output limits: at most `max_output_bytes` of stdout (the head) and of stderr (the tail)
+  are kept, the rest marked truncated, and the group is killed once `kill_after_bytes` have been read;
 - with the network namespace layer (`unshare -rn`, probed once; used when it works without
   privileges): no network at all, not even loopback to the host's services;
 - with the privilege drop (when the caller is root and the interpreter is runnable as
@@ -43,6 +43,7 @@ the hook (and on `_thread.start_new_thread` being replaced). Disk use is bounded
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import os
@@ -80,7 +81,7 @@ class SandboxLimits:
     max_open_files: int = 64
     """RLIMIT_NOFILE."""
     max_output_bytes: int = 16384
-    """Bytes of stdout and of stderr kept; the rest is dropped and marked."""
+    """Bytes kept of stdout (its head) and of stderr (its tail); the rest is marked dropped."""
     kill_after_bytes: int = 1 << 20
     """Total output read before the process is killed as a flood."""
     max_code_bytes: int = 100_000
@@ -185,34 +186,39 @@ class _Output:
         self.total = 0
         self.flooded = False
 
-    async def drain(self, stream: asyncio.StreamReader) -> tuple[bytes, int]:
+    async def drain(self, stream: asyncio.StreamReader, *, tail: bool) -> tuple[bytes, int]:
+        """(kept bytes, bytes seen): the first `cap` bytes, or the last ones if `tail`."""
         cap = self.limits.max_output_bytes
         kept, seen = bytearray(), 0
         while chunk := await stream.read(_CHUNK):
             seen += len(chunk)
-            if len(kept) < cap:
+            if tail:
+                kept += chunk
+                if len(kept) > 2 * cap:  # trim now and then: amortized O(bytes)
+                    del kept[:-cap]
+            elif len(kept) < cap:
                 kept += chunk[: cap - len(kept)]
             self.total += len(chunk)
             if self.total > self.limits.kill_after_bytes and not self.flooded:
                 self.flooded = True
                 self.kill()
-        return bytes(kept), seen
+        return bytes(kept[-cap:] if tail else kept), seen
 
 
 def _kill_group(proc: asyncio.subprocess.Process) -> None:
     """SIGKILL the child's own process group (pgid == its pid: start_new_session)."""
     if proc.returncode is None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
-def _text(data: bytes, seen: int) -> tuple[str, bool]:
+def _text(data: bytes, seen: int, *, tail: bool) -> tuple[str, bool]:
     text = data.decode("utf-8", errors="replace")
-    if seen > len(data):
-        return text + f"\n[output truncated: {seen} bytes, first {len(data)} shown]", True
-    return text, False
+    if seen <= len(data):
+        return text, False
+    if tail:  # tracebacks end with what matters
+        return f"[output truncated: {seen} bytes, last {len(data)} shown]\n" + text, True
+    return text + f"\n[output truncated: {seen} bytes, first {len(data)} shown]", True
 
 
 def _status(rc: int, timed_out: bool, flooded: bool) -> str:
@@ -306,7 +312,9 @@ class PythonExecTool:
         )
         out = _Output(lim, lambda: _kill_group(proc))
         assert proc.stdout is not None and proc.stderr is not None
-        work = asyncio.gather(out.drain(proc.stdout), out.drain(proc.stderr), proc.wait())
+        work = asyncio.gather(
+            out.drain(proc.stdout, tail=False), out.drain(proc.stderr, tail=True), proc.wait()
+        )
         timed_out = False
         try:
             done, _ = await asyncio.wait({work}, timeout=lim.wall_s)
@@ -318,8 +326,8 @@ class PythonExecTool:
             if not work.done():  # cancelled by the caller (e.g. ToolEnv's timeout)
                 _kill_group(proc)
                 await asyncio.wait({work}, timeout=1.0)  # reap it before the dir goes
-        stdout, t1 = _text(so, so_n)
-        stderr, t2 = _text(se, se_n)
+        stdout, t1 = _text(so, so_n, tail=False)
+        stderr, t2 = _text(se, se_n, tail=True)
         status = _status(rc, timed_out, out.flooded)
         return _result(status, rc, stdout, stderr, t1 or t2, time.monotonic() - start)
 

@@ -1,0 +1,215 @@
+"""One episode: env.reset -> (context -> engine.generate -> env.step)* -> end record.
+
+Design choices
+- A rollout emits a `StepRecord` the moment a step exists (the env has answered) and exactly
+  one `EpisodeEnd` when the episode ends, whatever the reason. `emit` is awaited, so a slow
+  consumer applies backpressure to the episode instead of buffering without bound.
+- Failure isolation: an env exception (`env_error`), an env call past `env.step_timeout_s`
+  (`timeout`), a failed engine request (`engine_error`) end *this* episode with a status and a
+  one-line reason; the caller (actor, evaluation) goes on. A cancelled episode (actor stop)
+  still sends its end record ("aborted") before the cancellation propagates.
+- Length: the engine's budget is capped to `model.max_model_len - len(context)`; a context
+  with no room left ends the episode as `truncated` (its earlier steps stay trainable). An
+  env that never says done is cut at `env.max_turns` (also `truncated`).
+- The env sees the decoded action text; the history keeps the exact sampled ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent_r1_async.actors.context import ContextBuilder, History
+from agent_r1_async.actors.engine import Engine, GenResult
+from agent_r1_async.actors.stats import ActorCounters
+from agent_r1_async.envs.base import Env, Observation, StepResult, Task
+from agent_r1_async.messages import TRAINABLE_STATUSES, EpisodeEnd, StepRecord
+
+Emit = Callable[[StepRecord | EpisodeEnd], Awaitable[None]]
+
+
+class _EpisodeOver(Exception):
+    """Internal: ends an episode with a status and reason."""
+
+    def __init__(self, status: str, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+@dataclass
+class EpisodeIds:
+    episode_id: str
+    group_id: str
+    group_size: int
+
+    @classmethod
+    def fresh(cls, group_id: str, group_size: int) -> EpisodeIds:
+        return cls(uuid.uuid4().hex, group_id, group_size)
+
+
+@dataclass
+class _State:
+    steps: int = 0
+    outcome: float = 0.0
+    status: str = "ok"
+    reason: str = ""
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Rollout:
+    """Everything an episode needs that is shared by all episodes of an actor."""
+
+    engine: Engine
+    tokenizer: Any
+    builder: ContextBuilder
+    env_name: str
+    actor_id: str
+    max_model_len: int
+    max_new_tokens: int
+    max_turns: int
+    step_timeout_s: float
+    counters: ActorCounters = field(default_factory=ActorCounters)
+
+    async def run(
+        self, env: Env | Callable[[], Env], task: Task, ids: EpisodeIds, emit: Emit
+    ) -> EpisodeEnd:
+        """Run one episode to its end; never raises for env / engine failures.
+
+        `env` may be a factory (an `EnvSpec.make`): a failure to build the env is then an
+        `env_error` of this episode too.
+        """
+        t0 = time.perf_counter()
+        st = _State()
+        self.counters.in_flight += 1
+        try:
+            await self._loop(env, task, ids, emit, st)
+        except _EpisodeOver as e:
+            st.status, st.reason = e.status, e.reason
+        except asyncio.CancelledError:
+            st.status, st.reason = "aborted", "actor stopped"
+            await self._end(task, ids, emit, st, t0)
+            raise
+        finally:
+            self.counters.in_flight -= 1
+        return await self._end(task, ids, emit, st, t0)
+
+    async def _loop(
+        self, env: Env | Callable[[], Env], task: Task, ids: EpisodeIds, emit: Emit, st: _State
+    ) -> None:
+        if not isinstance(env, Env):
+            try:
+                env = env()
+            except Exception as e:
+                raise _EpisodeOver("env_error", f"making the env: {type(e).__name__}: {e}") from e
+        history = History(self.tokenizer)
+        obs = await self._env_call(env.reset(task), "reset")
+        if not isinstance(obs, Observation):
+            raise _EpisodeOver("env_error", f"env.reset returned {type(obs).__name__}, not Observation")
+        self._extend(history, obs.messages)
+        while True:
+            context = self._context(history)
+            gen = await self._generate(context)
+            text = self.tokenizer.decode(gen.action_ids, skip_special_tokens=True)
+            t_env = time.perf_counter()
+            result = await self._env_call(env.step(text), "step")
+            env_s = time.perf_counter() - t_env
+            if not isinstance(result, StepResult):
+                raise _EpisodeOver(
+                    "env_error", f"env.step returned {type(result).__name__}, not StepResult"
+                )
+            history.add_action(gen.action_ids)
+            cut = not result.done and st.steps + 1 >= self.max_turns
+            await emit(self._record(task, ids, st.steps, context, gen, result, env_s, cut))
+            st.steps += 1
+            if result.done or cut:
+                st.outcome = result.outcome_reward if result.done else 0.0
+                st.metrics = dict(result.metrics)
+                if cut:
+                    st.status, st.reason = "truncated", f"no answer after env.max_turns={self.max_turns}"
+                elif result.truncated:
+                    st.status = "truncated"
+                return
+            self._extend(history, result.observation.messages)
+
+    def _context(self, history: History) -> list[int]:
+        try:
+            context = self.builder.build(history)
+        except Exception as e:
+            raise _EpisodeOver("env_error", f"context builder: {type(e).__name__}: {e}") from e
+        if len(context) >= self.max_model_len:
+            raise _EpisodeOver(
+                "truncated",
+                f"context of {len(context)} tokens reaches model.max_model_len={self.max_model_len}",
+            )
+        return context
+
+    def _extend(self, history: History, messages: list[dict[str, str]]) -> None:
+        try:
+            history.add_messages(messages)
+        except Exception as e:
+            raise _EpisodeOver("env_error", f"bad env messages: {type(e).__name__}: {e}") from e
+
+    async def _generate(self, context: list[int]) -> GenResult:
+        budget = min(self.max_new_tokens, self.max_model_len - len(context))
+        t0 = time.perf_counter()
+        try:
+            gen = await self.engine.generate(context, budget)
+        except Exception as e:
+            raise _EpisodeOver("engine_error", f"{type(e).__name__}: {e}") from e
+        finally:
+            self.counters.gen_time_s += time.perf_counter() - t0
+        gen.gen_time_s = time.perf_counter() - t0
+        self.counters.tokens += len(gen.action_ids)
+        if not gen.action_ids:
+            raise _EpisodeOver("engine_error", f"engine returned no tokens ({gen.finish_reason})")
+        return gen
+
+    async def _env_call(self, call: Awaitable[Any], what: str) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return await asyncio.wait_for(call, self.step_timeout_s)
+        except TimeoutError:
+            raise _EpisodeOver(
+                "timeout", f"env.{what} took longer than env.step_timeout_s={self.step_timeout_s}"
+            ) from None
+        except Exception as e:
+            raise _EpisodeOver("env_error", f"env.{what}: {type(e).__name__}: {e}") from e
+        finally:
+            self.counters.env_time_s += time.perf_counter() - t0
+
+    def _record(
+        self, task: Task, ids: EpisodeIds, index: int, context: list[int], gen: GenResult,
+        result: StepResult, env_s: float, cut: bool,
+    ) -> StepRecord:
+        return StepRecord(
+            episode_id=ids.episode_id, group_id=ids.group_id, task_id=task.task_id,
+            actor_id=self.actor_id, env_name=self.env_name, step_index=index,
+            context_ids=context, action_ids=gen.action_ids, behavior_logprobs=gen.logprobs,
+            policy_version=gen.policy_version, process_reward=float(result.reward),
+            done=bool(result.done or cut), finish_reason=gen.finish_reason,
+            token_versions=gen.token_versions, gen_time_s=gen.gen_time_s, env_time_s=env_s,
+            num_tool_calls=int(result.num_tool_calls), created_at=time.time(),
+        )
+
+    async def _end(
+        self, task: Task, ids: EpisodeIds, emit: Emit, st: _State, t0: float
+    ) -> EpisodeEnd:
+        if st.status in TRAINABLE_STATUSES:
+            self.counters.episodes_done += 1
+        else:
+            self.counters.episodes_failed += 1
+        end = EpisodeEnd(
+            episode_id=ids.episode_id, group_id=ids.group_id, task_id=task.task_id,
+            actor_id=self.actor_id, env_name=self.env_name, num_steps=st.steps,
+            outcome_reward=float(st.outcome), status=st.status,  # type: ignore[arg-type]
+            group_size=ids.group_size, metrics={k: float(v) for k, v in st.metrics.items()},
+            error=st.reason, wall_time_s=time.perf_counter() - t0, created_at=time.time(),
+        )
+        await emit(end)
+        return end

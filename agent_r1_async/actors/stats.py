@@ -1,0 +1,69 @@
+"""Actor counters and the periodic `ActorStats` report built from them.
+
+Counters only grow; a report turns the growth since the previous report into rates
+(tokens/s, episodes/s) and time shares (generation vs environment seconds in the window).
+The clock is passed in so tests can drive it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from agent_r1_async.messages import ActorStats
+
+
+@dataclass
+class ActorCounters:
+    """Monotone totals updated by the rollouts of one actor."""
+
+    tokens: int = 0
+    """Action tokens generated."""
+    episodes_done: int = 0
+    episodes_failed: int = 0
+    """Episodes that ended with a non-trainable status (env_error, timeout, engine_error, ...)."""
+    gen_time_s: float = 0.0
+    """Sum over steps of the wall time an episode waited for its action."""
+    env_time_s: float = 0.0
+    """Sum over steps (and resets) of the wall time an episode waited for its env."""
+    in_flight: int = 0
+    weight_sync_latency_s: float = 0.0
+    """Publish-to-serving latency of the weights in use."""
+
+
+@dataclass
+class StatsReporter:
+    """Turns counter deltas into `ActorStats` messages."""
+
+    actor_id: str
+    counters: ActorCounters
+    clock: Callable[[], float] = time.monotonic
+    wall_clock: Callable[[], float] = time.time
+    _last_t: float = field(default=-1.0, init=False)
+    _last: ActorCounters = field(default_factory=ActorCounters, init=False)
+
+    def __post_init__(self) -> None:
+        self._last_t = self.clock()
+
+    def report(self, policy_version: int) -> ActorStats:
+        now = self.clock()
+        dt = max(now - self._last_t, 1e-9)
+        c, last = self.counters, self._last
+        ended = (c.episodes_done + c.episodes_failed) - (last.episodes_done + last.episodes_failed)
+        msg = ActorStats(
+            actor_id=self.actor_id,
+            time=self.wall_clock(),
+            policy_version=policy_version,
+            tokens_per_s=(c.tokens - last.tokens) / dt,
+            episodes_per_s=ended / dt,
+            gen_time_s=c.gen_time_s - last.gen_time_s,
+            env_time_s=c.env_time_s - last.env_time_s,
+            episodes_in_flight=c.in_flight,
+            episodes_done=c.episodes_done,
+            episodes_failed=c.episodes_failed,
+            weight_sync_latency_s=c.weight_sync_latency_s,
+        )
+        self._last_t = now
+        self._last = ActorCounters(**vars(c))
+        return msg
