@@ -223,6 +223,8 @@ class BufferStats(_Wire, tag="buffer_stats"):
     staleness_hist: dict[int, int]
     """Token-weighted staleness histogram of sampled data: staleness -> action tokens."""
     ingest_records_per_s: float = 0.0
+    actors: dict[str, ActorStats] = {}
+    """The latest ActorStats of each actor, by actor id."""
 
 
 class ErrorReply(_Wire, tag="error"):

@@ -1,11 +1,16 @@
-"""Fakes for actor-side unit tests: a scripted engine and a scripted env."""
+"""Fakes for actor-side tests: a scripted engine and env, a credit server, a stream checker."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
+from collections import defaultdict
 from dataclasses import dataclass, field
 
+from agent_r1_async import messages as m
 from agent_r1_async.actors.engine import EngineError, GenResult
+from agent_r1_async.config import RunConfig, config_from_dict
 from agent_r1_async.envs.base import Observation, StepResult, Task
 
 
@@ -79,3 +84,85 @@ class ScriptedEnv:
             num_tool_calls=1,
             metrics={"em": 1.0} if done else {},
         )
+
+
+
+def actor_config(backend: str, **engine: object) -> RunConfig:
+    return config_from_dict({
+        "model": {"name_or_path": "tiny-random-llama", "max_model_len": 512},
+        "engine": {"backend": backend, "dtype": "float32", "max_new_tokens": 8,
+                   "max_concurrent_requests": 16, "kv_cache_gb": 1, **engine},
+        "env": {"name": "arithmetic", "max_turns": 2, "step_timeout_s": 30},
+        "actors": {"groups_in_flight": 2, "stats_interval_s": 0.5},
+        "algorithm": {"group_size": 2},
+    })
+
+
+class CreditServer:
+    """A tiny ROUTER that acks Hello and grants every credit asked for (counts the grants)."""
+
+    def __init__(self, transport) -> None:
+        self._server = transport.server("tcp://127.0.0.1:0")
+        self.endpoint = self._server.endpoint
+        self.granted = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        try:
+            while not self._stop.is_set():
+                got = self._server.recv(50)
+                if got is None:
+                    continue
+                peer, frames = got
+                msg = m.decode_control(frames[0])
+                if isinstance(msg, m.Hello):
+                    reply: m.ControlMessage = m.check_hello(msg)
+                elif isinstance(msg, m.CreditRequest):
+                    self.granted += msg.max_groups
+                    reply = m.CreditGrant(msg.actor_id, msg.max_groups, 0)
+                else:
+                    reply = m.ErrorReply(f"unexpected {type(msg).__name__}")
+                self._server.reply(peer, [m.encode(reply)])
+        finally:
+            self._server.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+@dataclass
+class Stream:
+    steps: dict[str, list[m.StepRecord]] = field(default_factory=lambda: defaultdict(list))
+    ends: dict[str, list[m.EpisodeEnd]] = field(default_factory=lambda: defaultdict(list))
+    stats: list[m.ActorStats] = field(default_factory=list)
+    arrival: list[tuple[float, m.StepRecord]] = field(default_factory=list)
+
+    def add(self, frame: bytes) -> m.StepRecord | m.EpisodeEnd | m.ActorStats:
+        msg = m.decode_data(frame)
+        if isinstance(msg, m.StepRecord):
+            self.steps[msg.episode_id].append(msg)
+            self.arrival.append((time.time(), msg))
+        elif isinstance(msg, m.EpisodeEnd):
+            self.ends[msg.episode_id].append(msg)
+        else:
+            self.stats.append(msg)
+        return msg
+
+    def check(self, group_size: int) -> None:
+        """Contiguous steps, exactly one end per episode (after its steps), full groups."""
+        assert set(self.steps) <= set(self.ends), "steps of an episode that never ended"
+        groups: dict[str, int] = defaultdict(int)
+        for eid, ends in self.ends.items():
+            assert len(ends) == 1, f"episode {eid} has {len(ends)} end records"
+            steps = self.steps.get(eid, [])
+            assert [s.step_index for s in steps] == list(range(len(steps)))
+            assert ends[0].num_steps == len(steps)
+            groups[ends[0].group_id] += 1
+            for s in steps:
+                assert len(s.behavior_logprobs) == len(s.action_ids) > 0
+                assert all(lp <= 0.0 for lp in s.behavior_logprobs)
+                assert s.group_id == ends[0].group_id
+        assert all(n == group_size for n in groups.values()), dict(groups)

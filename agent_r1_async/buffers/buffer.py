@@ -202,6 +202,7 @@ class TrajectoryBuffer:
             drops=dict(self.drops + self.assembler.drops),
             staleness_hist=dict(self.staleness_hist),
             ingest_records_per_s=ingest_rate,
+            actors=dict(self.actor_stats),
         )
 
     def state(self) -> BufferState:

@@ -35,6 +35,7 @@ ENTRY_POINT_GROUP = "agent_r1_async.envs"
 _BUILTINS = {
     "multihop_qa": "agent_r1_async.envs.multihop.env:MultihopQAEnv",
     "arithmetic": "agent_r1_async.envs.arithmetic:ArithmeticEnv",
+    "python_tool": "agent_r1_async.envs.tools.python_env:PythonToolEnv",
 }
 _REGISTRY: dict[str, type] = {}
 

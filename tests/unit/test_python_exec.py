@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from agent_r1_async.envs.base import Tool
+from agent_r1_async.envs.base import Task, Tool
 from agent_r1_async.envs.tools import PythonExecTool, SandboxLimits, format_exec_result
 
 LIMITS = SandboxLimits(cpu_s=1, wall_s=3.0, memory_mb=256, max_output_bytes=1000)
@@ -225,3 +225,32 @@ def test_bad_input() -> None:
     assert r["status"] == "error" and "code longer than 10 bytes" in r["stderr"]
     with pytest.raises(TypeError, match="code must be a str"):
         run(tool, 42)  # type: ignore[arg-type]
+
+
+def test_python_tool_env_oracle_episode() -> None:
+    from agent_r1_async.config import EnvConfig
+    from agent_r1_async.envs.registry import get_env_spec
+    from agent_r1_async.envs.tools import python_env
+
+    # primes below 100: 2 3 5 7 11 13 17 19 23 29 31 37 41 43 47 53 59 61 67 71 73 79 83 89 97
+    assert sum(python_env._prime_flags()[:100]) == 25
+    spec = get_env_spec(EnvConfig(name="python_tool", tool_timeout_s=10.0,
+                                  args={"num_train": 3, "num_dev": 4, "num_test": 2}))
+    tasks = spec.tasks("dev")
+    assert len(tasks) == 4 and len({t.prompt for t in tasks}) == 4
+
+    async def episode(task: Task) -> tuple:
+        env = spec.make()
+        obs = await env.reset(task)
+        call, answer = spec.oracle(task)
+        step1 = await env.step(call)
+        step2 = await env.step(answer)
+        return obs, step1, step2
+
+    for task in tasks:
+        obs, step1, step2 = asyncio.run(episode(task))
+        assert "python" in obs.messages[0]["content"]
+        # the reference code run in the sandbox prints exactly the gold answer
+        assert step1.observation.messages[0]["content"] == (
+            f"<tool_response>\n{task.answer}\n</tool_response>")
+        assert step2.done and step2.outcome_reward == 1.0

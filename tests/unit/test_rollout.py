@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import pytest
 from fakes_actors import FakeEngine, ScriptedEnv
@@ -58,7 +59,7 @@ def test_ok_episode_emits_contiguous_steps_then_one_end(tokenizer):
         assert s.action_ids == [*hello, eos] and s.behavior_logprobs == [-0.5] * (len(hello) + 1)
     # Step t's context is step t-1's context + its action (+ turn close + tool obs + prompt):
     # the full builder makes contexts grow and each one starts with the previous one.
-    for prev, cur in zip(steps, steps[1:], strict=False):
+    for prev, cur in itertools.pairwise(steps):
         assert cur.context_ids[: len(prev.context_ids) + len(prev.action_ids)] == (
             prev.context_ids + prev.action_ids
         )

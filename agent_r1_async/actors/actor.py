@@ -1,0 +1,214 @@
+"""The actor: groups of episodes on one engine, streamed step by step to the buffer.
+
+    loop:  apply newest weights (if any) -> ask the buffer for credits for free group slots
+           -> start one group (G concurrent episodes of one task) per credit -> wait a bit
+    each episode: StepRecord per step as it exists, EpisodeEnd at the end (rollout.py)
+    every actors.stats_interval_s: ActorStats
+
+Design choices
+- One asyncio loop per actor; every episode is a coroutine, so the engine sees all in-flight
+  episodes' requests at once (continuous batching in vLLM, batched calls in transformers).
+  Blocking socket calls (credit requests) run in a worker thread; sends never block the loop:
+  a full PUSH pipe is retried after an `await asyncio.sleep`, and a message accepted for
+  sending is never dropped (the caller's episode waits: backpressure, not loss).
+- Admission control lives in the buffer: a group starts only with a credit, at most
+  `actors.groups_in_flight` groups run at once.
+- Weights are polled between generation calls and handed to the engine, which swaps them
+  without stopping (see the engines); the per-step versions in the records tell which
+  version produced each action.
+- Tasks: actor i of N takes tasks i, i+N, ... of the train split, reshuffled every pass
+  with seed `actors.seed + i`.
+- A plain class: the launcher wraps it with `ray.remote`; tests construct it directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import re
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+from agent_r1_async.actors.engine import Engine, make_engine
+from agent_r1_async.actors.rollout import EpisodeIds, Rollout
+from agent_r1_async.actors.stats import StatsReporter
+from agent_r1_async.config import RunConfig
+from agent_r1_async.envs.base import Task
+from agent_r1_async.messages import ActorStats, EpisodeEnd, StepRecord, encode
+
+log = logging.getLogger(__name__)
+
+_SEND_RETRY_S = 0.005
+_IDLE_S = 0.05
+
+
+def shard_tasks(tasks: list[Task], index: int, num_actors: int, seed: int) -> Iterator[Task]:
+    """Endless iterator over tasks index, index+N, ...; reshuffled each pass with `seed`."""
+    if not 0 <= index < num_actors:
+        raise ValueError(f"actor index {index} is outside [0, actors.num_actors={num_actors})")
+    mine = tasks[index::num_actors]
+    if not mine:
+        raise ValueError(
+            f"actor {index} of {num_actors} gets no tasks: the split has only {len(tasks)}"
+        )
+    rng = random.Random(seed)
+    while True:
+        order = list(mine)
+        rng.shuffle(order)
+        yield from order
+
+
+def actor_index(actor_id: str) -> int:
+    """`actor-3` -> 3 (the trailing number of the id), 0 when there is none."""
+    match = re.search(r"(\d+)$", actor_id)
+    return int(match.group(1)) if match else 0
+
+
+class Actor:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        actor_id: str,
+        transport: object,
+        data_endpoint: str,
+        control_endpoint: str,
+        weights_endpoint: str | None,
+        engine: Engine | None = None,
+        index: int | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.actor_id = actor_id
+        self.transport = transport
+        self.data_endpoint = data_endpoint
+        self.control_endpoint = control_endpoint
+        self.weights_endpoint = weights_endpoint
+        self.engine = engine
+        self._owns_engine = engine is None
+        self.index = actor_index(actor_id) if index is None else index
+        self.groups_started = 0
+        self.sent = 0
+
+    def run(self, stop: threading.Event | None = None, max_groups: int | None = None) -> None:
+        """Run until `stop` is set (in-flight episodes end "aborted") or `max_groups` finish."""
+        asyncio.run(self._main(stop or threading.Event(), max_groups))
+
+    # ---------------------------------------------------------------- setup / teardown
+
+    async def _main(self, stop: threading.Event, max_groups: int | None) -> None:
+        from agent_r1_async.actors.context import make_context_builder
+        from agent_r1_async.buffers.client import BufferClient
+        from agent_r1_async.envs.registry import get_env_spec
+        from agent_r1_async.learner.weights import WeightReceiver
+        from agent_r1_async.models import load_tokenizer, resolve_model
+
+        cfg = self.cfg
+        model_path = resolve_model(cfg.model.name_or_path)
+        spec = get_env_spec(cfg.env)
+        tasks = shard_tasks(
+            spec.tasks(cfg.env.train_split), self.index, cfg.actors.num_actors,
+            cfg.actors.seed + self.index,
+        )
+        if self.engine is None:
+            self.engine = make_engine(cfg, model_path, seed=cfg.actors.seed + self.index)
+        tokenizer = load_tokenizer(model_path)
+        self.rollout = Rollout(
+            engine=self.engine, tokenizer=tokenizer,
+            builder=make_context_builder(cfg.context, tokenizer), env_name=spec.name,
+            actor_id=self.actor_id, max_model_len=cfg.model.max_model_len,
+            max_new_tokens=cfg.engine.max_new_tokens, max_turns=cfg.env.max_turns,
+            step_timeout_s=cfg.env.step_timeout_s,
+        )
+        self._reporter = StatsReporter(self.actor_id, self.rollout.counters)
+        self._pusher = self.transport.pusher(self.data_endpoint)  # type: ignore[attr-defined]
+        client = BufferClient(self.transport, self.control_endpoint, "actor", self.actor_id)
+        receiver = (
+            WeightReceiver(self.transport, self.weights_endpoint) if self.weights_endpoint else None
+        )
+        try:
+            await asyncio.to_thread(client.connect)
+            await self._loop(spec, tasks, client, receiver, stop, max_groups)
+            await self.emit(self._reporter.report(self.engine.version))
+        finally:
+            client.close()
+            if receiver is not None:
+                receiver.close()
+            self._pusher.close()  # linger: queued records still leave
+            if self._owns_engine:
+                await self.engine.close()
+
+    # ---------------------------------------------------------------- the loop
+
+    async def _loop(self, spec, tasks, client, receiver, stop, max_groups) -> None:
+        running: set[asyncio.Task] = set()
+        next_stats = time.monotonic() + self.cfg.actors.stats_interval_s
+        backoff = _IDLE_S
+        try:
+            while not stop.is_set():
+                await self._apply_weights(receiver)
+                left = None if max_groups is None else max_groups - self.groups_started
+                if left == 0 and not running:
+                    return
+                free = self.cfg.actors.groups_in_flight - len(running)
+                if free > 0 and (left is None or left > 0):
+                    granted = await self._credits(client, free if left is None else min(free, left))
+                    for _ in range(granted):
+                        running.add(asyncio.create_task(self._group(spec, next(tasks))))
+                    backoff = _IDLE_S if granted else min(backoff * 2, 1.0)
+                if time.monotonic() >= next_stats:
+                    await self.emit(self._reporter.report(self.engine.version))
+                    next_stats = time.monotonic() + self.cfg.actors.stats_interval_s
+                if running:
+                    done, running = await asyncio.wait(
+                        running, timeout=backoff, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    for t in done:
+                        t.result()  # an emit failure is an actor failure: surface it
+                else:
+                    await asyncio.sleep(backoff)
+        finally:
+            for t in running:
+                t.cancel()  # episodes send their "aborted" end records
+            await asyncio.gather(*running, return_exceptions=True)
+
+    async def _credits(self, client, want: int) -> int:
+        try:
+            grant = await asyncio.to_thread(client.request_credits, want)
+        except (TimeoutError, RuntimeError) as e:  # buffer busy or restarting: try again later
+            log.warning("%s: credit request failed: %s", self.actor_id, e)
+            return 0
+        granted = max(0, min(grant.groups, want))
+        self.groups_started += granted
+        return granted
+
+    async def _group(self, spec, task: Task) -> list[EpisodeEnd]:
+        g = self.cfg.algorithm.group_size
+        group_id = f"{self.actor_id}-{uuid.uuid4().hex[:12]}"
+        return await asyncio.gather(
+            *(self.rollout.run(spec.make, task, EpisodeIds.fresh(group_id, g), self.emit)
+              for _ in range(g))
+        )
+
+    async def _apply_weights(self, receiver) -> None:
+        if receiver is None:
+            return
+        got = receiver.poll(0)
+        if got is None:
+            return
+        header, state_dict = got
+        if header.version <= self.engine.version:
+            return
+        await self.engine.load_weights(header.version, state_dict)
+        self.rollout.counters.weight_sync_latency_s = max(0.0, time.time() - header.published_at)
+        log.info("%s: serving weights v%d", self.actor_id, header.version)
+
+    async def emit(self, msg: StepRecord | EpisodeEnd | ActorStats) -> None:
+        """Send one message; while the pipe is full, yield to the loop and retry (never drop)."""
+        frame = encode(msg)
+        delay = _SEND_RETRY_S
+        while not self._pusher.send([frame], timeout_ms=0):
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.2)
+        self.sent += 1
