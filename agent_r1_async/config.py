@@ -360,6 +360,46 @@ class LaunchConfig(_Section):
     """Global seed."""
 
 
+class SftConfig(_Section):
+    demos_source: Literal["oracle", "jsonl"] = "oracle"
+    """Demonstrations: replay the env's `oracle(task)` on `env.train_split`, or read chat transcripts."""
+    jsonl_path: str = ""
+    """JSONL file of {"messages": [...]} transcripts (demos_source: jsonl)."""
+    num_demos: int = 64
+    """Demonstration episodes to train on (0 = all the source has)."""
+    epochs: int = 2
+    """Passes over the demonstrations."""
+    lr: float = 1.0e-4
+    """AdamW learning rate of the warm start (the learner's other optimizer settings apply)."""
+    batch_episodes: int = 8
+    """Demonstration episodes per optimizer step (all their steps, micro-batched)."""
+    eval_before: bool = True
+    """Evaluate the starting model on `env.eval_split` before training."""
+    eval_after: bool = True
+    """Evaluate the trained checkpoint on `env.eval_split` after training."""
+    eval_num_tasks: int = 32
+    """Held-out tasks per evaluation."""
+    log_every: int = 1
+    """Print a progress line (and log metrics) every N optimizer steps."""
+    schedule: Literal["constant", "linear"] = "linear"
+    """Learning rate after warmup: constant, or linear decay to 0 at the last step."""
+    warmup_steps: int = 0
+    """Optimizer steps of linear lr warmup."""
+
+    def __post_init__(self) -> None:
+        _require(
+            self.demos_source != "jsonl" or bool(self.jsonl_path),
+            "sft.jsonl_path", "is required when sft.demos_source is jsonl",
+        )
+        _require(self.num_demos >= 0, "sft.num_demos", "must be >= 0 (0 = all)")
+        _require(self.epochs >= 1, "sft.epochs", "must be >= 1")
+        _require(self.lr > 0, "sft.lr", "must be > 0")
+        _require(self.batch_episodes >= 1, "sft.batch_episodes", "must be >= 1")
+        _require(self.eval_num_tasks >= 1, "sft.eval_num_tasks", "must be >= 1")
+        _require(self.log_every >= 1, "sft.log_every", "must be >= 1")
+        _require(self.warmup_steps >= 0, "sft.warmup_steps", "must be >= 0")
+
+
 class RunConfig(_Section):
     """A whole run: one section per component."""
 
@@ -385,6 +425,8 @@ class RunConfig(_Section):
     """Held-out evaluation."""
     launch: LaunchConfig = msgspec.field(default_factory=LaunchConfig)
     """Process placement and run directory."""
+    sft: SftConfig = msgspec.field(default_factory=SftConfig)
+    """Supervised warm start on demonstrations (`agent-r1-async sft`)."""
 
     def __post_init__(self) -> None:
         _require(

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 import os
 import threading
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -88,6 +87,7 @@ class LearnerHost:
     ) -> None:
         _pin_threads(cfg.learner.num_cpus)
         from agent_r1_async.buffers.client import BufferClient
+        from agent_r1_async.learner.checkpoint import latest_checkpoint
         from agent_r1_async.learner.loop import Learner
         from agent_r1_async.learner.weights import WeightPublisher
 
@@ -96,10 +96,9 @@ class LearnerHost:
         self.client = BufferClient(self.transport, control_endpoint, "learner", "learner")
         self.client.connect()
         self.publisher = WeightPublisher(self.transport, tcp_endpoint(cfg.launch.bind_host))
-        ckpt = Path(run_dir) / "checkpoints" / "latest"
-        if resume and ckpt.exists():
+        if resume and latest_checkpoint(run_dir) is not None:
             self.learner = Learner.from_checkpoint(
-                str(ckpt), cfg, self.transport, self.client, self.publisher, run_dir
+                cfg, self.transport, self.client, self.publisher, run_dir
             )
         else:
             self.learner = Learner(cfg, self.transport, self.client, self.publisher, run_dir)
@@ -113,7 +112,7 @@ class LearnerHost:
 
     def publish(self) -> None:
         """Publish the current weights (actors joining a resumed run catch up)."""
-        self.learner.publish()
+        self.publisher.publish(self.learner.version, self.learner.trainer.published_state_dict())
 
     def update(self) -> dict[str, float]:
         return self.learner.update()

@@ -17,8 +17,10 @@ Flow-control invariants (ZeroMQ implementation)
   timeout the client socket is closed and re-created (the "lazy pirate" pattern), so a late
   reply can never be mistaken for the answer to the next request. The server sets
   ROUTER_MANDATORY: a reply to a peer that has gone raises inside `reply`, which returns False.
-- PUB/SUB: the publisher keeps at most `hwm` (default 2) messages per slow subscriber and
-  drops older ones. That is correct for weights: only the newest version matters.
+- PUB/SUB: the publisher keeps at most `hwm` frames (default 1,000) per slow subscriber and
+  drops whole messages beyond that. libzmq counts frames, and a weights message is one frame
+  per tensor (~270 for SmolLM2), so the default holds about three versions of a 135M model:
+  a slow actor skips versions (only the newest matters) and memory stays bounded.
 - Receiving sockets set ZMQ_MAXMSGSIZE (`max_message_bytes`): a peer that sends a larger
   frame is disconnected by libzmq before the frame is buffered.
 - Sockets bind to loopback unless a host is given. Binding to port 0 picks a free port;
@@ -47,7 +49,7 @@ import zmq.auth.thread
 Frames = Sequence[bytes | memoryview | bytearray]
 
 DEFAULT_DATA_HWM = 10_000
-DEFAULT_PUB_HWM = 2
+DEFAULT_PUB_HWM = 1000
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 ZAP_DOMAIN = "agent-r1-async"
 

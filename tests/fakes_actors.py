@@ -17,15 +17,18 @@ from agent_r1_async.envs.base import Observation, StepResult, Task
 class FakeEngine:
     """Answers every request with `action_ids` (log-prob -0.5 each) at `self.version`.
 
-    `fail_on_call` makes the n-th call (0-based) raise `EngineError`; `delay_s` sleeps first.
+    `fail_on_call` makes the n-th call (0-based) raise `EngineError`; `delay_s` sleeps first;
+    calls from `hang_from` on never answer (until cancelled).
     """
 
     def __init__(
-        self, action_ids: list[int], fail_on_call: int | None = None, delay_s: float = 0.0
+        self, action_ids: list[int], fail_on_call: int | None = None, delay_s: float = 0.0,
+        hang_from: int | None = None,
     ) -> None:
         self.action_ids = action_ids
         self.fail_on_call = fail_on_call
         self.delay_s = delay_s
+        self.hang_from = hang_from
         self.version = 0
         self.calls: list[tuple[list[int], int | None]] = []
         self.loaded: list[int] = []
@@ -35,6 +38,8 @@ class FakeEngine:
         self.calls.append((list(context_ids), max_new_tokens))
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
+        if self.hang_from is not None and n >= self.hang_from:
+            await asyncio.sleep(3600)
         if n == self.fail_on_call:
             raise EngineError("scripted engine failure")
         ids = self.action_ids[: max_new_tokens or len(self.action_ids)]
@@ -166,3 +171,27 @@ class Stream:
                 assert all(lp <= 0.0 for lp in s.behavior_logprobs)
                 assert s.group_id == ends[0].group_id
         assert all(n == group_size for n in groups.values()), dict(groups)
+
+
+class OracleEngine:
+    """Plays an env's oracle: finds the task whose prompt is in the context (longest match)
+    and answers the oracle action of the current turn, closed with eos."""
+
+    def __init__(self, tokenizer, oracles: dict[str, list[str]]) -> None:
+        self.tokenizer = tokenizer
+        self.oracles = oracles
+        self.version = 0
+
+    async def generate(self, context_ids: list[int], max_new_tokens: int | None = None) -> GenResult:
+        text = self.tokenizer.decode(context_ids)
+        prompt = max((p for p in self.oracles if p in text), key=len)
+        turn = text.count("<|im_start|>assistant") - 1  # the generation prompt is the last one
+        ids = self.tokenizer.encode(self.oracles[prompt][turn], add_special_tokens=False)
+        ids.append(self.tokenizer.eos_token_id)
+        return GenResult(ids, [-0.1] * len(ids), "stop", self.version)
+
+    async def load_weights(self, version: int, state_dict: dict) -> None:
+        self.version = version
+
+    async def close(self) -> None:
+        pass

@@ -90,6 +90,7 @@ class Actor:
         self.index = actor_index(actor_id) if index is None else index
         self.groups_started = 0
         self.sent = 0
+        self.weight_errors = 0
 
     def run(self, stop: threading.Event | None = None, max_groups: int | None = None) -> None:
         """Run until `stop` is set (in-flight episodes end "aborted") or `max_groups` finish."""
@@ -169,6 +170,11 @@ class Actor:
                 else:
                     await asyncio.sleep(backoff)
         finally:
+            # A task cancelled before its first step never runs its body, so it could not send
+            # its "aborted" end record. Two loop turns let just-created group tasks start and
+            # create their episode tasks (turn 1), and those episodes start (turn 2).
+            for _ in range(2):
+                await asyncio.sleep(0)
             for t in running:
                 t.cancel()  # episodes send their "aborted" end records
             await asyncio.gather(*running, return_exceptions=True)
@@ -200,7 +206,12 @@ class Actor:
         header, state_dict = got
         if header.version <= self.engine.version:
             return
-        await self.engine.load_weights(header.version, state_dict)
+        try:
+            await self.engine.load_weights(header.version, state_dict)
+        except Exception as e:  # a bad weight set must not kill the actor; keep serving
+            self.weight_errors += 1
+            log.error("%s: loading weights v%d failed: %s", self.actor_id, header.version, e)
+            return
         self.rollout.counters.weight_sync_latency_s = max(0.0, time.time() - header.published_at)
         log.info("%s: serving weights v%d", self.actor_id, header.version)
 

@@ -63,6 +63,9 @@ class VllmEngine:
         self.max_model_len = max_model_len
         self.version = 0
         self.last_load_s = 0.0
+        """Seconds of the last `load_weights` (write + swap); the swap alone pauses generation."""
+        self.last_write_s = 0.0
+        self.last_swap_s = 0.0
         self._closed = False
         self._weights_dir = tempfile.mkdtemp(prefix="agent-r1-weights-", dir=_weights_tmp_root())
         self._loop = asyncio.new_event_loop()
@@ -124,11 +127,13 @@ class VllmEngine:
         from agent_r1_async.learner.weights import write_safetensors
 
         t0 = time.perf_counter()
-        # Serialization happens on the caller's thread pool: the engine keeps generating.
+        # Serialization happens on a worker thread: the engine keeps generating meanwhile.
         path = await asyncio.to_thread(
             write_safetensors, _with_lm_head(state_dict), self._weights_dir
         )
+        t1 = time.perf_counter()
         await self._on_engine_loop(self._swap(version, path))
+        self.last_write_s, self.last_swap_s = t1 - t0, time.perf_counter() - t1
         self.last_load_s = time.perf_counter() - t0
 
     async def close(self) -> None:
@@ -156,7 +161,15 @@ class VllmEngine:
     async def _shutdown(self) -> None:
         llm, self._llm = self._llm, None
         if llm is not None:
-            llm.shutdown()  # dropping the last reference now keeps __del__ from running at exit
+            llm.shutdown()
+            # vLLM keeps references to the AsyncLLM past shutdown; its __del__ then calls
+            # shutdown() again at interpreter exit, against torn-down modules. Once is enough.
+            llm.shutdown = lambda *args, **kwargs: None
+        # Finish vLLM's background tasks so nothing is pending when the loop stops.
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in others:
+            t.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
 
     def _stop_loop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)

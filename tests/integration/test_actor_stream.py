@@ -20,13 +20,17 @@ from agent_r1_async.models import load_causal_lm, tiny_model_dir
 from agent_r1_async.transport import ZmqTransport
 
 
-def stream_with_weight_update(cfg: RunConfig, max_groups: int, timeout_s: float) -> Stream:
-    """Run an actor in a thread; publish v1 after the first step records arrive."""
+def stream_with_weight_update(
+    cfg: RunConfig, max_groups: int, timeout_s: float, engine=None, new_version: int = 1
+) -> Stream:
+    """Run an actor in a thread; publish `new_version` after the first step records arrive."""
     transport = ZmqTransport()
     sink = transport.puller("tcp://127.0.0.1:0")
     credits = CreditServer(transport)
     publisher = WeightPublisher(transport)
-    actor = Actor(cfg, "actor-0", transport, sink.endpoint, credits.endpoint, publisher.endpoint)
+    actor = Actor(
+        cfg, "actor-0", transport, sink.endpoint, credits.endpoint, publisher.endpoint, engine
+    )
     errors: list[BaseException] = []
 
     def run() -> None:
@@ -52,7 +56,7 @@ def stream_with_weight_update(cfg: RunConfig, max_groups: int, timeout_s: float)
             msg = stream.add(frames[0])
             if published_at is None and isinstance(msg, m.StepRecord) and len(stream.arrival) >= 2:
                 published_at = time.time()
-                publisher.publish(1, new_weights)
+                publisher.publish(new_version, new_weights)
         thread.join(timeout=30)
     finally:
         sink.close()
@@ -66,15 +70,17 @@ def stream_with_weight_update(cfg: RunConfig, max_groups: int, timeout_s: float)
     return stream
 
 
-def check_versions(stream: Stream) -> None:
+def check_versions(stream: Stream, old: int = 0, new: int = 1) -> None:
     versions = [s.policy_version for _, s in stream.arrival]
-    assert versions[0] == 0 and versions[-1] == 1, versions
-    # A step stamped v1 was generated after the update was published; and once a step
-    # *started* after v1 was served, nothing older than v1 is produced any more.
+    assert versions[0] == old and versions[-1] == new, versions
     for t, s in stream.arrival:
-        if s.policy_version == 1 or any(v == 1 for v in s.token_versions):
+        assert s.policy_version in (old, new) and set(s.token_versions) <= {old, new}
+        if s.policy_version == new or new in s.token_versions:
+            # Tokens of the new version exist only after it was published.
             assert t >= stream.published_at  # type: ignore[attr-defined]
-    assert stream.stats and stream.stats[-1].policy_version == 1
+        if s.token_versions:  # an action spanning the update: old tokens first, then new
+            assert s.token_versions == sorted(s.token_versions)
+    assert stream.stats and stream.stats[-1].policy_version == new
     assert stream.stats[-1].weight_sync_latency_s > 0
 
 
@@ -99,3 +105,25 @@ def test_task_sharding_is_disjoint_and_covers_the_split():
         assert sorted(mine, key=int) == [str(j) for j in range(i, 10, 3)]  # one pass = my shard
         seen += mine
     assert sorted(seen, key=int) == [str(j) for j in range(10)]
+
+
+def test_actor_feeds_the_real_buffer_service():
+    """Credits and data through the real BufferService: every group arrives complete."""
+    from agent_r1_async.buffers.service import BufferService
+
+    cfg = actor_config("hf")
+    transport = ZmqTransport()
+    service = BufferService(cfg.buffer, cfg.algorithm, transport)
+    service.start()
+    try:
+        actor = Actor(cfg, "actor-0", transport, service.data_endpoint, service.control_endpoint, None)
+        actor.run(max_groups=3)
+        deadline = time.monotonic() + 10
+        while service.metrics().groups_ready < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stats = service.metrics()
+    finally:
+        service.stop()
+        transport.close()
+    assert stats.groups_ready == 3 and stats.episodes_stored == 3 * cfg.algorithm.group_size
+    assert stats.drops.get("malformed", 0) == 0

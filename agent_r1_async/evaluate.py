@@ -1,0 +1,139 @@
+"""Held-out evaluation: the training rollout code, an engine, no buffer.
+
+`evaluate(cfg, split, num_tasks)` runs the first `num_tasks` tasks of `split`
+(`eval.samples_per_task` episodes each, sampled at `eval.temperature`) through
+`actors.rollout.Rollout` — the same context building, length limits and failure handling as
+training — and averages:
+
+- `outcome_reward`: mean final reward over episodes (failed episodes count as 0);
+- every metric the env reports at episode end (`em`, `f1`, `success`, `format_ok`, ...),
+  averaged over the episodes that report it;
+- `valid_tool_call_rate`: 1 - tool_errors / tool_calls, when the env reports both;
+- `mean_steps`, `mean_action_tokens` (per action), `failed_rate`, `episodes`.
+
+`format_table(rows)` prints result dicts as an aligned text table (one row per result).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections import defaultdict
+from typing import Any
+
+from agent_r1_async.config import RunConfig
+from agent_r1_async.messages import TRAINABLE_STATUSES, EpisodeEnd, StepRecord
+
+
+class _Tally:
+    def __init__(self) -> None:
+        self.ends: list[EpisodeEnd] = []
+        self.action_tokens = 0
+        self.actions = 0
+
+    async def emit(self, msg: StepRecord | EpisodeEnd) -> None:
+        if isinstance(msg, StepRecord):
+            self.action_tokens += len(msg.action_ids)
+            self.actions += 1
+        else:
+            self.ends.append(msg)
+
+    def summary(self) -> dict[str, float]:
+        n = len(self.ends)
+        if n == 0:
+            raise ValueError("evaluation ran no episodes")
+        sums: dict[str, float] = defaultdict(float)
+        counts: dict[str, int] = defaultdict(int)
+        for end in self.ends:
+            for k, v in end.metrics.items():
+                sums[k] += v
+                counts[k] += 1
+        out = {
+            "episodes": float(n),
+            "outcome_reward": sum(e.outcome_reward for e in self.ends) / n,
+            "failed_rate": sum(e.status not in TRAINABLE_STATUSES for e in self.ends) / n,
+            "mean_steps": sum(e.num_steps for e in self.ends) / n,
+            "mean_action_tokens": self.action_tokens / max(self.actions, 1),
+        }
+        if sums.get("tool_calls", 0) > 0 and "tool_errors" in sums:
+            out["valid_tool_call_rate"] = 1.0 - sums["tool_errors"] / sums["tool_calls"]
+        for k in sorted(sums):
+            out.setdefault(k, sums[k] / counts[k])
+        return out
+
+
+def evaluate(
+    cfg: RunConfig,
+    split: str,
+    num_tasks: int,
+    model_path: str | None = None,
+    engine: Any = None,
+) -> dict[str, float]:
+    """Evaluate `model_path` (default `model.name_or_path`) on `num_tasks` tasks of `split`.
+
+    `engine`: an already running engine to use (the caller keeps ownership), else one is
+    built from `engine.*` with `eval.temperature`.
+    """
+    if num_tasks < 1:
+        raise ValueError(f"num_tasks must be >= 1, got {num_tasks}")
+    return asyncio.run(_evaluate(cfg, split, num_tasks, model_path, engine))
+
+
+async def _evaluate(
+    cfg: RunConfig, split: str, num_tasks: int, model_path: str | None, engine: Any
+) -> dict[str, float]:
+    from agent_r1_async.actors.context import make_context_builder
+    from agent_r1_async.actors.engine import make_engine
+    from agent_r1_async.actors.rollout import EpisodeIds, Rollout
+    from agent_r1_async.envs.registry import get_env_spec
+    from agent_r1_async.models import load_tokenizer, resolve_model
+
+    path = resolve_model(model_path or cfg.model.name_or_path)
+    spec = get_env_spec(cfg.env)
+    tasks = spec.tasks(split)[:num_tasks]
+    if not tasks:
+        raise ValueError(f"env {spec.name!r} has no tasks in split {split!r}")
+    owns = engine is None
+    if owns:
+        engine = make_engine(cfg, path, seed=cfg.launch.seed, temperature=cfg.eval.temperature)
+    tokenizer = load_tokenizer(path)
+    rollout = Rollout(
+        engine=engine, tokenizer=tokenizer, builder=make_context_builder(cfg.context, tokenizer),
+        env_name=spec.name, actor_id="eval", max_model_len=cfg.model.max_model_len,
+        max_new_tokens=cfg.engine.max_new_tokens, max_turns=cfg.env.max_turns,
+        step_timeout_s=cfg.env.step_timeout_s,
+    )
+    tally = _Tally()
+    k = cfg.eval.samples_per_task
+    try:
+        await asyncio.gather(*(
+            rollout.run(spec.make, task, EpisodeIds.fresh(f"eval-{task.task_id}", k), tally.emit)
+            for task in tasks for _ in range(k)
+        ))
+    finally:
+        if owns:
+            await engine.close()
+    return tally.summary()
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "-"
+        return f"{value:.0f}" if value.is_integer() and abs(value) >= 1 else f"{value:.4f}"
+    return str(value)
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    """Rows of results as an aligned table; columns are the union of keys, first-seen order."""
+    if not rows:
+        return "(no results)"
+    columns: list[str] = []
+    for row in rows:
+        columns += [c for c in row if c not in columns]
+    cells = [[_cell(row.get(c, float("nan"))) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
+    return "\n".join(lines)

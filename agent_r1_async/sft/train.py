@@ -1,0 +1,248 @@
+"""`agent-r1-async sft`: supervised warm start on demonstrations, in the learner's own format.
+
+    demos  = oracle replays (or chat transcripts) as step rows (context_ids, action_ids)
+    eval   = evaluate(start model, env.eval_split)                        # sft.eval_before
+    repeat sft.epochs, sft.batch_episodes episodes per step:
+        rows → the learner's micro-batches (length-sorted, learner.micro_batch_tokens)
+        loss = token-mean cross-entropy over the action tokens of the whole step
+        one AdamW step (learner betas / weight decay / grad_clip / bf16, lr = sft.lr)
+    save   = the learner's checkpoint format: RUN_DIR/checkpoints/step-N + `latest`
+    eval   = evaluate(checkpoint, env.eval_split)                         # sft.eval_after
+
+Design choice: nothing here re-implements the learner. Rows are collated by
+`learner.batching` (only action tokens carry loss, the eos included), log-probs come from
+`PolicyTrainer.forward` (LM head only at action positions), the optimizer is the trainer's,
+and the checkpoint is `learner.checkpoint.save_checkpoint` — a plain HF model directory, so
+RL starts from it with `model.init_from: RUN_DIR/checkpoints/latest`. The checkpoint carries
+version 0: the warm-started weights are the RL run's first policy.
+
+Run: `agent-r1-async sft --config configs/sft.yaml [--set sft.epochs=3 ...]`.
+"""
+
+from __future__ import annotations
+
+import gc
+import random
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import msgspec
+import torch
+
+from agent_r1_async.config import RunConfig
+from agent_r1_async.learner import batching, checkpoint
+from agent_r1_async.learner.batching import MicroBatch
+from agent_r1_async.learner.trainer import PolicyTrainer
+from agent_r1_async.sft.demos import Demonstration, DemoStats, jsonl_demos, oracle_demos
+
+Pair = tuple[list[int], list[int]]
+
+
+# --------------------------------------------------------------------------------------
+# Batching and one optimizer step
+# --------------------------------------------------------------------------------------
+
+
+def demo_pairs(demos: Sequence[Demonstration]) -> list[Pair]:
+    """Every step of every demonstration as (context_ids, action_ids)."""
+    return [(s.context_ids, s.action_ids) for d in demos for s in d.steps]
+
+
+def sft_micro_batches(pairs: Sequence[Pair], max_tokens: int, pad_id: int) -> list[MicroBatch]:
+    """Rows → the learner's MicroBatches (its packing plan and collation; RL fields zeroed)."""
+    plan = batching.plan_micro_batches([len(c) + len(a) for c, a in pairs], max_tokens)
+    out = []
+    for idx in plan:
+        t = batching.collate_pairs([pairs[i] for i in idx], {}, pad_id)
+        shape = t["input_ids"].shape  # [B, T]
+        out.append(MicroBatch(
+            input_ids=t["input_ids"],
+            attention_mask=t["attention_mask"],
+            action_mask=t["action_mask"],
+            behavior_logprobs=torch.zeros(shape),
+            token_versions=torch.zeros(shape, dtype=torch.long),
+            advantages=torch.zeros(shape),
+            sample_weights=torch.ones(shape[0]),
+            value_index=torch.tensor([len(pairs[i][0]) - 1 for i in idx], dtype=torch.long),
+            row_index=torch.tensor(idx, dtype=torch.long),
+        ))
+    return out
+
+
+def sft_step(trainer: PolicyTrainer, mbs: Sequence[MicroBatch]) -> dict[str, float]:
+    """One optimizer step: token-mean NLL of the action tokens, accumulated over micro-batches.
+
+    Each micro-batch's summed NLL is divided by the step's total action-token count, so the
+    accumulated gradient is that of the mean over all action tokens of the step.
+    """
+    trainer.optimizer.zero_grad(set_to_none=True)
+    action_tokens = sum(mb.num_action_tokens for mb in mbs)
+    loss = 0.0
+    for mb in mbs:
+        logprobs = trainer.forward(mb).logprobs  # [B, T], 0 off the action tokens
+        nll = -logprobs.sum() / action_tokens
+        nll.backward()
+        loss += float(nll.detach())
+    clip = trainer.lcfg.grad_clip if trainer.lcfg.grad_clip > 0 else float("inf")
+    grad_norm = torch.nn.utils.clip_grad_norm_(trainer.trainable_parameters(), clip)
+    trainer.optimizer.step()
+    return {
+        "loss": loss,
+        "grad_norm": float(grad_norm),
+        "action_tokens": float(action_tokens),
+        "tokens": float(sum(int(mb.attention_mask.sum()) for mb in mbs)),
+        "micro_batches": float(len(mbs)),
+    }
+
+
+def lr_factor(step: int, total: int, warmup: int, schedule: str) -> float:
+    """Multiplier of the base lr at optimizer step `step` (0-based) of `total`.
+
+    Linear warmup over `warmup` steps, then constant or linear decay to 0 at step `total`.
+    """
+    if step < warmup:
+        return (step + 1) / (warmup + 1)
+    if schedule == "constant":
+        return 1.0
+    return max(0.0, (total - step) / max(total - warmup, 1))
+
+
+def fit(
+    trainer: PolicyTrainer, demos: Sequence[Demonstration], epochs: int, batch_episodes: int,
+    seed: int = 0, on_step: Callable[[dict[str, float]], None] | None = None,
+    schedule: str = "constant", warmup_steps: int = 0,
+) -> list[dict[str, float]]:
+    """Train `epochs` passes (episodes shuffled per epoch); returns every step's metrics."""
+    rng = random.Random(seed)
+    per_epoch = -(-len(demos) // batch_episodes)
+    total = epochs * per_epoch
+    base_lrs = [g["lr"] for g in trainer.optimizer.param_groups]
+    history: list[dict[str, float]] = []
+    for epoch in range(epochs):
+        order = list(range(len(demos)))
+        rng.shuffle(order)
+        for start in range(0, len(order), batch_episodes):
+            chosen = [demos[i] for i in order[start:start + batch_episodes]]
+            mbs = sft_micro_batches(
+                demo_pairs(chosen), trainer.lcfg.micro_batch_tokens, trainer.pad_id
+            )
+            factor = lr_factor(len(history), total, warmup_steps, schedule)
+            for group, base in zip(trainer.optimizer.param_groups, base_lrs, strict=True):
+                group["lr"] = base * factor
+            t0 = time.perf_counter()
+            m = sft_step(trainer, mbs)
+            dt = time.perf_counter() - t0
+            m.update(step=float(len(history) + 1), total_steps=float(total),
+                     epoch=epoch + (start + len(chosen)) / len(demos), step_time_s=dt,
+                     tokens_per_s=m["tokens"] / max(dt, 1e-9), lr=base_lrs[0] * factor)
+            history.append(m)
+            if on_step is not None:
+                on_step(m)
+    return history
+
+
+def trainer_config(cfg: RunConfig) -> RunConfig:
+    """The run config the trainer is built with: `sft.lr`, and no reference model (no KL)."""
+    return msgspec.structs.replace(
+        cfg,
+        learner=msgspec.structs.replace(cfg.learner, lr=cfg.sft.lr),
+        algorithm=msgspec.structs.replace(cfg.algorithm, kl_coef=0.0),
+    )
+
+
+# --------------------------------------------------------------------------------------
+# The command
+# --------------------------------------------------------------------------------------
+
+
+def load_demos(cfg: RunConfig, tokenizer: Any, stats: DemoStats) -> list[Demonstration]:
+    """The demonstrations `sft.demos_source` names, built with the run's context builder."""
+    from agent_r1_async.actors.context import make_context_builder
+
+    builder = make_context_builder(cfg.context, tokenizer)
+    s = cfg.sft
+    if s.demos_source == "jsonl":
+        return jsonl_demos(s.jsonl_path, tokenizer, builder, cfg.model.max_model_len,
+                           limit=s.num_demos, stats=stats)
+    from agent_r1_async.envs.registry import get_env_spec
+
+    spec = get_env_spec(cfg.env)
+    return oracle_demos(spec, spec.tasks(cfg.env.train_split), tokenizer, builder,
+                        cfg.model.max_model_len, limit=s.num_demos, stats=stats)
+
+
+def progress(m: dict[str, float]) -> str:
+    return (
+        f"[sft] step {m['step']:.0f}/{m['total_steps']:.0f} | epoch {m['epoch']:.2f} | "
+        f"loss {m['loss']:.4f} | grad {m['grad_norm']:.2f} | {m['tokens_per_s']:.0f} tok/s | "
+        f"{m['step_time_s']:.1f} s/step"
+    )
+
+
+def _eval(cfg: RunConfig, model_path: str, label: str, logger: Any, step: int) -> dict[str, Any]:
+    from agent_r1_async.evaluate import evaluate
+
+    t0 = time.perf_counter()
+    result = evaluate(cfg, cfg.env.eval_split, cfg.sft.eval_num_tasks, model_path=model_path)
+    logger.log({f"eval/{label}/{k}": v for k, v in result.items()}, step=step)
+    logger.console(f"[sft] eval {label}: {time.perf_counter() - t0:.1f} s")
+    return {"model": label, **result}
+
+
+def run_sft(cfg: RunConfig) -> int:
+    """The `sft` command: demos → (eval) → train → checkpoint → (eval); returns an exit code."""
+    from agent_r1_async.evaluate import format_table
+    from agent_r1_async.launch import make_run_dir
+    from agent_r1_async.models import load_tokenizer, resolve_model
+    from agent_r1_async.monitor import MetricsLogger
+
+    t_start = time.perf_counter()
+    run_dir = make_run_dir(cfg)
+    logger = MetricsLogger(cfg, run_dir)
+    start_path = resolve_model(cfg.model.init_from or cfg.model.name_or_path)
+    rows: list[dict[str, Any]] = []
+    try:
+        logger.console(f"[sft] run dir {run_dir}; model {start_path}")
+        if cfg.sft.eval_before:
+            rows.append(_eval(cfg, start_path, "before", logger, step=0))
+            logger.console(format_table(rows))
+        stats = DemoStats()
+        demos = load_demos(cfg, load_tokenizer(start_path), stats)
+        logger.console(
+            f"[sft] {len(demos)} demonstrations from {cfg.sft.demos_source}: "
+            f"{sum(len(d.steps) for d in demos)} steps, {sum(d.num_tokens for d in demos)} tokens "
+            f"(dropped: failed {stats.failed}, no oracle {stats.no_oracle}, too long {stats.too_long})"
+        )
+        torch.manual_seed(cfg.learner.seed)
+        trainer = PolicyTrainer(trainer_config(cfg), start_path)
+
+        def on_step(m: dict[str, float]) -> None:
+            step = int(m["step"])
+            if step % cfg.sft.log_every == 0 or step == int(m["total_steps"]):
+                logger.log({f"sft/{k}": v for k, v in m.items()}, step=step)
+                logger.console(progress(m))
+
+        t_train = time.perf_counter()
+        history = fit(trainer, demos, cfg.sft.epochs, cfg.sft.batch_episodes,
+                      seed=cfg.learner.seed, on_step=on_step, schedule=cfg.sft.schedule,
+                      warmup_steps=cfg.sft.warmup_steps)
+        train_s = time.perf_counter() - t_train
+        ckpt = checkpoint.save_checkpoint(str(run_dir), trainer, {
+            "version": 0, "updates": len(history), "samples_drawn": 0,
+            "sft_demos": len(demos), "sft_final_loss": history[-1]["loss"],
+        })
+        del trainer
+        gc.collect()
+        logger.console(f"[sft] {len(history)} steps in {train_s:.1f} s; checkpoint {ckpt}")
+        if cfg.sft.eval_after:
+            rows.append(_eval(cfg, ckpt, "after", logger, step=len(history)))
+        if rows:
+            print(format_table(rows), flush=True)
+        logger.console(
+            f"[sft] done in {time.perf_counter() - t_start:.0f} s. Start RL from it with\n"
+            f"  agent-r1-async launch --set model.init_from={run_dir}/checkpoints/latest"
+        )
+    finally:
+        logger.close()
+    return 0
