@@ -114,8 +114,13 @@ class LearnerHost:
         """Publish the current weights (actors joining a resumed run catch up)."""
         self.publisher.publish(self.learner.version, self.learner.trainer.published_state_dict())
 
-    def update(self) -> dict[str, float]:
-        return self.learner.update()
+    def update(self) -> dict[str, Any]:
+        """One learner update: its metrics and the batch's staleness histogram."""
+        metrics = self.learner.update()
+        if self.learner.updates % self.cfg.learner.checkpoint_every == 0:
+            metrics["checkpoint_saved"] = 1.0
+            self.learner.save_checkpoint()
+        return {"metrics": metrics, "staleness_hist": self.learner.last_staleness_hist}
 
     def save_checkpoint(self) -> str:
         return str(self.learner.save_checkpoint())

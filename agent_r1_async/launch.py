@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_r1_async.config import RunConfig, dump_config, load_config
-from agent_r1_async.monitor import MetricsLogger, progress_line, staleness_summary
+from agent_r1_async.monitor import MetricsLogger, progress_line
 from agent_r1_async.transport import CurveKeys
 
 
@@ -146,27 +146,42 @@ class Supervisor:
         return path
 
 
-def merge_metrics(learner: dict[str, float], buffer: dict[str, Any]) -> tuple[dict, dict]:
-    """Flatten learner + buffer metrics into one record and its histograms."""
-    out: dict[str, Any] = dict(learner)
+# Learner metric names -> the names a user looks for in W&B.
+_RENAME = {
+    "staleness_mean": "staleness/mean",
+    "staleness_max": "staleness/max",
+    "is_weight_mean": "is_weight/mean",
+    "is_weight_max": "is_weight/max",
+    "mismatch_kl": "is_weight/mismatch_kl",
+    "masked_frac": "is_weight/masked_frac",
+    "idle_frac": "learner/idle_ratio",
+}
+
+
+def merge_metrics(update: dict[str, Any], buffer: dict[str, Any]) -> tuple[dict, dict]:
+    """Flatten learner + buffer + actor metrics into one record and its histograms."""
+    out: dict[str, Any] = {}
+    for k, v in update["metrics"].items():
+        if "/" in k or k == "version":
+            out[k] = v
+        else:
+            out[_RENAME.get(k, f"learner/{k}")] = v
     for key in ("groups_ready", "groups_assembling", "episodes_stored", "bytes_stored",
                 "in_flight_groups", "accepted_groups", "sampled_groups", "ingest_records_per_s"):
         if key in buffer:
             out[f"buffer/{key}"] = buffer[key]
     for reason, count in buffer.get("drops", {}).items():
         out[f"buffer/drops/{reason}"] = count
-    hist = {int(k): int(v) for k, v in buffer.get("staleness_hist", {}).items()}
-    for k, v in staleness_summary(hist).items():
-        out.setdefault(k, v)
     actors = buffer.get("actors", {})
     if actors:
-        total = 0.0
         for actor_id, stats in actors.items():
-            for k in ("tokens_per_s", "episodes_per_s", "weight_sync_latency_s", "policy_version"):
-                if k in stats:
-                    out[f"actor/{actor_id}/{k}"] = stats[k]
-            total += stats.get("tokens_per_s", 0.0)
-        out["actors/tokens_per_s"] = total
+            for k in ("tokens_per_s", "episodes_per_s", "weight_sync_latency_s", "policy_version",
+                      "episodes_in_flight", "gen_time_s", "env_time_s"):
+                out[f"actor/{actor_id}/{k}"] = stats[k]
+        out["actors/tokens_per_s"] = sum(s["tokens_per_s"] for s in actors.values())
+        out["actors/episodes_per_s"] = sum(s["episodes_per_s"] for s in actors.values())
+        out["actors/weight_sync_latency_s"] = max(s["weight_sync_latency_s"] for s in actors.values())
+    hist = {int(k): int(v) for k, v in update.get("staleness_hist", {}).items()}
     return out, {"staleness/hist": hist}
 
 
@@ -200,9 +215,9 @@ def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None
         version = ray.get(sup.learner.version.remote())
         t_start = time.monotonic()
         while version < cfg.learner.total_updates:
-            metrics = sup.update()
-            version = int(metrics.get("version", version + 1))
-            record, hists = merge_metrics(metrics, sup.buffer_stats())
+            update = sup.update()
+            version = int(update["metrics"]["version"])
+            record, hists = merge_metrics(update, sup.buffer_stats())
             logger.log(record, step=version, histograms=hists)
             logger.console(progress_line(record))
             if cfg.launch.max_wall_time_s and time.monotonic() - t_start > cfg.launch.max_wall_time_s:

@@ -24,6 +24,7 @@ import torch
 from agent_r1_async import config, messages, models
 from agent_r1_async.learner import advantages as adv
 from agent_r1_async.learner import batching, checkpoint
+from agent_r1_async.learner.episode_stats import episode_stats, staleness_histogram
 from agent_r1_async.learner.trainer import PolicyTrainer
 from agent_r1_async.learner.weights import WeightPublisher
 
@@ -53,6 +54,8 @@ class Learner:
         self.updates = 0
         self.samples_drawn = 0
         """Data cursor: batches drawn from the source so far."""
+        self.last_staleness_hist: dict[int, int] = {}
+        """Token-weighted staleness histogram of the last update's batch."""
 
     @classmethod
     def from_checkpoint(
@@ -91,6 +94,8 @@ class Learner:
         elapsed = time.monotonic() - t0
         tokens = sum(mb.num_tokens for mb in mbs) * self.cfg.learner.ppo_epochs
         metrics.update(batch_metrics(rows, mbs, self.version - 1))
+        metrics.update(episode_stats(batch))
+        self.last_staleness_hist = staleness_histogram(batch, self.version - 1)
         metrics.update(version=self.version, update_time_s=elapsed,
                        data_wait_s=t_data - t0, idle_frac=(t_data - t0) / max(elapsed, 1e-9),
                        tokens_per_s=tokens / max(elapsed - (t_data - t0), 1e-9))

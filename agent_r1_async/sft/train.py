@@ -185,6 +185,10 @@ def _eval(cfg: RunConfig, model_path: str, label: str, logger: Any, step: int) -
 
     t0 = time.perf_counter()
     result = evaluate(cfg, cfg.env.eval_split, cfg.sft.eval_num_tasks, model_path=model_path)
+    if "tool_calls" in result and "tool_errors" in result:
+        # Well-formed calls per episode: the share of episodes that called a tool correctly
+        # when, as in the built-in envs' oracles, one call per episode is what is wanted.
+        result["valid_calls_per_episode"] = result["tool_calls"] - result["tool_errors"]
     logger.log({f"eval/{label}/{k}": v for k, v in result.items()}, step=step)
     logger.console(f"[sft] eval {label}: {time.perf_counter() - t0:.1f} s")
     return {"model": label, **result}

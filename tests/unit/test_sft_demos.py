@@ -239,3 +239,13 @@ def test_sft_config_section_validates_and_names_keys():
         config_from_dict({"sft": {"batch_episodes": 0}})
     with pytest.raises(ValueError, match=r"unknown config key `sft\.epoch`"):
         config_from_dict({"sft": {"epoch": 1}})
+
+
+def test_lr_schedule_by_hand():
+    from agent_r1_async.sft.train import lr_factor
+
+    # warmup 2 of 10 steps: 1/3, 2/3, then linear decay (10 - s) / 8 from 1 down to 1/8.
+    got = [lr_factor(s, 10, 2, "linear") for s in range(10)]
+    want = [1 / 3, 2 / 3, 1.0, 7 / 8, 6 / 8, 5 / 8, 4 / 8, 3 / 8, 2 / 8, 1 / 8]
+    assert got == pytest.approx(want, abs=1e-12)
+    assert [lr_factor(s, 4, 0, "constant") for s in range(4)] == [1.0] * 4

@@ -1,0 +1,66 @@
+"""Episode-level statistics of a sampled batch, for monitoring (pure functions).
+
+What a user watches in W&B besides the loss: the reward (total, outcome, per env, per step
+index), the env's own metrics (success, EM, F1, format_ok, ... averaged over episodes), how
+episodes ended, and the token-weighted staleness histogram of the batch (learner version −
+version of each action token).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+from agent_r1_async.messages import SampleBatch
+
+
+def staleness_histogram(batch: SampleBatch, learner_version: int) -> dict[int, int]:
+    """{staleness: action tokens} over every step of the batch."""
+    hist: Counter[int] = Counter()
+    for group in batch.groups:
+        for ep in group.episodes:
+            for step in ep.steps:
+                if step.token_versions:
+                    hist.update(learner_version - v for v in step.token_versions)
+                else:
+                    hist[learner_version - step.policy_version] += len(step.action_ids)
+    return dict(hist)
+
+
+def episode_stats(batch: SampleBatch) -> dict[str, float]:
+    """Means over the batch's episodes, keyed `reward/...`, `env/...`, `episodes/...`."""
+    totals: list[float] = []
+    outcomes: list[float] = []
+    by_env: dict[str, list[float]] = defaultdict(list)
+    by_step: dict[int, list[float]] = defaultdict(list)
+    env_metrics: dict[str, list[float]] = defaultdict(list)
+    status: Counter[str] = Counter()
+    steps: list[int] = []
+    for group in batch.groups:
+        for ep in group.episodes:
+            end = ep.end
+            status[end.status] += 1
+            process = [s.process_reward for s in ep.steps]
+            total = sum(process) + end.outcome_reward
+            totals.append(total)
+            outcomes.append(end.outcome_reward)
+            by_env[end.env_name].append(total)
+            steps.append(len(ep.steps))
+            for s in ep.steps:
+                by_step[s.step_index].append(s.process_reward)
+            for k, v in end.metrics.items():
+                env_metrics[k].append(v)
+    n = max(len(totals), 1)
+    out: dict[str, float] = {
+        "reward/mean": sum(totals) / n,
+        "reward/outcome_mean": sum(outcomes) / n,
+        "episodes/steps_mean": sum(steps) / n,
+    }
+    for env, vals in by_env.items():
+        out[f"reward/env/{env}"] = sum(vals) / len(vals)
+    for i, vals in sorted(by_step.items()):
+        out[f"reward/process_step_{i}"] = sum(vals) / len(vals)
+    for k, vals in env_metrics.items():
+        out[f"env/{k}"] = sum(vals) / len(vals)
+    for k, c in status.items():
+        out[f"episodes/status/{k}"] = c / n
+    return out
