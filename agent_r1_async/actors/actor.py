@@ -145,30 +145,31 @@ class Actor:
     async def _loop(self, spec, tasks, client, receiver, stop, max_groups) -> None:
         running: set[asyncio.Task] = set()
         next_stats = time.monotonic() + self.cfg.actors.stats_interval_s
-        backoff = _IDLE_S
+        backoff, next_credit = _IDLE_S, 0.0  # denied credits: ask again later, doubling the wait
         try:
             while not stop.is_set():
-                await self._apply_weights(receiver)
+                await self._apply_weights(receiver)  # polled every _IDLE_S at least
                 left = None if max_groups is None else max_groups - self.groups_started
                 if left == 0 and not running:
                     return
                 free = self.cfg.actors.groups_in_flight - len(running)
-                if free > 0 and (left is None or left > 0):
+                if free > 0 and (left is None or left > 0) and time.monotonic() >= next_credit:
                     granted = await self._credits(client, free if left is None else min(free, left))
                     for _ in range(granted):
                         running.add(asyncio.create_task(self._group(spec, next(tasks))))
                     backoff = _IDLE_S if granted else min(backoff * 2, 1.0)
+                    next_credit = 0.0 if granted else time.monotonic() + backoff
                 if time.monotonic() >= next_stats:
                     await self.emit(self._reporter.report(self.engine.version))
                     next_stats = time.monotonic() + self.cfg.actors.stats_interval_s
                 if running:
                     done, running = await asyncio.wait(
-                        running, timeout=backoff, return_when=asyncio.FIRST_COMPLETED
+                        running, timeout=_IDLE_S, return_when=asyncio.FIRST_COMPLETED
                     )
                     for t in done:
                         t.result()  # an emit failure is an actor failure: surface it
                 else:
-                    await asyncio.sleep(backoff)
+                    await asyncio.sleep(_IDLE_S)
         finally:
             # A task cancelled before its first step never runs its body, so it could not send
             # its "aborted" end record. Two loop turns let just-created group tasks start and
