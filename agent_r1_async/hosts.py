@@ -21,6 +21,15 @@ from agent_r1_async.config import RunConfig
 from agent_r1_async.transport import CurveKeys, ZmqTransport, tcp_endpoint
 
 
+def struct_to_dict(obj: Any) -> Any:
+    """Wire structs are array_like (positional); give the launcher named fields instead."""
+    if isinstance(obj, msgspec.Struct):
+        return {f: struct_to_dict(getattr(obj, f)) for f in obj.__struct_fields__}
+    if isinstance(obj, dict):
+        return {k: struct_to_dict(v) for k, v in obj.items()}
+    return obj
+
+
 def _pin_threads(num_cpus: float) -> None:
     n = max(1, math.ceil(num_cpus))
     os.environ["OMP_NUM_THREADS"] = str(n)
@@ -70,7 +79,7 @@ class BufferHost:
         }
 
     def stats(self) -> dict[str, Any]:
-        return msgspec.to_builtins(self.service.metrics())
+        return struct_to_dict(self.service.metrics())
 
     def stop(self) -> None:
         self.service.stop()
