@@ -48,9 +48,13 @@ def _load(args: argparse.Namespace):  # -> RunConfig
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
+    from agent_r1_async.config import load_config
     from agent_r1_async.launch import launch
 
-    cfg = _load(args)
+    if args.resume:  # the run's own config, plus any --set (e.g. more learner.total_updates)
+        cfg = load_config(Path(args.resume) / "config.yaml", args.overrides)
+    else:
+        cfg = _load(args)
     return launch(cfg, address=args.address, resume=args.resume)
 
 

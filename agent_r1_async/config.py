@@ -52,6 +52,12 @@ class ModelConfig(_Section):
     def __post_init__(self) -> None:
         _require(self.max_model_len >= 64, "model.max_model_len", "must be at least 64 tokens")
 
+    @property
+    def start_from(self) -> str:
+        """Where the version-0 weights come from: `init_from` if set, else `name_or_path`."""
+        return self.init_from or self.name_or_path
+        _require(bool(self.name_or_path.strip()), "model.name_or_path", "must name a model")
+
 
 class EngineConfig(_Section):
     backend: Literal["vllm", "hf"] = "vllm"
@@ -82,6 +88,10 @@ class EngineConfig(_Section):
         _require(self.temperature > 0, "engine.temperature", "must be > 0 (sampling is required)")
         _require(0 < self.top_p <= 1, "engine.top_p", "must be in (0, 1]")
         _require(self.max_concurrent_requests >= 1, "engine.max_concurrent_requests", "must be >= 1")
+        _require(self.kv_cache_gb > 0, "engine.kv_cache_gb", "must be > 0")
+        _require(
+            0 < self.gpu_memory_utilization <= 1, "engine.gpu_memory_utilization", "must be in (0, 1]"
+        )
 
 
 class ContextConfig(_Section):
@@ -117,6 +127,12 @@ class EnvConfig(_Section):
         _require(self.max_turns >= 1, "env.max_turns", "must be >= 1")
         _require(self.tool_timeout_s > 0, "env.tool_timeout_s", "must be > 0")
         _require(self.step_timeout_s > 0, "env.step_timeout_s", "must be > 0")
+        _require(
+            self.tool_timeout_s <= self.step_timeout_s,
+            "env.tool_timeout_s",
+            f"({self.tool_timeout_s:g} s) cannot exceed env.step_timeout_s "
+            f"({self.step_timeout_s:g} s): the step would time out before its tool does",
+        )
 
 
 class ActorsConfig(_Section):
@@ -140,6 +156,8 @@ class ActorsConfig(_Section):
         _require(self.groups_in_flight >= 1, "actors.groups_in_flight", "must be >= 1")
         _require(self.num_cpus >= 0, "actors.num_cpus", "must be >= 0")
         _require(self.stats_interval_s > 0, "actors.stats_interval_s", "must be > 0")
+        _require(self.num_gpus >= 0, "actors.num_gpus", "must be >= 0")
+        _require(self.max_restarts >= 0, "actors.max_restarts", "must be >= 0")
 
 
 class BufferConfig(_Section):
@@ -196,6 +214,13 @@ class BufferConfig(_Section):
         _require(self.min_group_episodes >= 1, "buffer.min_group_episodes", "must be >= 1")
         _require(self.episode_timeout_s > 0, "buffer.episode_timeout_s", "must be > 0")
         _require(self.step_grace_s >= 0, "buffer.step_grace_s", "must be >= 0")
+        _require(self.group_wait_s > 0, "buffer.group_wait_s", "must be > 0")
+        _require(self.snapshot_interval_s >= 0, "buffer.snapshot_interval_s", "must be >= 0 (0 = at shutdown only)")
+        _require(
+            self.max_frame_bytes >= 1 << 16,
+            "buffer.max_frame_bytes",
+            "must be at least 64 KiB (smaller frames would refuse ordinary step records)",
+        )
 
 
 class AlgorithmConfig(_Section):
@@ -267,6 +292,11 @@ class LoraConfig(_Section):
     )
     """Module names that get adapters."""
 
+    def __post_init__(self) -> None:
+        _require(self.rank >= 1, "learner.lora.rank", "must be >= 1")
+        _require(self.alpha > 0, "learner.lora.alpha", "must be > 0")
+        _require(bool(self.target_modules), "learner.lora.target_modules", "must name at least one module")
+
 
 class LearnerConfig(_Section):
     lr: float = 1e-6
@@ -315,6 +345,8 @@ class LearnerConfig(_Section):
         _require(self.total_updates >= 1, "learner.total_updates", "must be >= 1")
         _require(self.publish_every >= 1, "learner.publish_every", "must be >= 1")
         _require(self.checkpoint_every >= 1, "learner.checkpoint_every", "must be >= 1")
+        _require(self.sample_timeout_s > 0, "learner.sample_timeout_s", "must be > 0")
+        _require(self.num_gpus >= 0, "learner.num_gpus", "must be >= 0")
 
 
 class LoggingConfig(_Section):
@@ -329,6 +361,9 @@ class LoggingConfig(_Section):
     metrics_interval_s: float = 10.0
     """How often buffer and actor metrics are aggregated and logged."""
 
+    def __post_init__(self) -> None:
+        _require(self.metrics_interval_s > 0, "logging.metrics_interval_s", "must be > 0")
+
 
 class EvalConfig(_Section):
     num_tasks: int = 64
@@ -339,6 +374,16 @@ class EvalConfig(_Section):
     """Sampling temperature for evaluation (1.0 matches training)."""
     samples_per_task: int = 1
     """Episodes per held-out task."""
+
+    def __post_init__(self) -> None:
+        _require(self.num_tasks >= 1, "eval.num_tasks", "must be >= 1")
+        _require(self.every >= 0, "eval.every", "must be >= 0 (0 = only before and after)")
+        _require(self.temperature > 0, "eval.temperature", "must be > 0")
+        _require(self.samples_per_task >= 1, "eval.samples_per_task", "must be >= 1")
+
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+"""Bind hosts that only this machine can reach."""
 
 
 class LaunchConfig(_Section):
@@ -358,6 +403,22 @@ class LaunchConfig(_Section):
     """Stop gracefully after this long (0 = no limit)."""
     seed: int = 0
     """Global seed."""
+
+    def __post_init__(self) -> None:
+        _require(
+            bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", self.name)),
+            "launch.name",
+            f"{self.name!r} must be a plain name (letters, digits, '.', '_', '-'): it names "
+            "the run directory",
+        )
+        _require(self.num_cpus >= 0, "launch.num_cpus", "must be >= 0 (0 = all)")
+        _require(self.max_wall_time_s >= 0, "launch.max_wall_time_s", "must be >= 0 (0 = no limit)")
+        _require(
+            self.curve or self.bind_host in LOOPBACK_HOSTS,
+            "launch.bind_host",
+            f"{self.bind_host!r} exposes the sockets beyond this machine: set launch.curve: "
+            "true so that only this run's processes can connect",
+        )
 
 
 class SftConfig(_Section):
@@ -441,6 +502,20 @@ class RunConfig(_Section):
             self.buffer.min_group_episodes <= self.algorithm.group_size,
             "buffer.min_group_episodes",
             f"cannot exceed algorithm.group_size ({self.algorithm.group_size})",
+        )
+        _require(
+            self.engine.max_new_tokens < self.model.max_model_len,
+            "engine.max_new_tokens",
+            f"({self.engine.max_new_tokens}) must be below model.max_model_len "
+            f"({self.model.max_model_len}): the context needs room too",
+        )
+        room = (self.buffer.max_staleness + 1) * self.algorithm.batch_groups
+        _require(
+            self.buffer.min_groups_to_sample <= room,
+            "buffer.min_groups_to_sample",
+            f"({self.buffer.min_groups_to_sample}) cannot exceed (buffer.max_staleness + 1) × "
+            f"algorithm.batch_groups = {room}: admission control never lets more groups in "
+            "before the first update, so the learner would wait forever",
         )
         _require(
             self.algorithm.name != "ppo" or self.algorithm.credit == "step"

@@ -69,7 +69,7 @@ def evaluate(
     model_path: str | None = None,
     engine: Any = None,
 ) -> dict[str, float]:
-    """Evaluate `model_path` (default `model.name_or_path`) on `num_tasks` tasks of `split`.
+    """Evaluate `model_path` (default `model.init_from`, else `model.name_or_path`) on `num_tasks` tasks of `split`.
 
     `engine`: an already running engine to use (the caller keeps ownership), else one is
     built from `engine.*` with `eval.temperature`.
@@ -88,7 +88,7 @@ async def _evaluate(
     from agent_r1_async.envs.registry import get_env_spec
     from agent_r1_async.models import load_tokenizer, resolve_model
 
-    path = resolve_model(model_path or cfg.model.name_or_path)
+    path = resolve_model(model_path or cfg.model.start_from)
     spec = get_env_spec(cfg.env)
     tasks = spec.tasks(split)[:num_tasks]
     if not tasks:

@@ -55,7 +55,9 @@ def advertised(endpoint: str, bind_host: str) -> str:
 
 
 class BufferHost:
-    def __init__(self, cfg: RunConfig, snapshot_dir: str | None, curve: CurveKeys | None) -> None:
+    def __init__(
+        self, cfg: RunConfig, snapshot_dir: str | None, curve: CurveKeys | None, resume: bool
+    ) -> None:
         from agent_r1_async.buffers.service import BufferService
 
         self.cfg = cfg
@@ -68,6 +70,7 @@ class BufferHost:
             data_endpoint=tcp_endpoint(host),
             control_endpoint=tcp_endpoint(host),
             snapshot_dir=snapshot_dir,
+            fresh_actors=resume,  # a relaunch starts new actors: the old ones' credits are void
         )
         self.service.start()
 

@@ -26,9 +26,27 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent_r1_async.config import RunConfig, dump_config, load_config
+from agent_r1_async.config import ConfigError, RunConfig, dump_config
 from agent_r1_async.monitor import MetricsLogger, progress_line
 from agent_r1_async.transport import CurveKeys
+
+
+def check_model(cfg: RunConfig) -> None:
+    """Fail before anything starts when the policy or init checkpoint cannot be found.
+
+    Known aliases are prepared later by the processes that load them (cached, once); local
+    paths must exist and hold a HF model; a hub id is left to the loader (it needs network).
+    """
+    from agent_r1_async.models import KNOWN_MODELS, TINY_MODEL_ALIAS, resolve_model
+
+    for key, value in (("model.name_or_path", cfg.model.name_or_path),
+                       ("model.init_from", cfg.model.init_from)):
+        if not value or value in KNOWN_MODELS or value == TINY_MODEL_ALIAS:
+            continue
+        try:
+            resolve_model(value)
+        except (FileNotFoundError, KeyError) as e:
+            raise ConfigError(f"{key}: {e}") from None
 
 
 def make_run_dir(cfg: RunConfig) -> Path:
@@ -79,7 +97,7 @@ class Supervisor:
         self.cfg = cfg
         self.ray = ray
         self.buffer = ray.remote(num_cpus=0.5, max_concurrency=4)(BufferHost).remote(
-            cfg, str(run_dir / "buffer"), curve
+            cfg, str(run_dir / "buffer"), curve, resume
         )
         self.endpoints: dict[str, str] = ray.get(self.buffer.endpoints.remote())
         self.learner = ray.remote(
@@ -131,18 +149,20 @@ class Supervisor:
         return self.ray.get(self.buffer.stats.remote())
 
     def shutdown(self, checkpoint: bool) -> str | None:
+        """Actors first (their aborted-episode records reach the buffer), then the learner's
+        checkpoint, then the buffer's final snapshot."""
         ray = self.ray
         path = None
         for a in self.actors:
             with contextlib.suppress(Exception):  # a dead actor has nothing left to stop
                 ray.get(a.stop.remote(), timeout=10)
+        ray.wait(list(self.runs), timeout=30, num_returns=len(self.runs))
         if checkpoint:
             path = ray.get(self.learner.save_checkpoint.remote())
         try:
             ray.get(self.buffer.stop.remote(), timeout=30)
         except Exception as e:
             print(f"[launch] buffer stop failed: {e!r}", file=sys.stderr)
-        ray.wait(list(self.runs), timeout=15, num_returns=len(self.runs))
         return path
 
 
@@ -190,11 +210,12 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 
 
 def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None) -> int:
+    check_model(cfg)  # before Ray starts or a run directory is made
     import ray
 
     if resume:
         run_dir = Path(resume).resolve()
-        cfg = load_config(run_dir / "config.yaml")
+        (run_dir / "config.yaml").write_text(dump_config(cfg))
     else:
         run_dir = make_run_dir(cfg)
     print(f"[launch] run directory: {run_dir}", flush=True)

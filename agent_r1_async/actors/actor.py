@@ -106,7 +106,7 @@ class Actor:
         from agent_r1_async.models import load_tokenizer, resolve_model
 
         cfg = self.cfg
-        model_path = resolve_model(cfg.model.name_or_path)
+        model_path = resolve_model(cfg.model.start_from)
         spec = get_env_spec(cfg.env)
         tasks = shard_tasks(
             spec.tasks(cfg.env.train_split), self.index, cfg.actors.num_actors,

@@ -128,6 +128,14 @@ class TrajectoryBuffer:
         self._collect()
         self.drops["expired_credit"] += len(self.admission.expire())
 
+    def orphan_all(self) -> None:
+        """Every actor that held a credit or an open episode is gone (a relaunch restored this
+        buffer with fresh actors): expire their open episodes now and release their credits,
+        instead of blocking admission until `episode_timeout_s` passes."""
+        self.assembler.poll(self._clock() + self.cfg.episode_timeout_s + self.cfg.group_wait_s + 1)
+        self._collect()
+        self.drops["orphaned_credit"] += self.admission.release_all()
+
     def _collect(self) -> None:
         ready, dropped = self.assembler.drain()
         for gid in dropped:

@@ -23,6 +23,7 @@ Run: `BufferService(cfg.buffer, cfg.algorithm, ZmqTransport()).start()`; actors 
 from __future__ import annotations
 
 import gc
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -40,6 +41,8 @@ _DATA_BURST = 2000
 _CONTROL_BURST = 100
 _TICK_S = 0.2
 _IDLE_WAIT_MS = 50
+_MAX_PARK_S = 3600.0  # longest a SampleRequest may wait; the learner asks again after it
+_MAX_PARKED = 256  # parked requests at once (one per peer identity; bounds a flood)
 
 
 @dataclass
@@ -59,7 +62,10 @@ class BufferService:
         control_endpoint: str = "tcp://127.0.0.1:0",
         snapshot_dir: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        fresh_actors: bool = False,
     ) -> None:
+        """`fresh_actors`: the actors of the restored snapshot are gone (a relaunch), so their
+        open episodes and credits are released at once instead of after their timeouts."""
         self.cfg = cfg
         self.buffer = TrajectoryBuffer(cfg, algo, clock)
         self.snapshot_dir = snapshot_dir
@@ -69,6 +75,8 @@ class BufferService:
             if state is not None:
                 self.buffer.restore(state)
                 self.restored = True
+                if fresh_actors:
+                    self.buffer.orphan_all()
         self._clock = clock
         kw = {"max_message_bytes": cfg.max_frame_bytes}
         is_zmq = isinstance(transport, ZmqTransport)
@@ -229,13 +237,24 @@ class BufferService:
         return m.ErrorReply(f"the buffer does not serve {type(req).__name__} requests")
 
     def _sample(self, peer: bytes, req: m.SampleRequest) -> m.ControlMessage | None:
-        if req.num_groups < 1:
-            return m.ErrorReply(f"SampleRequest.num_groups must be >= 1, got {req.num_groups}")
+        if req.num_groups < 1 or not (math.isfinite(req.timeout_s) and req.timeout_s >= 0):
+            self.buffer.drops["invalid_request"] += 1
+            return m.ErrorReply(
+                f"SampleRequest needs num_groups >= 1 and a finite timeout_s >= 0, got "
+                f"num_groups={req.num_groups}, timeout_s={req.timeout_s}"
+            )
         batch, why = self.buffer.try_sample(req.num_groups, req.learner_version)
         if batch is not None:
             return batch
         if req.timeout_s > 0:
-            self._parked.append(_Parked(peer, req, self._clock() + req.timeout_s))
+            # A DEALER asks one thing at a time: a peer's new request replaces its parked one
+            # (whose answer it no longer reads), so a flood from one peer parks one request.
+            self._parked = [p for p in self._parked if p.peer != peer]
+            if len(self._parked) >= _MAX_PARKED:
+                self.buffer.drops["invalid_request"] += 1
+                return m.ErrorReply(f"{_MAX_PARKED} sample requests are waiting already")
+            wait = min(req.timeout_s, _MAX_PARK_S)  # a finite deadline for _wait_ms
+            self._parked.append(_Parked(peer, req, self._clock() + wait))
             return None
         return self._not_ready(req, why)
 

@@ -115,6 +115,12 @@ class AdmissionControl:
             del self._in_flight[gid]
         return gone
 
+    def release_all(self) -> int:
+        """Release every in-flight credit (their actors are gone); returns how many."""
+        n = len(self._in_flight)
+        self._in_flight.clear()
+        return n
+
     def state(self) -> tuple[int, list[tuple[str, str, bool]]]:
         """(accepted, [(group_id, actor_id, started)]) for a snapshot."""
         return self.accepted, [(g, c.actor_id, c.started) for g, c in self._in_flight.items()]

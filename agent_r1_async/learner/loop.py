@@ -40,6 +40,7 @@ class Learner:
         publisher: WeightPublisher | None,
         run_dir: str | None,
         model_path: str | None = None,
+        trainer: PolicyTrainer | None = None,
     ) -> None:
         self.cfg = cfg
         self.transport = transport
@@ -47,8 +48,11 @@ class Learner:
         self.publisher = publisher
         self.run_dir = run_dir
         torch.manual_seed(cfg.learner.seed)
-        path = model_path or cfg.model.init_from or cfg.model.name_or_path
-        self.trainer = PolicyTrainer(cfg, models.resolve_model(path))
+        if trainer is not None:  # injected (benchmarks, tests): no model is loaded
+            self.trainer = trainer
+        else:
+            path = model_path or cfg.model.start_from
+            self.trainer = PolicyTrainer(cfg, models.resolve_model(path))
         self.version = 0
         """Policy version of the current weights (the actors' data is stamped with it)."""
         self.updates = 0

@@ -204,7 +204,7 @@ def run_sft(cfg: RunConfig) -> int:
     t_start = time.perf_counter()
     run_dir = make_run_dir(cfg)
     logger = MetricsLogger(cfg, run_dir)
-    start_path = resolve_model(cfg.model.init_from or cfg.model.name_or_path)
+    start_path = resolve_model(cfg.model.start_from)
     rows: list[dict[str, Any]] = []
     try:
         logger.console(f"[sft] run dir {run_dir}; model {start_path}")

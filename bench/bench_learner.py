@@ -1,0 +1,232 @@
+"""Learner: tokens/s and peak memory of one optimizer step; MFU on a GPU.
+
+    .venv/bin/python bench/bench_learner.py             # CPU, SmolLM2-135M, fp32 + bf16, ~3 min
+    .venv/bin/python bench/bench_learner.py --quick     # 4 × 256 tokens, 1 timed step
+    python bench/bench_learner.py --device cuda --model-size 0.5b   # GPU: MFU (random init)
+
+Each configuration runs in its own spawned process (so peak memory is that process's own):
+- ours: `PolicyTrainer.proximal_pass` + `PolicyTrainer.optimize` (GRPO loss with decoupled
+  proximal/behavior importance weights, action-only LM head, gradient accumulation over
+  `micro_batch_tokens` micro-batches, AdamW step) on a synthetic batch of `--rows` steps of
+  `--context` context + `--action` action tokens (random ids; the cost does not depend on
+  them);
+- baseline: a plain transformers step on the same tokens — `model(input_ids,
+  labels=...)` over the same micro-batches, `loss.backward()`, AdamW step (the usual SFT
+  loop: full-vocabulary logits at every position).
+tokens/s = input tokens (context + action, without padding) / seconds of the optimizer step
+(forward + backward + AdamW), median over `--steps` steps after one warm-up step. Peak memory
+on CPU: `ru_maxrss` of the process (peak RSS; with the model-load RSS before the first step
+beside it), on CUDA: `torch.cuda.max_memory_allocated`.
+
+MFU (CUDA only): 6 · N · tokens/s / peak FLOP/s, N = parameters without the input embedding
+table (the lm_head matmul counts; a tied head is counted once), attention's sequence-length
+FLOPs left out (a lower bound). Peak: `--peak-tflops` (default by device name: H100/H200 989,
+A100 312 dense bf16). The model is a random-init Qwen2 config (0.5B or 1.5B shapes), saved
+once to a temp dir so `PolicyTrainer` loads it like any checkpoint. Not run on the CPU-only
+development machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import random
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+MODEL = "smollm2-135m-instruct"
+
+QWEN2_SHAPES = {  # Qwen2.5-0.5B / 1.5B architecture (random init)
+    "0.5b": dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
+                 num_key_value_heads=2, intermediate_size=4864, tie_word_embeddings=True),
+    "1.5b": dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12,
+                 num_key_value_heads=2, intermediate_size=8960, tie_word_embeddings=True),
+}
+PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
+
+
+def random_qwen2_dir(size: str, root: str) -> str:
+    """Save a random-init Qwen2 model of the given size (bf16 safetensors) under `root`."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    cfg = Qwen2Config(vocab_size=151936, max_position_embeddings=4096, pad_token_id=0,
+                      **QWEN2_SHAPES[size])
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    path = os.path.join(root, f"qwen2-{size}")
+    model.save_pretrained(path)
+    return path
+
+
+def flops_params(model: Any) -> int:
+    """N for 6·N·tokens: every parameter except the input embedding (a tied head counts once)."""
+    emb = model.get_input_embeddings().weight
+    head = model.get_output_embeddings().weight
+    n = sum(p.numel() for p in model.parameters()) - emb.numel()
+    return n + (head.numel() if head is emb else 0)
+
+
+def synthetic_rows(n: int, ctx: int, act: int, vocab: int, seed: int = 0) -> list[Any]:
+    from agent_r1_async.learner.batching import Row
+
+    rng = random.Random(seed)
+    return [
+        Row(context_ids=[rng.randrange(3, vocab) for _ in range(ctx)],
+            action_ids=[rng.randrange(3, vocab) for _ in range(act)],
+            behavior_logprobs=[-rng.random() * 3 for _ in range(act)], token_versions=[0] * act,
+            advantage=rng.gauss(0, 1), reward=0.0, sample_weight=1.0, group_index=i // 4,
+            episode_index=i % 4, step_index=0, ids=(f"g{i // 4}", f"e{i}"))
+        for i in range(n)
+    ]
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def _run(mode: str, bf16: bool, args: Any, model_path: str, q: Any) -> None:
+    """One configuration in this (fresh) process; puts a result dict on `q`."""
+    import torch
+
+    from agent_r1_async.config import AlgorithmConfig, LearnerConfig, RunConfig
+    from agent_r1_async.learner.batching import make_micro_batches
+    from agent_r1_async.learner.trainer import PolicyTrainer
+
+    torch.manual_seed(0)
+    cuda = args.device == "cuda"
+    cfg = RunConfig(algorithm=AlgorithmConfig(name="grpo"),
+                    learner=LearnerConfig(lr=1e-6, bf16=bf16, device=args.device,
+                                          micro_batch_tokens=args.micro_batch_tokens,
+                                          flash_attention=True))
+    trainer = PolicyTrainer(cfg, model_path)
+    lm = trainer._causal_lm()
+    vocab = lm.config.vocab_size
+    mbs = make_micro_batches(synthetic_rows(args.rows, args.context, args.action, vocab),
+                             args.micro_batch_tokens, trainer.pad_id)
+    tokens = args.rows * (args.context + args.action)
+    rss_loaded = _rss_mb()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    times = []
+    for i in range(args.steps + 1):
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        if mode == "ours":
+            trainer.proximal_pass(mbs)
+            t1 = time.perf_counter()
+            trainer.optimize(mbs)
+        else:
+            t1 = t0
+            plain_step(trainer, mbs, bf16)
+        if cuda:
+            torch.cuda.synchronize()
+        if i > 0:  # the first step is a warm-up
+            times.append((time.perf_counter() - t1, t1 - t0))
+    step_s = statistics.median(t for t, _ in times)
+    out = {"tokens": tokens, "step_s": step_s, "tok_s": tokens / step_s,
+           "proximal_s": statistics.median(p for _, p in times),
+           "rss_loaded_mb": rss_loaded, "peak_mb": _rss_mb(), "n_params": flops_params(lm)}
+    if cuda:
+        out["peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    q.put(out)
+
+
+def plain_step(trainer: Any, mbs: list[Any], bf16: bool) -> None:
+    """The baseline: HF causal-LM loss on the action tokens, full logits, AdamW."""
+    import torch
+
+    model, dev = trainer._causal_lm(), trainer.device
+    trainer.optimizer.zero_grad(set_to_none=True)
+    for mb in mbs:
+        labels = mb.input_ids.masked_fill(~mb.action_mask, -100).to(dev)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = model(input_ids=mb.input_ids.to(dev),
+                         attention_mask=mb.attention_mask.to(dev), labels=labels).loss
+        (loss / len(mbs)).backward()
+    torch.nn.utils.clip_grad_norm_(trainer.trainable_parameters(), 1.0)
+    trainer.optimizer.step()
+
+
+def run_config(mode: str, bf16: bool, args: Any, model_path: str) -> dict[str, float]:
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    proc = ctx.Process(target=_run, args=(mode, bf16, args, model_path, q))
+    proc.start()
+    try:
+        return q.get(timeout=1800)
+    finally:
+        proc.join(60)
+
+
+def peak_tflops(args: Any) -> float:
+    import torch
+
+    if args.peak_tflops:
+        return args.peak_tflops
+    name = torch.cuda.get_device_name()
+    for key, tf in PEAK_TFLOPS.items():
+        if key in name:
+            return tf
+    raise SystemExit(f"unknown GPU {name!r}: pass --peak-tflops (dense bf16 TFLOP/s)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--model-size", default="135m", choices=["135m", "0.5b", "1.5b"])
+    ap.add_argument("--rows", type=int, default=8)
+    ap.add_argument("--context", type=int, default=192)
+    ap.add_argument("--action", type=int, default=64)
+    ap.add_argument("--micro-batch-tokens", type=int, default=1024)
+    ap.add_argument("--steps", type=int, default=2, help="timed steps after 1 warm-up")
+    ap.add_argument("--peak-tflops", type=float, default=0.0)
+    ap.add_argument("--quick", action="store_true", help="4 rows, 1 timed step, fp32 only")
+    args = ap.parse_args()
+    if args.quick:
+        args.rows, args.steps = 4, 1
+    cuda = args.device == "cuda"
+    if cuda and args.model_size == "135m":
+        args.model_size = "0.5b"
+    if cuda:  # realistic GPU micro-batches: 16 rows × 1024 tokens, 8k-token micro-batches
+        args.rows, args.context, args.action = max(args.rows, 16), 896, 128
+        args.micro_batch_tokens = max(args.micro_batch_tokens, 8192)
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.model_size == "135m":
+            from agent_r1_async.models import resolve_model
+
+            model_path = resolve_model(MODEL)
+        else:
+            model_path = random_qwen2_dir(args.model_size, tmp)
+        precisions = [True] if cuda else ([False] if args.quick else [False, True])
+        print(f"## Learner step: {args.model_size} on {args.device}, {args.rows} rows × "
+              f"({args.context} context + {args.action} action) tokens, micro-batches of "
+              f"≤{args.micro_batch_tokens} tokens; median of {args.steps} steps after 1 warm-up")
+        print(f"{'config':28} {'tokens/s':>9} {'step s':>7} {'proximal s':>10} {'peak MB':>8} "
+              f"{'loaded MB':>9} {'vs plain':>8}" + (f" {'MFU':>6}" if cuda else ""))
+        for bf16 in precisions:
+            plain = run_config("plain", bf16, args, model_path)
+            ours = run_config("ours", bf16, args, model_path)
+            prec = "bf16 autocast" if bf16 else "fp32"
+            for label, r in ((f"plain HF step, {prec}", plain), (f"PolicyTrainer, {prec}", ours)):
+                ratio = r["tok_s"] / plain["tok_s"]
+                line = (f"{label:28} {r['tok_s']:>9.1f} {r['step_s']:>7.2f} "
+                        f"{r['proximal_s']:>10.2f} {r['peak_mb']:>8.0f} "
+                        f"{r['rss_loaded_mb']:>9.0f} {ratio:>7.2f}×")
+                if cuda:
+                    mfu = 6 * r["n_params"] * r["tok_s"] / (peak_tflops(args) * 1e12)
+                    line += f" {mfu:>6.1%}"
+                print(line, flush=True)
+    print(f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,393 @@
+"""Helpers for the reliability tests: hostile-frame strategies, id bookkeeping, a hanging env,
+a scripted engine, and subprocess entry points (a buffer service to SIGKILL).
+
+The strategies build frames the way an attacker or a broken peer would: random bytes, valid
+frames cut short or with flipped bytes, valid msgpack of the wrong shape, messages of the wrong
+family, structurally valid records with hostile values (NaN, huge, negative), and multipart
+messages of the wrong length.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from hypothesis import strategies as st
+
+from agent_r1_async import messages as m
+from agent_r1_async.actors.engine import GenResult
+from agent_r1_async.envs.base import Observation, StepResult, Task
+from agent_r1_async.envs.toolenv import Score, ToolEnv
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(TESTS_DIR)
+
+# --------------------------------------------------------------------------------------
+# Hypothesis strategies for hostile frames
+# --------------------------------------------------------------------------------------
+
+_ints = st.one_of(
+    st.integers(-3, 3), st.integers(-(2**63), 2**64 - 1), st.sampled_from([0, 1, 2**31, -1])
+)
+_floats = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([0.0, -0.5, math.nan])
+)
+_text = st.text(max_size=12)
+_small_list = st.lists(_ints, max_size=6)
+
+
+@st.composite
+def step_records(draw: Any) -> m.StepRecord:
+    """A StepRecord with hostile values (decodes fine; the buffer must judge it)."""
+    n = draw(st.integers(0, 4))
+    lengths_agree = draw(st.booleans())
+    return m.StepRecord(
+        episode_id=draw(st.sampled_from(["e0", "e1", "e2", ""]) | _text),
+        group_id=draw(st.sampled_from(["g0", "g1"]) | _text),
+        task_id=draw(_text),
+        actor_id=draw(st.sampled_from(["a0", "evil"])),
+        env_name="fake",
+        step_index=draw(st.one_of(st.integers(-2, 4), _ints)),
+        context_ids=draw(_small_list),
+        action_ids=draw(st.lists(_ints, min_size=n, max_size=n)),
+        behavior_logprobs=draw(
+            st.lists(_floats, min_size=n, max_size=n) if lengths_agree else st.lists(_floats)
+        ),
+        policy_version=draw(_ints),
+        process_reward=draw(_floats),
+        done=draw(st.booleans()),
+        token_versions=draw(st.just([]) | st.lists(_ints, max_size=5)),
+    )
+
+
+@st.composite
+def episode_ends(draw: Any) -> m.EpisodeEnd:
+    return m.EpisodeEnd(
+        episode_id=draw(st.sampled_from(["e0", "e1", "e2", ""]) | _text),
+        group_id=draw(st.sampled_from(["g0", "g1"]) | _text),
+        task_id=draw(_text),
+        actor_id="evil",
+        env_name="fake",
+        num_steps=draw(st.one_of(st.integers(-1, 4), _ints)),
+        outcome_reward=draw(_floats),
+        status=draw(st.sampled_from(["ok", "truncated", "timeout", "env_error"])),
+        group_size=draw(st.one_of(st.integers(-1, 3), _ints)),
+        metrics=draw(st.dictionaries(_text, _floats, max_size=3)),
+    )
+
+
+def _make_control_messages() -> st.SearchStrategy[msgspec.Struct]:
+    return st.one_of(
+        st.builds(m.Hello, schema_version=_ints,
+                  role=st.sampled_from(["actor", "learner", "monitor"]), peer_id=_text),
+        st.builds(m.CreditRequest, actor_id=_text, max_groups=_ints),
+        st.builds(m.SampleRequest, num_groups=_ints, learner_version=_ints, timeout_s=_floats),
+        st.builds(m.VersionUpdate, version=st.integers(-3, 3)),
+        st.just(m.StatsRequest()),
+        # Reply types sent as requests (a confused or malicious peer):
+        st.builds(m.HelloAck, ok=st.booleans(), schema_version=_ints),
+        st.builds(m.VersionAck, version=_ints),
+        st.builds(m.ErrorReply, reason=_text),
+        st.builds(m.CreditGrant, actor_id=_text, groups=_ints, learner_version=_ints),
+    )
+
+
+def _make_weights_headers() -> st.SearchStrategy[m.WeightsHeader]:
+    meta = st.builds(
+        m.TensorMeta,
+        name=st.sampled_from(["w", "b", ""]) | _text,
+        dtype=st.sampled_from(["float32", "bfloat16", "int64", "bool", "Tensor", "nope", ""]),
+        shape=st.lists(st.integers(-2, 4) | _ints, max_size=3),
+        nbytes=st.integers(-4, 64) | _ints,
+    )
+    return st.builds(
+        m.WeightsHeader,
+        schema_version=st.sampled_from([m.SCHEMA_VERSION, m.SCHEMA_VERSION + 1, 0, -1]) | _ints,
+        version=st.integers(-5, 1000),  # honest publishers in the tests use higher versions
+        tensors=st.lists(meta, max_size=3),
+        published_at=_floats,
+    )
+
+
+# Built once: hypothesis spends most of its time labelling freshly built strategies.
+_CONTROL = _make_control_messages()
+_HEADERS = _make_weights_headers()
+_STEPS = step_records()
+_ENDS = episode_ends()
+
+
+def _control_messages() -> st.SearchStrategy[msgspec.Struct]:
+    return _CONTROL
+
+
+def _weights_headers() -> st.SearchStrategy[m.WeightsHeader]:
+    return _HEADERS
+
+
+_msgpack_values = st.recursive(
+    st.none() | st.booleans() | _ints | _floats | _text | st.binary(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_text, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+_MANGLES = st.tuples(
+    st.sampled_from(["truncate", "flip", "extend"]),
+    st.integers(0, 2**16),
+    st.integers(1, 255),
+    st.binary(min_size=1, max_size=8),
+)
+
+
+def _mangle(frame: bytes, how: tuple[str, int, int, bytes]) -> bytes:
+    """A valid frame truncated, with one byte flipped, or extended."""
+    kind, pos, xor, tail = how
+    if kind == "truncate" and frame:
+        return frame[: pos % len(frame)]
+    if kind == "flip" and frame:
+        i = pos % len(frame)
+        return frame[:i] + bytes([frame[i] ^ xor]) + frame[i + 1 :]
+    return frame + tail
+
+
+def mangled(frames: st.SearchStrategy[bytes]) -> st.SearchStrategy[bytes]:
+    return st.tuples(frames, _MANGLES).map(lambda t: _mangle(*t))
+
+
+def hostile_frames(valid: st.SearchStrategy[msgspec.Struct]) -> st.SearchStrategy[list[bytes]]:
+    """One multipart message as a hostile peer might send it on a socket expecting `valid`."""
+    one = st.one_of(
+        st.binary(max_size=64),  # random bytes
+        _msgpack_values.map(msgspec.msgpack.encode),  # valid msgpack, wrong shape
+        valid.map(m.encode),  # the right family with hostile values
+        mangled(valid.map(m.encode)),  # truncated / flipped / extended
+        _control_messages().map(m.encode),  # control messages in the wrong place
+        _STEPS.map(m.encode),
+        _weights_headers().map(m.encode),
+    )
+    return st.one_of(
+        one.map(lambda f: [f]),
+        st.lists(one, min_size=0, max_size=3).filter(lambda fs: len(fs) != 1),  # wrong count
+    )
+
+
+def data_frames() -> st.SearchStrategy[list[bytes]]:
+    return hostile_frames(st.one_of(_STEPS, _ENDS))
+
+
+def control_frames() -> st.SearchStrategy[list[bytes]]:
+    return hostile_frames(_control_messages())
+
+
+def _weights_message(
+    header: m.WeightsHeader, first: str, how: tuple, garbage: bytes, count: int, fit: list[bool]
+) -> list[bytes]:
+    frame0 = m.encode(header)
+    if first == "mangled":
+        frame0 = _mangle(frame0, how)
+    elif first == "garbage":
+        frame0 = garbage
+    n = [len(header.tensors), len(header.tensors) + 1, 0][count]
+    frames = []
+    for i in range(n):  # tensor frames: often exactly nbytes long, so later checks are reached
+        want = header.tensors[i].nbytes if i < len(header.tensors) else 4
+        size = want if 0 <= want <= 64 and fit[i % len(fit)] else (i * 3) % 17
+        frames.append(bytes(size))
+    return [frame0, *frames]
+
+
+def weights_messages() -> st.SearchStrategy[list[bytes]]:
+    """A header (often hostile) followed by tensor frames that may or may not fit it."""
+    return st.builds(
+        _weights_message, _HEADERS, st.sampled_from(["as_is", "mangled", "garbage"]), _MANGLES,
+        st.binary(max_size=32), st.integers(0, 2), st.lists(st.booleans(), min_size=1, max_size=4),
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Id bookkeeping for fault tests
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Ledger:
+    """Which episode ids were sampled how often, and checks on every sampled episode."""
+
+    sampled: Counter[str]
+    groups: Counter[str]
+
+    @classmethod
+    def empty(cls) -> Ledger:
+        return cls(Counter(), Counter())
+
+    def add(self, batch: m.SampleBatch) -> None:
+        for g in batch.groups:
+            self.groups[g.group_id] += 1
+            for ep in g.episodes:
+                check_complete(ep)
+                self.sampled[ep.end.episode_id] += 1
+
+
+def check_complete(ep: m.Episode) -> None:
+    """A sampled episode is whole: steps 0..n-1 of one episode, an end record that agrees."""
+    end = ep.end
+    assert end.status in m.TRAINABLE_STATUSES, end
+    assert [s.step_index for s in ep.steps] == list(range(end.num_steps)), end.episode_id
+    assert all(s.episode_id == end.episode_id and s.group_id == end.group_id for s in ep.steps)
+    for s in ep.steps:
+        assert len(s.behavior_logprobs) == len(s.action_ids)
+
+
+def stored_episode_ids(state: Any) -> set[str]:
+    """Episode ids of the complete groups in a `BufferState` (a snapshot)."""
+    return {ep.end.episode_id for s in state.stored for ep in s.group.episodes}
+
+
+def wait_for(pred: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+# --------------------------------------------------------------------------------------
+# A hanging env and a scripted engine (env: "fakes_reliability:HangingEnvDef")
+# --------------------------------------------------------------------------------------
+
+HANG_STEP = "hang-step"
+"""Task whose env.step never returns: the episode must end with status "timeout"."""
+HANG_TOOL = "hang-tool"
+"""Task whose tool never returns: that call fails with a timeout, the episode goes on."""
+
+TOOL_CALL = '<tool_call>{"name": "lookup", "arguments": {}}</tool_call>'
+ANSWER = "<answer>42</answer>"
+
+
+class LookupTool:
+    name = "lookup"
+    description = "Look something up."
+    parameters: dict[str, Any] = {"type": "object", "properties": {}}  # noqa: RUF012
+
+    def __init__(self, domain: HangingDomain) -> None:
+        self.domain = domain
+
+    async def call(self, **arguments: Any) -> str:
+        if self.domain.task_id == HANG_TOOL:
+            await asyncio.sleep(3600)
+        return "found 42"
+
+
+class HangingDomain:
+    def __init__(self) -> None:
+        self.task_id = ""
+        self.tools = [LookupTool(self)]
+
+    def system_prompt(self) -> str:
+        return "Use the lookup tool, then answer in <answer></answer>."
+
+    def score(self, task: Task, answer: str | None) -> Score:
+        return Score(1.0 if answer == "42" else 0.0, {"em": float(answer == "42")})
+
+
+class HangingEnv:
+    """A ToolEnv whose step hangs for task HANG_STEP and whose tool hangs for HANG_TOOL."""
+
+    def __init__(self, tool_timeout_s: float, max_turns: int) -> None:
+        self.domain = HangingDomain()
+        self.inner = ToolEnv(self.domain, max_turns=max_turns, tool_timeout_s=tool_timeout_s)
+
+    async def reset(self, task: Task) -> Observation:
+        self.domain.task_id = task.task_id
+        return await self.inner.reset(task)
+
+    async def step(self, action: str) -> StepResult:
+        if self.domain.task_id == HANG_STEP:
+            await asyncio.sleep(3600)
+        return await self.inner.step(action)
+
+
+class HangingEnvDef:
+    """Env definition (registry protocol): tasks hang-step, hang-tool and ok-0..ok-3."""
+
+    def __init__(self, args: Any, env_cfg: Any) -> None:
+        self.env_cfg = env_cfg
+
+    def make(self) -> HangingEnv:
+        return HangingEnv(self.env_cfg.tool_timeout_s, self.env_cfg.max_turns)
+
+    def tasks(self, split: str) -> list[Task]:
+        names = [HANG_STEP, HANG_TOOL, "ok-0", "ok-1", "ok-2", "ok-3"]
+        return [Task(n, f"Task {n}: look it up.") for n in names]
+
+
+class ScriptedToolEngine:
+    """Turn 0: a lookup tool call; turn 1: the answer (turn = assistant headers in context)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.version = 0
+        self._ids = [
+            [*tokenizer.encode(t, add_special_tokens=False), tokenizer.eos_token_id]
+            for t in (TOOL_CALL, ANSWER)
+        ]
+
+    async def generate(self, context_ids: list[int], max_new_tokens: int | None = None) -> GenResult:
+        await asyncio.sleep(0.01)
+        turn = self.tokenizer.decode(context_ids).count("<|im_start|>assistant") - 1
+        ids = self._ids[min(turn, 1)]
+        return GenResult(list(ids), [-0.1] * len(ids), "stop", self.version)
+
+    async def load_weights(self, version: int, state_dict: dict) -> None:
+        self.version = version
+
+    async def close(self) -> None:
+        pass
+
+
+# --------------------------------------------------------------------------------------
+# Subprocesses: a buffer service that a test can SIGKILL
+# --------------------------------------------------------------------------------------
+
+_BUFFER_MAIN = """
+import sys, threading, msgspec
+from agent_r1_async.buffers.service import BufferService
+from agent_r1_async.config import AlgorithmConfig, BufferConfig
+from agent_r1_async.transport import ZmqTransport
+buf = msgspec.json.decode(sys.argv[1].encode(), type=BufferConfig)
+algo = msgspec.json.decode(sys.argv[2].encode(), type=AlgorithmConfig)
+service = BufferService(buf, algo, ZmqTransport(), sys.argv[3], sys.argv[4], snapshot_dir=sys.argv[5])
+print("ready", service.restored, flush=True)
+service.serve_forever(threading.Event())
+"""
+
+
+def start_buffer_process(
+    buf: Any, algo: Any, data_ep: str, control_ep: str, snapshot_dir: str
+) -> subprocess.Popen:
+    """A BufferService in its own process on fixed endpoints; returns once it has bound."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _BUFFER_MAIN, msgspec.json.encode(buf).decode(),
+         msgspec.json.encode(algo).decode(), data_ep, control_ep, snapshot_dir],
+        stdout=subprocess.PIPE, cwd=REPO, text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.startswith("ready"), f"buffer process did not start: {line!r}"
+    return proc
+
+
+def free_tcp_endpoint() -> str:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{s.getsockname()[1]}"

@@ -1,0 +1,115 @@
+"""`agent-r1-async launch` end to end: tiny model, 2 actors, embedded Ray and a separate head.
+
+These run the real console script in a subprocess (Ray, ZeroMQ, buffer, learner, HF-engine
+actors, W&B offline) and check what a user would look at: the versions in metrics.jsonl,
+staleness and reward metrics, the offline W&B run, the checkpoint and the plots.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, "-m", "agent_r1_async.cli"]
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(WANDB_MODE="offline", WANDB_SILENT="true", PYTHONUNBUFFERED="1",
+               RAY_USAGE_STATS_ENABLED="0")
+    env.pop("RAY_ADDRESS", None)
+    return env
+
+
+def _launch(tmp_path: Path, *args: str, timeout: float = 420) -> tuple[Path, str]:
+    out = subprocess.run(
+        [*CLI, "launch", "--config", str(ROOT / "configs/tiny.yaml"),
+         "--set", f"launch.run_root={tmp_path}", *args],
+        capture_output=True, text=True, timeout=timeout, env=_env(tmp_path), cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    run_dir = Path(out.stdout.split("[launch] run directory: ")[-1].strip())
+    return run_dir, out.stdout
+
+
+def _records(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_launch_tiny_runs_to_the_end_and_resumes(tmp_path: Path):
+    run_dir, stdout = _launch(tmp_path)
+    rows = _records(run_dir)
+    assert [r["update"] for r in rows] == [1, 2, 3]  # learner.total_updates: 3 in tiny.yaml
+    for r in rows:
+        for key in ("reward/mean", "staleness/mean", "staleness/max", "is_weight/mean",
+                    "learner/loss", "buffer/groups_ready", "learner/idle_ratio"):
+            assert key in r, key
+        assert 0 <= r["staleness/max"] <= 1  # tiny.yaml: buffer.max_staleness 1
+        assert sum(r["staleness/hist"]["counts"]) > 0
+    assert any(k.startswith("actor/actor-") for r in rows for k in r)
+    wandb_runs = list((run_dir / "wandb-root" / "wandb").glob("offline-run-*"))
+    assert len(wandb_runs) == 1 and any(wandb_runs[0].glob("*.wandb"))
+    assert (run_dir / "plots" / "reward.png").stat().st_size > 1000
+    assert (run_dir / "checkpoints" / "latest").resolve().name == "step-3"
+    assert "v3 | reward" in stdout
+
+    # Resume the same run with two more updates: versions continue at 4, 5.
+    out = subprocess.run(
+        [*CLI, "launch", "--resume", str(run_dir), "--set", "learner.total_updates=5"],
+        capture_output=True, text=True, timeout=420, env=_env(tmp_path), cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert [r["update"] for r in _records(run_dir)] == [1, 2, 3, 4, 5]
+    assert (run_dir / "checkpoints" / "latest").resolve().name == "step-5"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_launch_joins_a_separate_ray_head_with_two_actors(tmp_path: Path):
+    port = _free_port()
+    ray_bin = str(Path(sys.executable).parent / "ray")
+    head = subprocess.Popen(
+        [ray_bin, "start", "--head", "--block", f"--port={port}", "--num-cpus=4",
+         "--include-dashboard=false", f"--temp-dir={tmp_path / 'ray'}",
+         "--disable-usage-stats"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(tmp_path),
+        start_new_session=True,  # its own process group: we end exactly what we started
+    )
+    try:
+        address = f"127.0.0.1:{port}"
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            probe = subprocess.run([ray_bin, "status", f"--address={address}"],
+                                   capture_output=True, text=True, env=_env(tmp_path))
+            if probe.returncode == 0:
+                break
+            assert head.poll() is None, head.stdout.read()
+            time.sleep(2)
+        run_dir, stdout = _launch(tmp_path, "--address", address,
+                                  "--set", "actors.num_actors=2")
+        rows = _records(run_dir)
+        assert [r["update"] for r in rows] == [1, 2, 3]
+        actors = {k.split("/")[1] for r in rows for k in r if k.startswith("actor/")}
+        assert actors <= {"actor-0", "actor-1"} and actors
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)  # `ray start --block` stops its processes
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait(timeout=30)

@@ -1,0 +1,97 @@
+"""The benchmarks under bench/ import, and their pure model functions give hand-checked numbers.
+
+No timing is asserted here: this only keeps the bench scripts from silently rotting.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+MODULES = ["bench_async_vs_sync", "bench_transport", "bench_weight_sync", "bench_engines",
+           "bench_learner", "bench_vs_trl", "bench_buffer"]
+
+
+def load(name: str) -> ModuleType:
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_bench_module_imports_and_has_main(name: str) -> None:
+    mod = load(name)
+    assert callable(mod.main)
+    assert mod.__doc__ is not None and "bench/" in mod.__doc__  # documents its command
+
+
+def test_makespan_list_scheduling_by_hand() -> None:
+    makespan = load("bench_async_vs_sync").makespan
+    # 2 slots: 3 -> slot A (ends 3); 1,1,1 -> slot B ends 1, 2, 3  => 3
+    assert makespan([3, 1, 1, 1], 2) == 3.0
+    # 2 slots: 2, 2 fill both; 1 goes to the first free (t=2) => 3
+    assert makespan([2, 2, 1], 2) == 3.0
+    # more slots than jobs: the longest job
+    assert makespan([0.5, 2.5, 1.0], 8) == 2.5
+    # one slot: the sum
+    assert makespan([1, 2, 3], 1) == 6.0
+    with pytest.raises(ValueError, match="slots"):
+        makespan([1.0], 0)
+
+
+def test_ideal_speedup_with_deterministic_durations() -> None:
+    ideal = load("bench_async_vs_sync").ideal_per_update
+    d = np.ones((10, 4))  # every group takes 1 s, batch of B = 4 groups, U = 0.5 s
+    # 16 slots, k = 2: sync = E[max of 4] + U = 1.5; async = max(U, 4·1/min(16, 12)) = 0.5
+    assert ideal(d, 16, 2, 0.5) == pytest.approx((1.5, 0.5))
+    # 1 slot: sync = 4 groups in a row + U = 4.5; async = max(0.5, 4/1) = 4
+    assert ideal(d, 1, 2, 0.5) == pytest.approx((4.5, 4.0))
+    # 2 slots, k = 0: sync = 2 rounds + U = 2.5; async bound = max(0.5, 4/min(2, 4)) = 2
+    assert ideal(d, 2, 0, 0.5) == pytest.approx((2.5, 2.0))
+    # 4 slots, k = 0 (the window is one batch): sync 1.5; async max(0.5, 4/4) = 1
+    assert ideal(d, 4, 0, 0.5) == pytest.approx((1.5, 1.0))
+
+
+def test_group_durations_without_spread_are_the_median() -> None:
+    mod = load("bench_async_vs_sync")
+    w = mod.Workload(median_s=0.1, sigma=0.0, batch_groups=4, update_s=0.2)
+    d = mod.draw_group_durations(w, trials=50)
+    assert d.shape == (50, 4)
+    assert np.allclose(d, 0.1)
+    # sync = 0.1 + 0.2; async = max(0.2, 4·0.1/12)
+    assert mod.ideal_per_update(d, 16, 2, w.update_s) == pytest.approx((0.3, 0.2))
+
+
+def test_flops_params_counts_a_tied_head_once() -> None:
+    torch = pytest.importorskip("torch")
+    flops_params = load("bench_learner").flops_params
+
+    class Tiny(torch.nn.Module):
+        def __init__(self, tied: bool) -> None:
+            super().__init__()
+            self.emb = torch.nn.Embedding(10, 4)  # 40
+            self.mid = torch.nn.Linear(4, 4)  # 20
+            self.head = torch.nn.Linear(4, 10, bias=False)  # 40 (or the embedding's 40)
+            if tied:
+                self.head.weight = self.emb.weight
+
+        def get_input_embeddings(self):
+            return self.emb
+
+        def get_output_embeddings(self):
+            return self.head
+
+    # untied: 100 params − 40 input embedding = 60; tied: 60 params − 40 + 40 (head) = 60
+    assert flops_params(Tiny(tied=False)) == 60
+    assert flops_params(Tiny(tied=True)) == 60

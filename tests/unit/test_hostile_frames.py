@@ -1,0 +1,196 @@
+"""Hostile frames through each socket's real decode + dispatch path, in-process, property-based.
+
+Three sockets take frames from other processes: the buffer's data PULL (`_drain_data`: decode
+-> validate -> ingest), the buffer's control ROUTER (`_handle`: decode -> dispatch -> reply),
+and the actor's weight SUB (`WeightReceiver.poll`: decode -> validate -> tensors). Each gets
+10,000 hypothesis cases: random bytes, valid frames truncated / flipped / extended, valid
+msgpack of the wrong shape, messages of another family, valid structs with hostile values (NaN,
+huge, negative, wrong schema version) and multipart messages of the wrong length. Each case
+must be rejected and counted (or accepted, when it is a valid message), never raise, and the
+component must go on serving an honest peer afterwards. The real-socket versions (floods, size
+limit) are in tests/integration/test_hostile_sockets.py.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from fakes_reliability import control_frames, data_frames, weights_messages
+from hypothesis import HealthCheck, given, settings
+
+from agent_r1_async import messages as m
+from agent_r1_async.buffers.service import BufferService
+from agent_r1_async.config import AlgorithmConfig, BufferConfig
+from agent_r1_async.learner.weights import WeightPublisher, WeightReceiver
+from agent_r1_async.transport import InProcTransport
+from tests.fakes_buffer import group_records
+
+CASES = 10_000
+PROPERTY = settings(
+    max_examples=CASES, deadline=None, derandomize=True, database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+ALGO = AlgorithmConfig(group_size=2, batch_groups=1)
+REFUSALS = ("malformed", "unexpected_message", "invalid_request")
+
+
+def _service() -> tuple[BufferService, InProcTransport]:
+    cfg = BufferConfig(spi_tolerance=1e6, snapshot_interval_s=0.0, gc_freeze=False,
+                       min_group_episodes=2)
+    transport = InProcTransport()
+    return BufferService(cfg, ALGO, transport), transport
+
+
+def _stored_steps_are_sane(service: BufferService) -> None:
+    """Whatever got stored is trainable: whole episodes, finite numbers, non-negative ids."""
+    for entry in service.buffer.store.entries():
+        for ep in entry.group.episodes:
+            assert [s.step_index for s in ep.steps] == list(range(ep.end.num_steps))
+            assert math.isfinite(ep.end.outcome_reward)
+            for s in ep.steps:
+                assert len(s.behavior_logprobs) == len(s.action_ids)
+                assert all(math.isfinite(x) for x in s.behavior_logprobs)
+                assert math.isfinite(s.process_reward)
+                assert min(s.context_ids + s.action_ids, default=0) >= 0
+
+
+def _honest_group_is_served(service: BufferService, pusher, group_id: str) -> None:
+    for rec in group_records(group_id, [0.0, 1.0]):
+        assert pusher.send([m.encode(rec)])
+    service._drain_data()
+    everything = len(service.buffer.store)
+    reply = service._handle(b"learner", [m.encode(m.SampleRequest(everything, 0, 0.0))])
+    assert isinstance(reply, m.SampleBatch) and reply.ready, reply
+    assert group_id in {g.group_id for g in reply.groups}
+
+
+def test_data_socket_rejects_and_counts_hostile_frames() -> None:
+    service, transport = _service()
+    pusher = transport.pusher(service.data_endpoint)
+    buf = service.buffer
+    seen = {"frames": 0}
+
+    @PROPERTY
+    @given(frames=data_frames())
+    def feed(frames: list[bytes]) -> None:
+        before = buf.records + buf.drops["malformed"]
+        assert pusher.send(frames)
+        service._drain_data()  # the loop's own path: recv -> decode -> validate -> ingest
+        # Each message is either decoded (and then judged by the buffer) or counted malformed.
+        assert buf.records + buf.drops["malformed"] == before + 1
+        seen["frames"] += 1
+
+    try:
+        feed()
+        assert seen["frames"] >= CASES
+        assert buf.drops["malformed"] > CASES // 4 and buf.drops["invalid_record"] > 0
+        buf.tick()
+        _stored_steps_are_sane(service)
+        _honest_group_is_served(service, pusher, "honest-after-flood")
+    finally:
+        service.stop()
+
+
+def test_control_socket_answers_every_hostile_request_and_counts_it() -> None:
+    service, transport = _service()
+    buf = service.buffer
+    parked_max = {"n": 0}
+
+    @PROPERTY
+    @given(frames=control_frames())
+    def feed(frames: list[bytes]) -> None:
+        refused = sum(buf.drops[k] for k in REFUSALS)
+        reply = service._handle(b"peer", frames)  # decode -> dispatch, as _drain_control does
+        if reply is None:  # a SampleRequest parked until its (bounded, finite) deadline
+            assert service._parked and math.isfinite(service._parked[-1].deadline)
+        else:
+            again = m.decode_control(m.encode(reply))  # every reply is a valid frame
+            assert type(again) is type(reply)
+            # A refusal is an ErrorReply and is counted under exactly one reason.
+            counted = sum(buf.drops[k] for k in REFUSALS) - refused
+            assert counted == int(isinstance(reply, m.ErrorReply)), (reply, counted)
+        service._wait_ms()  # the loop's wait computation must survive any parked deadline
+        service._serve_parked(service._clock())
+        parked_max["n"] = max(parked_max["n"], len(service._parked))
+        service.buffer.set_version(0)  # VersionUpdate cases move it; keep the honest check valid
+
+    try:
+        feed()
+        assert buf.drops["malformed"] > CASES // 4 and buf.drops["unexpected_message"] > 0
+        assert buf.drops["invalid_request"] > 0
+        # One peer identity never holds more than one parked request (a DEALER asks one at a time).
+        assert parked_max["n"] <= 1
+        ack = service._handle(b"honest", [m.encode(m.Hello(m.SCHEMA_VERSION, "actor", "a0"))])
+        assert isinstance(ack, m.HelloAck) and ack.ok
+        stale = service._handle(b"old", [m.encode(m.Hello(m.SCHEMA_VERSION + 1, "actor", "a1"))])
+        assert isinstance(stale, m.HelloAck) and not stale.ok and "schema" in stale.reason
+        service._parked.clear()
+        _honest_group_is_served(service, transport.pusher(service.data_endpoint), "honest")
+    finally:
+        service.stop()
+
+
+def test_weight_socket_rejects_and_counts_hostile_messages() -> None:
+    transport = InProcTransport()
+    pub = WeightPublisher(transport)
+    raw = transport.hub.subscribers[pub.endpoint]  # the publisher's fan-out queues
+    receiver = WeightReceiver(transport, pub.endpoint)
+    counts = {"sent": 0}
+
+    @PROPERTY
+    @given(frames=weights_messages())
+    def feed(frames: list[bytes]) -> None:
+        before = receiver.rejected + receiver.received
+        for q in raw:
+            q.put(list(frames))
+        got = receiver.poll(0)  # decode -> validate -> owned tensors; never raises
+        assert receiver.rejected + receiver.received == before + 1
+        if got is not None:
+            header, tensors = got
+            assert header.schema_version == m.SCHEMA_VERSION
+            for meta in header.tensors:  # what comes out matches what the header promised
+                t = tensors[meta.name]
+                assert list(t.shape) == meta.shape and t.numel() * t.element_size() == meta.nbytes
+        counts["sent"] += 1
+
+    try:
+        feed()
+        assert counts["sent"] >= CASES and receiver.rejected > CASES // 2
+        # An honest version newer than anything accepted so far still gets through.
+        newest = 10_000  # above every hostile version (they are <= 1000)
+        weights = {"w": torch.arange(6, dtype=torch.float32).reshape(2, 3)}
+        pub.publish(newest, weights)
+        got = receiver.poll(0)
+        assert got is not None and got[0].version == newest
+        assert torch.equal(got[1]["w"], weights["w"])
+    finally:
+        receiver.close()
+        pub.close()
+
+
+def test_a_wrong_schema_weights_header_is_rejected() -> None:
+    header = m.WeightsHeader(m.SCHEMA_VERSION + 1, 5, [], 0.0)
+    with pytest.raises(m.WireError, match="schema version"):
+        m.decode_weights_header(m.encode(header))
+
+
+# Socket-facing modules must never unpickle: no pickle / cloudpickle / marshal / shelve use,
+# and torch.load only with weights_only=True (checkpoints on disk, never socket data).
+_UNSAFE = re.compile(r"\b(c?pickle|cloudpickle|dill|marshal|shelve)\b|pickle\.loads?|\.recv_pyobj")
+
+
+def test_nothing_in_the_package_unpickles() -> None:
+    root = Path(__file__).resolve().parents[2] / "agent_r1_async"
+    offenders = []
+    for path in sorted(root.rglob("*.py")):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if _UNSAFE.search(code) and "nothing on any socket is ever unpickled" not in line:
+                offenders.append(f"{path.relative_to(root)}:{n}: {line.strip()}")
+            if "torch.load(" in code and "weights_only=True" not in code:
+                offenders.append(f"{path.relative_to(root)}:{n}: {line.strip()}")
+    assert offenders == []
