@@ -135,7 +135,23 @@ class Supervisor:
             if self.restarts[i] > self.cfg.actors.max_restarts:
                 raise RuntimeError(f"{reason}; restarted {self.cfg.actors.max_restarts} times")
             print(f"[launch] {reason}; restarting its loop ({self.restarts[i]})", file=sys.stderr)
+            self._wait_restarted(i, reason)
             self.runs[self.actors[i].run.remote()] = i
+
+    def _wait_restarted(self, i: int, reason: str, timeout_s: float = 300.0) -> None:
+        """Block until Ray has brought actor i back (a call submitted while it is restarting
+        fails with ActorUnavailableError, "may or may not have been executed": re-running the
+        loop then would count a second crash, or start a second loop in the same process)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self.ray.get(self.actors[i].pid.remote(), timeout=30)
+                return
+            except (self.ray.exceptions.ActorUnavailableError,
+                    self.ray.exceptions.GetTimeoutError):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{reason}; not back after {timeout_s:.0f} s") from None
+                time.sleep(0.5)
 
     def update(self) -> dict[str, float]:
         ref = self.learner.update.remote()

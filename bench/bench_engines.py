@@ -53,6 +53,7 @@ def arithmetic_prompts(n: int) -> list[list[int]]:
 
 def _engine_main(backend: str, dtype: str, prompts: list[list[int]], max_new: int, rounds: int,
                  q: Any) -> None:
+    os.dup2(2, 1)  # engine logs go to stderr: stdout keeps only the results table
     import torch
 
     from agent_r1_async.actors.engine import make_engine

@@ -37,6 +37,7 @@ MODEL = "smollm2-135m-instruct"
 
 def _actor_main(backend: str, model_path: str, endpoint: str, n: int, q: Any) -> None:
     """Start one engine, then for each version: receive, load, check it serves; report times."""
+    os.dup2(2, 1)  # engine logs go to stderr: stdout keeps only the results table
     import torch
 
     from agent_r1_async.actors.engine import make_engine

@@ -141,16 +141,20 @@ class TrajectoryBuffer:
         for gid in dropped:
             self.admission.on_dropped(gid)
         for rg in ready:
-            self.admission.on_accepted(rg.group.group_id)
-            self._insert(describe(rg.group, rg.nbytes))
+            if self._insert(describe(rg.group, rg.nbytes)):
+                self.admission.on_accepted(rg.group.group_id)
+            else:
+                self.admission.on_dropped(rg.group.group_id)
 
-    def _insert(self, entry: StoredGroup) -> None:
+    def _insert(self, entry: StoredGroup) -> bool:
         if self.store.is_stale(entry, self.version):
             self.drops["stale"] += 1
-        elif not self.store.insert(entry):
+            return False
+        if not self.store.insert(entry):
             self.drops["duplicate_group"] += 1
-        else:
-            self.limiter.on_insert()
+            return False
+        self.limiter.on_insert()
+        return True
 
     # ---- control ------------------------------------------------------------------------
 
@@ -171,6 +175,8 @@ class TrajectoryBuffer:
         for entry in self.store.drop_stale(version):
             self.drops["stale"] += 1
             self.limiter.on_remove(entry.times_sampled)
+            if entry.times_sampled == 0:  # never trained: give its staleness budget back
+                self.admission.on_discarded()
 
     def try_sample(self, k: int, learner_version: int) -> tuple[SampleBatch | None, str]:
         """A batch of k groups, or (None, why not yet)."""

@@ -24,7 +24,8 @@ class _Credit:
 class AdmissionControl:
     """Credits keep  accepted + in_flight ≤ (max_staleness + learner_version + 1) × batch_groups.
 
-    - accepted: groups completed into the buffer, in total (restored from a snapshot);
+    - accepted: groups completed into the buffer and not discarded untrained, in total
+      (restored from a snapshot);
     - in_flight: groups granted and not yet complete (neither accepted nor dropped);
     - the bound counts groups: each learner version consumes about `batch_groups` of them,
       so no group can be started more than `max_staleness` versions before it is trained.
@@ -102,6 +103,12 @@ class AdmissionControl:
         """The group completed into the buffer."""
         self._in_flight.pop(group_id, None)
         self.accepted += 1
+
+    def on_discarded(self) -> None:
+        """An accepted group left the buffer without being trained (dropped as stale): it no
+        longer counts as accepted, so actors may replace it. Without this, every stale drop
+        would shrink the budget for good and a long run would stall."""
+        self.accepted = max(0, self.accepted - 1)
 
     def on_dropped(self, group_id: str) -> None:
         """The group was dropped before completing (failed or expired): release its credit."""

@@ -81,3 +81,20 @@ def test_restore_then_version_jump() -> None:
 def test_bad_settings_are_rejected() -> None:
     with pytest.raises(ValueError, match="batch_groups"):
         AdmissionControl(2, 0, FakeVersion(), FakeClock(), 1.0)
+
+
+def test_discarded_groups_return_their_budget():
+    # max_staleness 1, batch 2, version 0: budget (1 + 0 + 1) × 2 = 4 groups.
+    from agent_r1_async.buffers.staleness import AdmissionControl
+
+    adm = AdmissionControl(1, 2, version_source=lambda: 0, clock=lambda: 0.0,
+                           grant_timeout_s=10.0)
+    ids = adm.grant("a", 10)
+    assert len(ids) == 4 and adm.capacity() == 0
+    for gid in ids:
+        adm.on_record(gid, "a")
+        adm.on_accepted(gid)
+    assert adm.capacity() == 0
+    adm.on_discarded()  # one accepted group dropped as stale before training
+    adm.on_discarded()
+    assert adm.capacity() == 2  # 4 − (4 − 2) − 0
