@@ -51,12 +51,12 @@ class ModelConfig(_Section):
 
     def __post_init__(self) -> None:
         _require(self.max_model_len >= 64, "model.max_model_len", "must be at least 64 tokens")
+        _require(bool(self.name_or_path.strip()), "model.name_or_path", "must name a model")
 
     @property
     def start_from(self) -> str:
         """Where the version-0 weights come from: `init_from` if set, else `name_or_path`."""
         return self.init_from or self.name_or_path
-        _require(bool(self.name_or_path.strip()), "model.name_or_path", "must name a model")
 
 
 class EngineConfig(_Section):
@@ -331,6 +331,8 @@ class LearnerConfig(_Section):
     """GPUs Ray reserves for the learner."""
     sample_timeout_s: float = 600.0
     """How long the learner waits for a batch before giving up."""
+    republish_s: float = 10.0
+    """While waiting for data, re-publish the current weights this often (late-joining actors)."""
     seed: int = 0
     """torch seed."""
     lora: LoraConfig = msgspec.field(default_factory=LoraConfig)
@@ -345,6 +347,7 @@ class LearnerConfig(_Section):
         _require(self.total_updates >= 1, "learner.total_updates", "must be >= 1")
         _require(self.publish_every >= 1, "learner.publish_every", "must be >= 1")
         _require(self.checkpoint_every >= 1, "learner.checkpoint_every", "must be >= 1")
+        _require(self.republish_s > 0, "learner.republish_s", "must be > 0")
         _require(self.sample_timeout_s > 0, "learner.sample_timeout_s", "must be > 0")
         _require(self.num_gpus >= 0, "learner.num_gpus", "must be >= 0")
 

@@ -124,7 +124,7 @@ class LearnerHost:
 
     def publish(self) -> None:
         """Publish the current weights (actors joining a resumed run catch up)."""
-        self.publisher.publish(self.learner.version, self.learner.trainer.published_state_dict())
+        self.learner.publish()
 
     def update(self) -> dict[str, Any]:
         """One learner update: its metrics and the batch's staleness histogram."""

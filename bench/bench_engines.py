@@ -1,7 +1,7 @@
 """Engines: vLLM (CPU build) vs transformers, tokens/s on the same prompts and sampling.
 
-    .venv/bin/python bench/bench_engines.py            # ~3 minutes (vLLM start ~20-40 s)
-    .venv/bin/python bench/bench_engines.py --quick    # 16 prompts × 32 tokens, 1 round
+    .venv/bin/python bench/bench_engines.py            # ~3 minutes (vLLM start ~50 s)
+    .venv/bin/python bench/bench_engines.py --quick    # 8 prompts × 16 tokens, 1 round
 
 Both engines go through the project's `Engine` seam (`make_engine`, `engine.backend` = hf or
 vllm), each in its own spawned process, one after the other. Prompts: the `arithmetic` env's
@@ -100,15 +100,15 @@ def bench(backend: str, dtype: str, prompts: list[list[int]], max_new: int,
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--engines", nargs="+", default=["hf", "vllm"], choices=["hf", "vllm"])
-    ap.add_argument("--quick", action="store_true", help="16 prompts × 32 tokens, 1 round")
+    ap.add_argument("--quick", action="store_true", help="8 prompts × 16 tokens, 1 round")
     args = ap.parse_args()
     if args.quick:
-        args.batch, args.max_new_tokens, args.rounds = 16, 32, 1
+        args.batch, args.max_new_tokens, args.rounds = 8, 16, 1
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     prompts = arithmetic_prompts(args.batch)
     mean_len = statistics.fmean(len(p) for p in prompts)

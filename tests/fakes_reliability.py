@@ -35,53 +35,66 @@ REPO = os.path.dirname(TESTS_DIR)
 # Hypothesis strategies for hostile frames
 # --------------------------------------------------------------------------------------
 
-_ints = st.one_of(
-    st.integers(-3, 3), st.integers(-(2**63), 2**64 - 1), st.sampled_from([0, 1, 2**31, -1])
+# Cheap strategies on purpose: hypothesis' own overhead dominates a 10,000-case run, so values
+# come from small pools of the interesting ones (bounds, signs, NaN, inf) plus raw draws.
+_EDGE_INTS = [0, 1, 2, 3, -1, -2, 2**31, 2**63 - 1, -(2**63), 2**64 - 1]
+_ints = st.sampled_from(_EDGE_INTS) | st.integers(-(2**63), 2**64 - 1)
+_floats = st.sampled_from([0.0, -0.5, 1.0, math.nan, math.inf, -math.inf, 1e308, -0.0]) | (
+    st.floats(allow_nan=True, allow_infinity=True)
 )
-_floats = st.one_of(
-    st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([0.0, -0.5, math.nan])
-)
-_text = st.text(max_size=12)
+_text = st.sampled_from(["", "e0", "g0", "a0", "x" * 40, "\u00e9\u6f22", "\x00"])
 _small_list = st.lists(_ints, max_size=6)
+
+
+# Composite strategies draw only from prebuilt strategies: building one inside a draw costs
+# milliseconds (hypothesis labels it), which would dominate 10,000 cases.
+_EPISODE_IDS = st.sampled_from(["e0", "e1", "e2", ""]) | _text
+_GROUP_IDS = st.sampled_from(["g0", "g1"]) | _text
+_SMALL_INDEX = st.integers(-2, 4) | _ints
+_IDS_OF_LEN = [st.lists(_ints, min_size=n, max_size=n) for n in range(5)]
+_FLOATS_OF_LEN = [st.lists(_floats, min_size=n, max_size=n) for n in range(5)]
+_ANY_FLOATS = st.lists(_floats, max_size=6)
+_TOKEN_VERSIONS = st.just([]) | st.lists(_ints, max_size=5)
+_ACTORS = st.sampled_from(["a0", "evil"])
+_STATUSES = st.sampled_from(["ok", "truncated", "timeout", "env_error"])
+_METRICS = st.dictionaries(_text, _floats, max_size=3)
+_GROUP_SIZES = st.integers(-1, 3) | _ints
 
 
 @st.composite
 def step_records(draw: Any) -> m.StepRecord:
     """A StepRecord with hostile values (decodes fine; the buffer must judge it)."""
     n = draw(st.integers(0, 4))
-    lengths_agree = draw(st.booleans())
     return m.StepRecord(
-        episode_id=draw(st.sampled_from(["e0", "e1", "e2", ""]) | _text),
-        group_id=draw(st.sampled_from(["g0", "g1"]) | _text),
+        episode_id=draw(_EPISODE_IDS),
+        group_id=draw(_GROUP_IDS),
         task_id=draw(_text),
-        actor_id=draw(st.sampled_from(["a0", "evil"])),
+        actor_id=draw(_ACTORS),
         env_name="fake",
-        step_index=draw(st.one_of(st.integers(-2, 4), _ints)),
+        step_index=draw(_SMALL_INDEX),
         context_ids=draw(_small_list),
-        action_ids=draw(st.lists(_ints, min_size=n, max_size=n)),
-        behavior_logprobs=draw(
-            st.lists(_floats, min_size=n, max_size=n) if lengths_agree else st.lists(_floats)
-        ),
+        action_ids=draw(_IDS_OF_LEN[n]),
+        behavior_logprobs=draw(_FLOATS_OF_LEN[n] if draw(st.booleans()) else _ANY_FLOATS),
         policy_version=draw(_ints),
         process_reward=draw(_floats),
         done=draw(st.booleans()),
-        token_versions=draw(st.just([]) | st.lists(_ints, max_size=5)),
+        token_versions=draw(_TOKEN_VERSIONS),
     )
 
 
 @st.composite
 def episode_ends(draw: Any) -> m.EpisodeEnd:
     return m.EpisodeEnd(
-        episode_id=draw(st.sampled_from(["e0", "e1", "e2", ""]) | _text),
-        group_id=draw(st.sampled_from(["g0", "g1"]) | _text),
+        episode_id=draw(_EPISODE_IDS),
+        group_id=draw(_GROUP_IDS),
         task_id=draw(_text),
         actor_id="evil",
         env_name="fake",
-        num_steps=draw(st.one_of(st.integers(-1, 4), _ints)),
+        num_steps=draw(_SMALL_INDEX),
         outcome_reward=draw(_floats),
-        status=draw(st.sampled_from(["ok", "truncated", "timeout", "env_error"])),
-        group_size=draw(st.one_of(st.integers(-1, 3), _ints)),
-        metrics=draw(st.dictionaries(_text, _floats, max_size=3)),
+        status=draw(_STATUSES),
+        group_size=draw(_GROUP_SIZES),
+        metrics=draw(_METRICS),
     )
 
 
@@ -104,10 +117,10 @@ def _make_control_messages() -> st.SearchStrategy[msgspec.Struct]:
 def _make_weights_headers() -> st.SearchStrategy[m.WeightsHeader]:
     meta = st.builds(
         m.TensorMeta,
-        name=st.sampled_from(["w", "b", ""]) | _text,
+        name=st.sampled_from(["w", "b", "", "w"]),  # duplicates too
         dtype=st.sampled_from(["float32", "bfloat16", "int64", "bool", "Tensor", "nope", ""]),
-        shape=st.lists(st.integers(-2, 4) | _ints, max_size=3),
-        nbytes=st.integers(-4, 64) | _ints,
+        shape=st.lists(st.sampled_from([-1, 0, 1, 2, 3, 4, 2**40]), max_size=3),
+        nbytes=st.sampled_from([-1, 0, 1, 4, 8, 12, 16, 24, 32, 48, 64, 2**62]),
     )
     return st.builds(
         m.WeightsHeader,
@@ -133,10 +146,9 @@ def _weights_headers() -> st.SearchStrategy[m.WeightsHeader]:
     return _HEADERS
 
 
-_msgpack_values = st.recursive(
-    st.none() | st.booleans() | _ints | _floats | _text | st.binary(max_size=8),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_text, inner, max_size=4),
-    max_leaves=12,
+_scalars = st.none() | st.booleans() | _ints | _floats | _text | st.binary(max_size=8)
+_msgpack_values = _scalars | st.lists(_scalars, max_size=5) | st.dictionaries(
+    _text, _scalars | st.lists(_scalars, max_size=3), max_size=4
 )
 
 
@@ -188,29 +200,28 @@ def control_frames() -> st.SearchStrategy[list[bytes]]:
     return hostile_frames(_control_messages())
 
 
-def _weights_message(
-    header: m.WeightsHeader, first: str, how: tuple, garbage: bytes, count: int, fit: list[bool]
-) -> list[bytes]:
+_FIRST_FRAME = st.sampled_from(["as_is", "as_is", "mangled", "garbage"])
+_GARBAGE = st.binary(max_size=32)
+_COUNT = st.integers(0, 2)
+
+
+@st.composite
+def weights_messages(draw: Any) -> list[bytes]:
+    """A header (often hostile) followed by tensor frames that may or may not fit it."""
+    header = draw(_HEADERS)
+    first = draw(_FIRST_FRAME)
     frame0 = m.encode(header)
     if first == "mangled":
-        frame0 = _mangle(frame0, how)
+        frame0 = _mangle(frame0, draw(_MANGLES))
     elif first == "garbage":
-        frame0 = garbage
-    n = [len(header.tensors), len(header.tensors) + 1, 0][count]
+        frame0 = draw(_GARBAGE)
+    n = [len(header.tensors), len(header.tensors) + 1, 0][draw(_COUNT)]
+    fit = draw(st.booleans())
     frames = []
     for i in range(n):  # tensor frames: often exactly nbytes long, so later checks are reached
         want = header.tensors[i].nbytes if i < len(header.tensors) else 4
-        size = want if 0 <= want <= 64 and fit[i % len(fit)] else (i * 3) % 17
-        frames.append(bytes(size))
+        frames.append(bytes(want if fit and 0 <= want <= 64 else (i * 3) % 17))
     return [frame0, *frames]
-
-
-def weights_messages() -> st.SearchStrategy[list[bytes]]:
-    """A header (often hostile) followed by tensor frames that may or may not fit it."""
-    return st.builds(
-        _weights_message, _HEADERS, st.sampled_from(["as_is", "mangled", "garbage"]), _MANGLES,
-        st.binary(max_size=32), st.integers(0, 2), st.lists(st.booleans(), min_size=1, max_size=4),
-    )
 
 
 # --------------------------------------------------------------------------------------
@@ -245,11 +256,6 @@ def check_complete(ep: m.Episode) -> None:
     assert all(s.episode_id == end.episode_id and s.group_id == end.group_id for s in ep.steps)
     for s in ep.steps:
         assert len(s.behavior_logprobs) == len(s.action_ids)
-
-
-def stored_episode_ids(state: Any) -> set[str]:
-    """Episode ids of the complete groups in a `BufferState` (a snapshot)."""
-    return {ep.end.episode_id for s in state.stored for ep in s.group.episodes}
 
 
 def wait_for(pred: Callable[[], bool], timeout_s: float, what: str) -> None:

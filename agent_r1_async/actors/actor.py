@@ -89,6 +89,8 @@ class Actor:
         self._owns_engine = engine is None
         self.index = actor_index(actor_id) if index is None else index
         self.groups_started = 0
+        self.learner_version = 0
+        """The newest learner version the buffer reported (with each credit grant)."""
         self.sent = 0
         self.weight_errors = 0
 
@@ -153,6 +155,8 @@ class Actor:
                 if left == 0 and not running:
                     return
                 free = self.cfg.actors.groups_in_flight - len(running)
+                if self._too_stale():  # data made now could never be trained: await weights
+                    free = 0
                 if free > 0 and (left is None or left > 0) and time.monotonic() >= next_credit:
                     granted = await self._credits(client, free if left is None else min(free, left))
                     for _ in range(granted):
@@ -180,12 +184,18 @@ class Actor:
                 t.cancel()  # episodes send their "aborted" end records
             await asyncio.gather(*running, return_exceptions=True)
 
+    def _too_stale(self) -> bool:
+        """The engine's weights are more than max_staleness behind the learner (a restarted
+        actor or a resumed run before the current weights arrive)."""
+        return self.learner_version - self.engine.version > self.cfg.buffer.max_staleness
+
     async def _credits(self, client, want: int) -> int:
         try:
             grant = await asyncio.to_thread(client.request_credits, want)
         except (TimeoutError, RuntimeError) as e:  # buffer busy or restarting: try again later
             log.warning("%s: credit request failed: %s", self.actor_id, e)
             return 0
+        self.learner_version = max(self.learner_version, grant.learner_version)
         granted = max(0, min(grant.groups, want))
         self.groups_started += granted
         return granted

@@ -22,6 +22,7 @@ that `buffer.max_bytes` bounds the process memory, not the socket traffic.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -68,10 +69,15 @@ def validate_record(msg: StepRecord | EpisodeEnd) -> str:
     if isinstance(msg, EpisodeEnd):
         if msg.group_size < 1 or msg.num_steps < 0:
             return f"episode_end {msg.episode_id!r}: group_size {msg.group_size}, num_steps {msg.num_steps}"
+        if not math.isfinite(msg.outcome_reward):  # a NaN would poison priorities and losses
+            return f"episode_end {msg.episode_id!r}: outcome_reward {msg.outcome_reward}"
         return ""
     n = len(msg.action_ids)
     if msg.step_index < 0:
         return f"step {msg.episode_id!r}: negative step_index {msg.step_index}"
+    # sum() is NaN/inf iff some term is (or they overflow): one C pass, not a Python loop.
+    if not (math.isfinite(msg.process_reward) and math.isfinite(sum(msg.behavior_logprobs))):
+        return f"step {msg.episode_id!r}: non-finite process_reward or behavior_logprobs"
     if len(msg.behavior_logprobs) != n:
         return f"step {msg.episode_id!r}: {len(msg.behavior_logprobs)} logprobs for {n} actions"
     if msg.token_versions and len(msg.token_versions) != n:

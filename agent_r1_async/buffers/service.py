@@ -13,7 +13,9 @@ Single-threaded event loop (one thread owns both sockets and the `TrajectoryBuff
 A SampleRequest that cannot be served yet is parked, never blocking ingestion; it is answered
 as soon as enough groups are ready or at its deadline. A malformed frame on either socket is
 counted (`drops["malformed"]`), answered with `ErrorReply` on the control socket, and the
-loop goes on. Replies go out with ROUTER_MANDATORY: a reply to a peer that left is dropped.
+loop goes on; a decoded record or request that still fails is counted (`ingest_error`,
+`request_error`) instead of stopping the loop. A SampleRequest's wait is finite and capped
+(`_MAX_PARK_S`), and each peer has at most one parked request. Replies go out with ROUTER_MANDATORY: a reply to a peer that left is dropped.
 
 Run: `BufferService(cfg.buffer, cfg.algorithm, ZmqTransport()).start()`; actors PUSH
 `messages.encode(record)` to `.data_endpoint`; learners and actors use `BufferClient` on
@@ -23,6 +25,7 @@ Run: `BufferService(cfg.buffer, cfg.algorithm, ZmqTransport()).start()`; actors 
 from __future__ import annotations
 
 import gc
+import logging
 import math
 import threading
 import time
@@ -36,6 +39,8 @@ from agent_r1_async.buffers.buffer import TrajectoryBuffer
 from agent_r1_async.buffers.snapshot import load_snapshot, save_snapshot
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
 from agent_r1_async.transport import ZmqTransport
+
+log = logging.getLogger(__name__)
 
 _DATA_BURST = 2000
 _CONTROL_BURST = 100
@@ -193,7 +198,11 @@ class BufferService:
             except m.WireError:
                 self.buffer.drops["malformed"] += 1
                 continue
-            self.buffer.ingest(msg)
+            try:
+                self.buffer.ingest(msg)
+            except Exception as e:  # a record no check foresaw must not stop the service
+                self.buffer.drops["ingest_error"] += 1
+                log.error("buffer: record refused: %s: %s", type(e).__name__, e)
 
     def _recv_data(self) -> list[bytes] | None:
         if self._data_sock is None:
@@ -209,7 +218,12 @@ class BufferService:
             if got is None:
                 return
             peer, frames = got
-            reply = self._handle(peer, frames)
+            try:
+                reply = self._handle(peer, frames)
+            except Exception as e:  # a request no check foresaw must not stop the service
+                self.buffer.drops["request_error"] += 1
+                log.error("buffer: request failed: %s: %s", type(e).__name__, e)
+                reply = m.ErrorReply(f"the buffer failed on this request: {type(e).__name__}")
             if reply is not None:
                 self._reply(peer, reply)
 

@@ -58,6 +58,7 @@ class Learner:
         self.updates = 0
         self.samples_drawn = 0
         """Data cursor: batches drawn from the source so far."""
+        self._last_publish = float("-inf")
         self.last_staleness_hist: dict[int, int] = {}
         """Token-weighted staleness histogram of the last update's batch."""
 
@@ -93,8 +94,8 @@ class Learner:
         self.version += 1
         self.updates += 1
         self.source.set_version(self.version)
-        if self.publisher is not None and self.updates % self.cfg.learner.publish_every == 0:
-            self.publisher.publish(self.version, self.trainer.published_state_dict())
+        if self.updates % self.cfg.learner.publish_every == 0:
+            self.publish()
         elapsed = time.monotonic() - t0
         tokens = sum(mb.num_tokens for mb in mbs) * self.cfg.learner.ppo_epochs
         metrics.update(batch_metrics(rows, mbs, self.version - 1))
@@ -106,18 +107,32 @@ class Learner:
         return metrics
 
     def _sample(self) -> messages.SampleBatch:
-        deadline = time.monotonic() + self.cfg.learner.sample_timeout_s
+        lc = self.cfg.learner
+        deadline = time.monotonic() + lc.sample_timeout_s
         while True:
             left = deadline - time.monotonic()
             batch = self.source.sample(self.cfg.algorithm.batch_groups, self.version,
-                                       max(left, 0.0))
+                                       max(min(left, lc.republish_s), 0.0))
             if batch.ready and batch.groups:
                 self.samples_drawn += 1
                 return batch
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"no batch after learner.sample_timeout_s="
-                                   f"{self.cfg.learner.sample_timeout_s}: {batch.reason}")
+                                   f"{lc.sample_timeout_s}: {batch.reason}")
+            self.publish(only_if_idle_s=lc.republish_s)
             time.sleep(min(0.05, max(left, 0.0)))
+
+    def publish(self, only_if_idle_s: float = 0.0) -> None:
+        """Publish the current weights. While the learner waits for data it re-publishes
+        every `learner.republish_s`: a SUB socket that joined after the last publish (a
+        restarted actor, a resumed run) would otherwise serve old weights whose data is all
+        too stale to train, and nothing would ever be published again."""
+        if self.publisher is None:
+            return
+        if only_if_idle_s and time.monotonic() - self._last_publish < only_if_idle_s:
+            return
+        self.publisher.publish(self.version, self.trainer.published_state_dict())
+        self._last_publish = time.monotonic()
 
     def _prepare(self, batch: messages.SampleBatch) -> tuple[list[batching.Row], list[batching.MicroBatch]]:
         algo = self.cfg.algorithm

@@ -100,6 +100,8 @@ def decode_weights(
         )
     out: dict[str, torch.Tensor] = {}
     for meta, frame in zip(header.tensors, frames[1:], strict=True):
+        if meta.name in out:  # a second tensor of the same name would silently replace the first
+            raise messages.WireError(f"weights v{header.version}: tensor {meta.name!r} listed twice")
         dtype = _dtype(meta.dtype)
         size = memoryview(frame).nbytes
         itemsize = torch.empty((), dtype=dtype).element_size()
