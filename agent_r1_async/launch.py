@@ -72,6 +72,11 @@ def start_ray(cfg: RunConfig, address: str | None) -> None:
     address = address or cfg.launch.address or os.environ.get("RAY_ADDRESS") or None
     env = {"TOKENIZERS_PARALLELISM": "false", "VLLM_CPU_KVCACHE_SPACE": str(cfg.engine.kv_cache_gb)}
     if address:
+        # Ray heads use token auth by default; a driver joining one must opt in to send it.
+        token = os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH") or (
+            Path.home() / ".ray" / "auth_token").exists()
+        if token and "RAY_AUTH_MODE" not in os.environ:
+            os.environ["RAY_AUTH_MODE"] = "token"
         ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=True)
         return
     # Logical CPUs: at least what the processes ask for, so a 2-core box never deadlocks on

@@ -18,9 +18,12 @@ tokens/s = input tokens (context + action, without padding) / seconds of the opt
 on CPU: `ru_maxrss` of the process (peak RSS; with the model-load RSS before the first step
 beside it), on CUDA: `torch.cuda.max_memory_allocated`.
 
-MFU (CUDA only): 6 · N · tokens/s / peak FLOP/s, N = parameters without the input embedding
-table (the lm_head matmul counts; a tied head is counted once), attention's sequence-length
-FLOPs left out (a lower bound). Peak: `--peak-tflops` (default by device name: H100/H200 989,
+MFU (CUDA only): model FLOPs of the step / step seconds / peak FLOP/s, with the usual 6·N per
+token: 6 · (N_body · tokens + N_head · head_tokens), N_body = parameters without the input
+embedding and the head, N_head = the lm_head matrix (counted even when tied), head_tokens =
+the positions the head is applied at (all tokens for the plain step; only the action tokens
+for PolicyTrainer, which skips the head on context). Attention's sequence-length FLOPs are
+left out (a lower bound). Peak: `--peak-tflops` (default by device name: H100/H200 989,
 A100 312 dense bf16). The model is a random-init Qwen2 config (0.5B or 1.5B shapes), saved
 once to a temp dir so `PolicyTrainer` loads it like any checkpoint. Not run on the CPU-only
 development machines.
@@ -132,7 +135,10 @@ def _run(mode: str, bf16: bool, args: Any, model_path: str, q: Any) -> None:
         if i > 0:  # the first step is a warm-up
             times.append((time.perf_counter() - t1, t1 - t0))
     step_s = statistics.median(t for t, _ in times)
-    out = {"tokens": tokens, "step_s": step_s, "tok_s": tokens / step_s,
+    n_head = lm.get_output_embeddings().weight.numel()
+    head_tokens = args.rows * args.action if mode == "ours" else tokens
+    flops = 6 * ((flops_params(lm) - n_head) * tokens + n_head * head_tokens)
+    out = {"tokens": tokens, "step_s": step_s, "tok_s": tokens / step_s, "flops": flops,
            "proximal_s": statistics.median(p for _, p in times),
            "rss_loaded_mb": rss_loaded, "peak_mb": _rss_mb(), "n_params": flops_params(lm)}
     if cuda:
@@ -222,7 +228,7 @@ def main() -> None:
                         f"{r['proximal_s']:>10.2f} {r['peak_mb']:>8.0f} "
                         f"{r['rss_loaded_mb']:>9.0f} {ratio:>7.2f}×")
                 if cuda:
-                    mfu = 6 * r["n_params"] * r["tok_s"] / (peak_tflops(args) * 1e12)
+                    mfu = r["flops"] / r["step_s"] / (peak_tflops(args) * 1e12)
                     line += f" {mfu:>6.1%}"
                 print(line, flush=True)
     print(f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")

@@ -53,7 +53,7 @@ TRL_HINT = "TRL is not installed: pip install 'trl==1.16.0' (or the project's [t
 def common_overrides(seed: int) -> list[str]:
     return ["env.max_turns=1", f"algorithm.group_size={GROUP}",
             f"algorithm.batch_groups={PROMPTS_PER_STEP}", f"engine.max_new_tokens={MAX_NEW}",
-            "engine.temperature=1.0", f"learner.lr={LR}", "algorithm.kl_coef=0.0",
+            "engine.temperature=1.0", f"learner.lr={LR:.1e}", "algorithm.kl_coef=0.0",
             f"launch.seed={seed}", f"actors.seed={seed}", f"learner.seed={seed}",
             "logging.wandb_mode=disabled"]
 
@@ -80,7 +80,7 @@ def run_ours(seed: int, minutes: float, root: str) -> tuple[float, str]:
     for s in sets:
         cmd += ["--set", s]
     t0 = time.monotonic()
-    subprocess.run(cmd, check=True, cwd=REPO, timeout=minutes * 60 + 600)
+    subprocess.run(cmd, check=True, cwd=REPO, timeout=minutes * 60 + 600, stdout=sys.stderr)
     wall = time.monotonic() - t0
     (run_dir,) = [p for p in Path(run_root).iterdir() if p.is_dir()]
     samples = 0.0

@@ -359,6 +359,37 @@ class ScriptedToolEngine:
         pass
 
 
+class SlowStepsEnv:
+    """Every episode takes exactly `turns` steps whatever the agent says, each step 0.2 s."""
+
+    def __init__(self, turns: int) -> None:
+        self.turns, self.steps = turns, 0
+
+    async def reset(self, task: Task) -> Observation:
+        return Observation([{"role": "user", "content": task.prompt}])
+
+    async def step(self, action: str) -> StepResult:
+        await asyncio.sleep(0.2)  # a slow tool: episodes spend most of their time mid-way
+        self.steps += 1
+        done = self.steps >= self.turns
+        more = [] if done else [{"role": "user", "content": f"Step {self.steps} done. Go on."}]
+        return StepResult(Observation(more), 0.0, done, outcome_reward=float(len(action) % 2))
+
+
+class SlowStepsEnvDef:
+    """Env definition: multi-step episodes regardless of the policy (a random model never
+    calls a tool, so real envs end its episodes after one step: nothing to kill mid-way)."""
+
+    def __init__(self, args: Any, env_cfg: Any) -> None:
+        self.turns = env_cfg.max_turns
+
+    def make(self) -> SlowStepsEnv:
+        return SlowStepsEnv(self.turns)
+
+    def tasks(self, split: str) -> list[Task]:
+        return [Task(f"count-{i}", f"Count to {i}, one number per turn.") for i in range(8)]
+
+
 # --------------------------------------------------------------------------------------
 # Subprocesses: a buffer service that a test can SIGKILL
 # --------------------------------------------------------------------------------------

@@ -1,7 +1,10 @@
 """An actor process is SIGKILLed mid-episode; Ray restarts it and the launcher re-runs its loop.
 
 Real parts: a Ray actor built exactly as `launch` builds it (`hosts.ActorHost` wrapped with
-`ray.remote(max_restarts=...)`, the tiny model, the transformers engine, the arithmetic env),
+`ray.remote(max_restarts=...)`, the tiny model, the transformers engine), with an env whose
+episodes always take 3 steps of 0.2 s (`fakes_reliability.SlowStepsEnvDef`: the random tiny
+model never calls a tool, so the arithmetic env would end every episode after one step and
+there would be no "mid-episode" to kill),
 the real `BufferService` (in this process) over ZeroMQ, and `launch.Supervisor.check_actors`,
 the launcher's own restart logic. The test waits until the buffer holds accepted groups *and*
 an episode of the actor that has sent steps but no end, then kills the actor's own pid.
@@ -27,7 +30,7 @@ from agent_r1_async.buffers.client import BufferClient
 from agent_r1_async.buffers.service import BufferService
 from agent_r1_async.config import RunConfig, config_from_dict
 from agent_r1_async.transport import ZmqTransport
-from tests.fakes_reliability import Ledger, wait_for
+from tests.fakes_reliability import REPO, Ledger, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +41,7 @@ def _cfg() -> RunConfig:
     return config_from_dict({
         "model": {"name_or_path": "tiny-random-llama", "max_model_len": 512},
         "engine": {"backend": "hf", "dtype": "float32", "max_new_tokens": 32},
-        "env": {"name": "arithmetic", "max_turns": 2},
+        "env": {"name": "tests.fakes_reliability:SlowStepsEnvDef", "max_turns": 3},
         "actors": {"num_actors": 1, "groups_in_flight": 2, "stats_interval_s": 0.5,
                    "max_restarts": 1, "num_cpus": 1},
         "algorithm": {"group_size": 2, "batch_groups": 1},
@@ -83,7 +86,7 @@ def test_actor_killed_mid_episode_is_restarted_and_loses_nothing_accepted() -> N
     service.start()
     learner = BufferClient(transport, service.control_endpoint, "learner", "L", timeout_s=10.0)
     ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False,
-             runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
+             runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": REPO}})
     try:
         endpoints = {"data": service.data_endpoint, "control": service.control_endpoint,
                      "weights": None}
@@ -95,10 +98,11 @@ def test_actor_killed_mid_episode_is_restarted_and_loses_nothing_accepted() -> N
         # Kill when accepted groups exist and an episode is half sent.
         wait_for(lambda: len(_stored_groups(service)) >= 2 and _partial_episodes(service, "actor-0"),
                  120, "accepted groups and a half-sent episode")
-        partial = _partial_episodes(service, "actor-0")
         os.kill(first_pid, signal.SIGKILL)
         killed_at = time.monotonic()
-        time.sleep(0.5)  # records already on the wire land
+        time.sleep(0.5)  # records already on the wire land (an end record may complete one)
+        partial = _partial_episodes(service, "actor-0")  # what the dead process left half-sent
+        assert partial, "every half-sent episode completed from records already on the wire"
         accepted_before = _stored_groups(service)
 
         wait_for(lambda: (sup.check_actors(), sup.restarts[0] == 1)[1], 120, "loop re-run")

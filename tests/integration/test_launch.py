@@ -7,12 +7,15 @@ staleness and reward metrics, the offline W&B run, the checkpoint and the plots.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -83,10 +86,11 @@ def _free_port() -> int:
 def test_launch_joins_a_separate_ray_head_with_two_actors(tmp_path: Path):
     port = _free_port()
     ray_bin = str(Path(sys.executable).parent / "ray")
+    # Ray's unix sockets live under --temp-dir, and AF_UNIX paths are limited to 107 bytes.
+    ray_tmp = tempfile.mkdtemp(prefix="r", dir="/tmp")
     head = subprocess.Popen(
         [ray_bin, "start", "--head", "--block", f"--port={port}", "--num-cpus=4",
-         "--include-dashboard=false", f"--temp-dir={tmp_path / 'ray'}",
-         "--disable-usage-stats"],
+         "--include-dashboard=false", f"--temp-dir={ray_tmp}", "--disable-usage-stats"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(tmp_path),
         start_new_session=True,  # its own process group: we end exactly what we started
     )
@@ -100,16 +104,18 @@ def test_launch_joins_a_separate_ray_head_with_two_actors(tmp_path: Path):
                 break
             assert head.poll() is None, head.stdout.read()
             time.sleep(2)
-        run_dir, stdout = _launch(tmp_path, "--address", address,
+        run_dir, _ = _launch(tmp_path, "--address", address,
                                   "--set", "actors.num_actors=2")
         rows = _records(run_dir)
         assert [r["update"] for r in rows] == [1, 2, 3]
         actors = {k.split("/")[1] for r in rows for k in r if k.startswith("actor/")}
         assert actors <= {"actor-0", "actor-1"} and actors
     finally:
-        os.killpg(head.pid, signal.SIGTERM)  # `ray start --block` stops its processes
+        with contextlib.suppress(ProcessLookupError):  # its own group: only what we started
+            os.killpg(head.pid, signal.SIGTERM)  # `ray start --block` stops its processes
         try:
             head.wait(timeout=60)
         except subprocess.TimeoutExpired:
             os.killpg(head.pid, signal.SIGKILL)
             head.wait(timeout=30)
+        shutil.rmtree(ray_tmp, ignore_errors=True)

@@ -95,3 +95,40 @@ def test_flops_params_counts_a_tied_head_once() -> None:
     # untied: 100 params − 40 input embedding = 60; tied: 60 params − 40 + 40 (head) = 60
     assert flops_params(Tiny(tied=False)) == 60
     assert flops_params(Tiny(tied=True)) == 60
+
+
+def test_learner_update_runs_with_the_bench_sleep_trainer() -> None:
+    """`Learner(..., trainer=...)` skips model loading; the async bench relies on it."""
+    pytest.importorskip("torch")
+    from agent_r1_async import messages as m
+    from agent_r1_async.config import AlgorithmConfig, RunConfig
+    from agent_r1_async.learner.loop import Learner
+
+    def episode(e: int, reward: float) -> m.Episode:
+        step = m.StepRecord(f"e{e}", "g0", "t0", "a0", "x", 0, [5, 6, 7], [8, 9], [-0.5, -0.25],
+                            policy_version=0, done=True)
+        return m.Episode([step], m.EpisodeEnd(f"e{e}", "g0", "t0", "a0", "x", 1, reward, "ok", 2))
+
+    class Source:
+        version = -1
+
+        def sample(self, num_groups: int, learner_version: int, timeout_s: float) -> m.SampleBatch:
+            group = m.Group("g0", "t0", "x", [episode(0, 1.0), episode(1, 0.0)])
+            return m.SampleBatch([group], [1.0], learner_version)
+
+        def set_version(self, version: int) -> None:
+            self.version = version
+
+    source = Source()
+    cfg = RunConfig(algorithm=AlgorithmConfig(group_size=2, batch_groups=1))
+    trainer = load("bench_async_vs_sync").SleepTrainer(0.0)
+    learner = Learner(cfg, None, source, None, None, trainer=trainer)
+    metrics = learner.update()
+    assert learner.trainer is trainer
+    # one version step, told to the source; 2 episodes of 1 step each = 2 rows, and the GRPO
+    # advantages of rewards (1, 0) are ±a, so their mean is 0
+    assert (learner.version, source.version) == (1, 1)
+    assert metrics["rows"] == 2.0 and metrics["episodes"] == 2.0
+    assert metrics["advantage_mean"] == pytest.approx(0.0)
+    assert metrics["reward_mean"] == pytest.approx(0.5)
+    assert metrics["staleness_mean"] == 0.0
