@@ -66,17 +66,25 @@ def _cpus_needed(cfg: RunConfig) -> float:
     return cfg.learner.num_cpus + cfg.actors.num_actors * cfg.actors.num_cpus + 0.5
 
 
+def ray_address(cfg: RunConfig, address: str | None) -> str | None:
+    return address or cfg.launch.address or os.environ.get("RAY_ADDRESS") or None
+
+
+def use_cluster_token(address: str | None) -> None:
+    """Ray heads use token auth by default and a driver joining one must opt in to send the
+    token. Ray reads the mode when it is imported: call this before `import ray`."""
+    has_token = os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH") or (
+        Path.home() / ".ray" / "auth_token").exists()
+    if address and has_token and "RAY_AUTH_MODE" not in os.environ:
+        os.environ["RAY_AUTH_MODE"] = "token"
+
+
 def start_ray(cfg: RunConfig, address: str | None) -> None:
     import ray
 
-    address = address or cfg.launch.address or os.environ.get("RAY_ADDRESS") or None
+    address = ray_address(cfg, address)
     env = {"TOKENIZERS_PARALLELISM": "false", "VLLM_CPU_KVCACHE_SPACE": str(cfg.engine.kv_cache_gb)}
     if address:
-        # Ray heads use token auth by default; a driver joining one must opt in to send it.
-        token = os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH") or (
-            Path.home() / ".ray" / "auth_token").exists()
-        if token and "RAY_AUTH_MODE" not in os.environ:
-            os.environ["RAY_AUTH_MODE"] = "token"
         ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=True)
         return
     # Logical CPUs: at least what the processes ask for, so a 2-core box never deadlocks on
@@ -232,6 +240,7 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 
 def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None) -> int:
     check_model(cfg)  # before Ray starts or a run directory is made
+    use_cluster_token(ray_address(cfg, address))
     import ray
 
     if resume:
@@ -251,7 +260,7 @@ def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None
     wandb_dir = logger.wandb_dir
     try:
         # Keys travel to the processes as Ray task arguments; they never touch a ZMQ socket.
-        joined = bool(address or cfg.launch.address or os.environ.get("RAY_ADDRESS"))
+        joined = ray_address(cfg, address) is not None
         curve = CurveKeys.generate() if cfg.launch.curve or joined else None
         sup = Supervisor(cfg, run_dir, resume=bool(resume), curve=curve)
         version = ray.get(sup.learner.version.remote())

@@ -108,34 +108,8 @@ def draw_group_durations(w: Workload, trials: int, seed: int = 0) -> np.ndarray:
 # ---------------------------------------------------------------- buffer process
 
 
-def release_stale_credits(buf: Any) -> None:
-    """DIAGNOSTIC patch (`--release-stale-credits`), not the shipped behaviour.
-
-    AdmissionControl counts a group as accepted when it completes; if the group is then
-    dropped as stale without being trained on, it keeps using one slot of the
-    (max_staleness + 1) × batch_groups window for good. This patch gives the slot back
-    (accepted −= stale drops) so the effect of that slot loss can be measured.
-    """
-    seen = [0]
-
-    def settle() -> None:
-        new = buf.drops["stale"] - seen[0]
-        seen[0] += new
-        buf.admission.accepted -= new
-
-    for name in ("ingest", "tick", "set_version"):
-        orig = getattr(buf, name)
-
-        def wrapped(*a: Any, _orig: Any = orig) -> Any:
-            out = _orig(*a)
-            settle()
-            return out
-
-        setattr(buf, name, wrapped)
-
-
-def _buffer_main(w: Workload, max_staleness: int, spi_tol: float, sampling: str,
-                 release: bool, q: Any, stop: Any) -> None:
+def _buffer_main(w: Workload, max_staleness: int, spi_tol: float, sampling: str, q: Any,
+                 stop: Any) -> None:
     from agent_r1_async.buffers.service import BufferService
     from agent_r1_async.config import AlgorithmConfig, BufferConfig
     from agent_r1_async.transport import ZmqTransport
@@ -145,8 +119,6 @@ def _buffer_main(w: Workload, max_staleness: int, spi_tol: float, sampling: str,
     algo = AlgorithmConfig(group_size=w.group_size, batch_groups=w.batch_groups)
     transport = ZmqTransport()
     service = BufferService(cfg, algo, transport)
-    if release:
-        release_stale_credits(service.buffer)
     service.start()
     q.put((service.data_endpoint, service.control_endpoint))
     stop.wait()
@@ -278,8 +250,7 @@ class RunResult:
 
 
 def run_once(w: Workload, n_actors: int, max_staleness: int, spi_tol: float, warmup: int,
-             updates: int, poll_s: float, seed: int, sampling: str = "prioritized",
-             release: bool = False) -> RunResult:
+             updates: int, poll_s: float, seed: int, sampling: str = "prioritized") -> RunResult:
     """Time `updates` Learner.update() calls after `warmup`, with fresh buffer and actors."""
     from agent_r1_async.buffers.client import BufferClient
     from agent_r1_async.config import AlgorithmConfig, BufferConfig, LearnerConfig, RunConfig
@@ -289,7 +260,7 @@ def run_once(w: Workload, n_actors: int, max_staleness: int, spi_tol: float, war
     ctx = mp.get_context("spawn")
     q, stop = ctx.Queue(), ctx.Event()
     buf = ctx.Process(target=_buffer_main,
-                      args=(w, max_staleness, spi_tol, sampling, release, q, stop))
+                      args=(w, max_staleness, spi_tol, sampling, q, stop))
     buf.start()
     endpoints = q.get(timeout=60)
     actors = ctx.Process(target=_actors_main, args=(n_actors, w, endpoints, poll_s, seed, stop))
@@ -337,8 +308,6 @@ def main() -> None:
     ap.add_argument("--sigma", type=float, default=Workload.sigma)
     ap.add_argument("--update-s", type=float, default=Workload.update_s)
     ap.add_argument("--sampling", default="prioritized", choices=["prioritized", "fifo"])
-    ap.add_argument("--release-stale-credits", action="store_true",
-                    help="diagnostic: patch the buffer to free the slot of a stale-dropped group")
     ap.add_argument("--quick", action="store_true", help="1 repeat, K=6, actors 4 16")
     args = ap.parse_args()
     if args.quick:
@@ -349,9 +318,7 @@ def main() -> None:
     draws = draw_group_durations(w, 20_000)
     ep = np.random.default_rng(1).lognormal(np.log(w.median_s), w.sigma, 200_000)
     print(f"## Async (max_staleness {k}) vs sync (0): K={args.updates} updates after "
-          f"{args.warmup} warm-up, median of {args.repeats} repeats; {args.sampling} sampling"
-          + ("; DIAGNOSTIC: stale-dropped groups release their credit"
-             if args.release_stale_credits else ""))
+          f"{args.warmup} warm-up, median of {args.repeats} repeats; {args.sampling} sampling")
     print(f"episode ~ lognormal(median {w.median_s * 1e3:.0f} ms, σ {w.sigma}): mean "
           f"{ep.mean() * 1e3:.0f} ms, p99 {np.percentile(ep, 99) * 1e3:.0f} ms; "
           f"group of {w.group_size}: E[D] {draws.mean() * 1e3:.0f} ms; batch {b} groups; "
@@ -366,7 +333,7 @@ def main() -> None:
         for r in range(args.repeats):
             seed = 1000 * r + n  # the same episode durations for sync and async
             s, a = (run_once(w, n, staleness, spi_tol, args.warmup, args.updates,
-                             args.poll_ms / 1e3, seed, args.sampling, args.release_stale_credits)
+                             args.poll_ms / 1e3, seed, args.sampling)
                     for staleness in (0, k))
             rows.append((s, a))
         med = statistics.median

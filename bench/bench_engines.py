@@ -1,6 +1,6 @@
 """Engines: vLLM (CPU build) vs transformers, tokens/s on the same prompts and sampling.
 
-    .venv/bin/python bench/bench_engines.py            # ~3 minutes (vLLM start ~50 s)
+    .venv/bin/python bench/bench_engines.py            # ~3 min on a quiet machine (9 at load 6)
     .venv/bin/python bench/bench_engines.py --quick    # 8 prompts × 16 tokens, 1 round
 
 Both engines go through the project's `Engine` seam (`make_engine`, `engine.backend` = hf or
