@@ -177,8 +177,10 @@ class BufferConfig(_Section):
     """Groups that must be ready before the first sample."""
     samples_per_insert: float = 1.0
     """Target times each group is sampled, on average (Reverb's samples-per-insert)."""
-    spi_tolerance: float = 4.0
-    """Allowed deviation from samples_per_insert, in groups, before sampling or inserts wait."""
+    spi_tolerance: float = 16.0
+    """Allowed deviation from samples_per_insert, in groups, before sampling or inserts wait
+    (keep it ≥ (max_staleness + 1) × batch_groups, or it, not staleness, limits how far
+    actors run ahead)."""
     max_reuse: int = 1
     """Most times one group may be sampled before it is evicted."""
     max_bytes: int = 1_073_741_824
@@ -569,6 +571,21 @@ def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that also reads `1e-5` / `2e-06` (no dot) as floats, as YAML 1.2 does."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def _yaml_load(text: str) -> Any:
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+
+
 def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
     """Parse `a.b.c=value` strings; values are YAML (numbers, bools, lists)."""
     out = []
@@ -577,7 +594,7 @@ def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
         if not sep or not key.strip():
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. buffer.alpha=0.6")
         try:
-            value = yaml.safe_load(raw) if raw != "" else ""
+            value = _yaml_load(raw) if raw != "" else ""
         except yaml.YAMLError as e:
             raise ConfigError(f"--set {key}: value {raw!r} is not valid YAML ({e})") from None
         out.append((key.strip(), value))
@@ -606,7 +623,7 @@ def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | None
         if not p.is_file():
             raise ConfigError(f"config file {str(p)!r} does not exist")
         try:
-            data = yaml.safe_load(p.read_text()) or {}
+            data = _yaml_load(p.read_text()) or {}
         except yaml.YAMLError as e:
             raise ConfigError(f"{p}: not valid YAML: {e}") from None
     return config_from_dict(data, overrides)

@@ -85,3 +85,13 @@ def test_every_field_has_a_docstring_line():
                     if not (isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)):
                         missing.append(f"{node.name}.{stmt.target.id}")
     assert missing == []
+
+
+def test_exponent_without_dot_is_a_float(tmp_path: Path):
+    # YAML 1.1 (PyYAML) reads `2e-06` as a string; users write it anyway.
+    cfg = config_from_dict({}, ["learner.lr=2e-06"])
+    assert cfg.learner.lr == 2e-06
+    f = tmp_path / "c.yaml"
+    f.write_text("learner:\n  lr: 1e-5\n")
+    assert load_config(f).learner.lr == 1e-5
+    assert config_from_dict({}, ["launch.name=1e5x"]).launch.name == "1e5x"
