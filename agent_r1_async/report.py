@@ -31,7 +31,7 @@ def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[float], list[flo
     xs, ys = [], []
     for r in rows:
         if isinstance(r.get(key), (int, float)):
-            xs.append(r["time"] / 60.0)
+            xs.append(float(r["update"]))  # monotonic across resumes (time restarts)
             ys.append(float(r[key]))
     return xs, ys
 
@@ -45,47 +45,41 @@ def _smooth(ys: list[float], k: int = 5) -> list[float]:
     return out
 
 
+def _plot(
+    rows: list[dict[str, Any]], series: list[tuple[str, str, bool]], ylabel: str, title: str,
+    path: Path,
+) -> Path:
+    """One PNG: each (key, label, smooth) series against the learner version."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for key, label, smooth in series:
+        xs, ys = _series(rows, key)
+        if xs:
+            ax.plot(xs, _smooth(ys) if smooth else ys, "-" if smooth else "o-", label=label)
+    ax.set_xlabel("update (learner version)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def write_report(run_dir: str | Path) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows = read_metrics(run_dir)
     out_dir = Path(run_dir) / "plots"
     out_dir.mkdir(exist_ok=True)
-    written = []
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for key, label in [("reward/mean", "train reward"), ("eval/reward", "held-out reward")]:
-        xs, ys = _series(rows, key)
-        if xs:
-            style = "o-" if key.startswith("eval") else "-"
-            ax.plot(xs, ys if key.startswith("eval") else _smooth(ys), style, label=label)
-    ax.set_xlabel("minutes")
-    ax.set_ylabel("reward")
-    ax.set_title(f"reward — {Path(run_dir).name}")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    path = out_dir / "reward.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    written.append(path)
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for key, label in [("staleness/mean", "mean (token-weighted)"), ("staleness/max", "max")]:
-        xs, ys = _series(rows, key)
-        if xs:
-            ax.plot(xs, ys, "-", label=label)
-    ax.set_xlabel("minutes")
-    ax.set_ylabel("learner version − policy version")
-    ax.set_title(f"staleness — {Path(run_dir).name}")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    path = out_dir / "staleness.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    written.append(path)
-    return written
+    name = Path(run_dir).name
+    return [
+        _plot(rows, [("reward/mean", "train reward", True), ("eval/reward", "held-out reward", False)],
+              "reward", f"reward — {name}", out_dir / "reward.png"),
+        _plot(rows, [("staleness/mean", "mean (token-weighted)", False),
+                     ("staleness/max", "max", False)],
+              "learner version − policy version", f"staleness — {name}", out_dir / "staleness.png"),
+    ]
