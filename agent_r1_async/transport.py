@@ -256,6 +256,9 @@ class ZmqServer(_ZmqSocket):
     ) -> None:
         super().__init__(ctx, zmq.ROUTER, 0, curve)
         self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        # A client that timed out reconnects with the same identity (lazy pirate); hand the
+        # identity over to the new connection instead of refusing it while the old pipe lingers.
+        self._sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
         self._sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
         self._bind(endpoint)
 

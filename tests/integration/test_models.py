@@ -48,7 +48,7 @@ def test_prepared_smollm2_generates_the_right_sum():
 
 
 def test_resolve_model_errors(tmp_path: Path):
-    with pytest.raises(FileNotFoundError, match="no config.json"):
+    with pytest.raises(FileNotFoundError, match=r"no config\.json"):
         resolve_model(str(tmp_path))
     with pytest.raises(FileNotFoundError, match="does not exist"):
         resolve_model("./no/such/model")
