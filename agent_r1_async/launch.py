@@ -166,7 +166,8 @@ class Supervisor:
                     raise RuntimeError(f"{reason}; not back after {timeout_s:.0f} s") from None
                 time.sleep(0.5)
 
-    def update(self) -> dict[str, float]:
+    def update(self) -> dict[str, Any]:
+        """One learner update: {"metrics": ..., "staleness_hist": ...} (see LearnerHost)."""
         ref = self.learner.update.remote()
         while True:
             ready, _ = self.ray.wait([ref], timeout=0.5)

@@ -29,15 +29,6 @@ def wandb_mode(cfg: LoggingConfig) -> str:
     return "online" if os.environ.get("WANDB_API_KEY") else "offline"
 
 
-def staleness_summary(hist: Histogram) -> dict[str, float]:
-    """Token-weighted mean and max of a {staleness: tokens} histogram."""
-    total = sum(hist.values())
-    if total == 0:
-        return {}
-    mean = sum(k * v for k, v in hist.items()) / total
-    return {"staleness/mean": mean, "staleness/max": float(max(k for k, v in hist.items() if v))}
-
-
 class MetricsLogger:
     """Writes metric records to metrics.jsonl, W&B and the console."""
 
