@@ -233,7 +233,7 @@ class AlgorithmConfig(_Section):
     batch_groups: int = 4
     """Groups per learner update (batch = batch_groups × group_size episodes)."""
     credit: Literal["step", "token"] = "step"
-    """step: each step's own advantage on its action tokens; token: one episode advantage on all."""
+    """step: step t's return-to-go against the same step index in the group (learner/advantages.py); token: one episode advantage on all steps."""
     gamma: float = 1.0
     """Discount over steps for returns G_t = Σ γ^(k-t) r_k."""
     lam: float = 0.95
@@ -373,8 +373,10 @@ class LoggingConfig(_Section):
 class EvalConfig(_Section):
     num_tasks: int = 64
     """Held-out tasks per evaluation."""
-    every: int = 0
-    """Evaluate every N updates during a launch (0 = only before and after)."""
+    in_launch: bool = False
+    """Evaluate in `launch`: the starting policy before RL and the final checkpoint after it (eval/before/*, eval/after/*, RUN_DIR/eval.json)."""
+    backend: Literal["", "vllm", "hf"] = ""
+    """Engine for evaluation ("" = engine.backend)."""
     temperature: float = 1.0
     """Sampling temperature for evaluation (1.0 matches training)."""
     samples_per_task: int = 1
@@ -382,7 +384,6 @@ class EvalConfig(_Section):
 
     def __post_init__(self) -> None:
         _require(self.num_tasks >= 1, "eval.num_tasks", "must be >= 1")
-        _require(self.every >= 0, "eval.every", "must be >= 0 (0 = only before and after)")
         _require(self.temperature > 0, "eval.temperature", "must be > 0")
         _require(self.samples_per_task >= 1, "eval.samples_per_task", "must be >= 1")
 
@@ -408,6 +409,8 @@ class LaunchConfig(_Section):
     """Stop gracefully after this long (0 = no limit)."""
     seed: int = 0
     """Global seed."""
+    warm_start: bool = False
+    """Without `model.init_from`: first train the `sft` section's warm start (cached, reused by later launches with the same settings) and start RL from it."""
 
     def __post_init__(self) -> None:
         _require(

@@ -11,6 +11,9 @@ training — and averages:
 - `valid_tool_call_rate`: 1 - tool_errors / tool_calls, when the env reports both;
 - `mean_steps`, `mean_action_tokens` (per action), `failed_rate`, `episodes`.
 
+`evaluate_and_log` is the same, logged as `eval/{label}/*` (the `sft` command and `launch` with
+`eval.in_launch` use it before and after training).
+
 `format_table(rows)` prints result dicts as an aligned text table (one row per result).
 """
 
@@ -20,6 +23,8 @@ import asyncio
 import math
 from collections import defaultdict
 from typing import Any
+
+import msgspec
 
 from agent_r1_async.config import RunConfig
 from agent_r1_async.messages import TRAINABLE_STATUSES, EpisodeEnd, StepRecord
@@ -72,7 +77,7 @@ def evaluate(
     """Evaluate `model_path` (default `model.init_from`, else `model.name_or_path`) on `num_tasks` tasks of `split`.
 
     `engine`: an already running engine to use (the caller keeps ownership), else one is
-    built from `engine.*` with `eval.temperature`.
+    built from `engine.*` (backend `eval.backend` when set) with `eval.temperature`.
     """
     if num_tasks < 1:
         raise ValueError(f"num_tasks must be >= 1, got {num_tasks}")
@@ -95,6 +100,10 @@ async def _evaluate(
         raise ValueError(f"env {spec.name!r} has no tasks in split {split!r}")
     owns = engine is None
     if owns:
+        if cfg.eval.backend:
+            cfg = msgspec.structs.replace(
+                cfg, engine=msgspec.structs.replace(cfg.engine, backend=cfg.eval.backend)
+            )
         engine = make_engine(cfg, path, seed=cfg.launch.seed, temperature=cfg.eval.temperature)
     tokenizer = load_tokenizer(path)
     rollout = Rollout(
@@ -114,6 +123,29 @@ async def _evaluate(
         if owns:
             await engine.close()
     return tally.summary()
+
+
+def with_valid_calls(result: dict[str, float]) -> dict[str, float]:
+    """Add `valid_calls_per_episode` (tool calls minus tool errors): the share of episodes with
+    a well-formed call when, as in the built-in envs' oracles, one call per episode is wanted."""
+    if "tool_calls" in result and "tool_errors" in result:
+        result["valid_calls_per_episode"] = result["tool_calls"] - result["tool_errors"]
+    return result
+
+
+def evaluate_and_log(
+    cfg: RunConfig, model_path: str, label: str, logger: Any, step: int, num_tasks: int,
+    prefix: str,
+) -> dict[str, Any]:
+    """`evaluate` on `env.eval_split`, logged as eval/{label}/* at `step`; the result row."""
+    import time
+
+    t0 = time.perf_counter()
+    result = with_valid_calls(evaluate(cfg, cfg.env.eval_split, num_tasks, model_path=model_path))
+    logger.log({f"eval/{label}/{k}": v for k, v in result.items()}, step=step)
+    logger.console(f"{prefix} eval {label} ({cfg.env.eval_split}, {num_tasks} tasks): "
+                   f"{time.perf_counter() - t0:.1f} s")
+    return {"model": label, **result}
 
 
 def _cell(value: Any) -> str:

@@ -18,6 +18,7 @@ Local by default (embedded Ray with enough logical CPUs for every process on thi
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import signal
@@ -25,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from agent_r1_async.config import ConfigError, RunConfig, dump_config
 from agent_r1_async.monitor import MetricsLogger, progress_line
@@ -239,6 +242,73 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt  # SIGTERM stops as gracefully as Ctrl-C
 
 
+def in_subprocess(fn: Any, *args: Any) -> Any:
+    """`fn(*args)` in a fresh spawned process; its return value, or its exception re-raised.
+
+    The warm start and the held-out evaluations run this way: a trainer or an engine leaves
+    gigabytes in the allocator of the process that ran it, and the driver stays alive (next
+    to the learner and the actors) for the whole run.
+    """
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn")) as pool:
+        return pool.submit(fn, *args).result()
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)
+
+
+def _warm_start_child(cfg: RunConfig) -> str:
+    from agent_r1_async.sft.warm_start import warm_start
+
+    return warm_start(cfg, _print)
+
+
+def _evaluate_child(cfg: RunConfig, model: str, num_tasks: int) -> dict[str, float]:
+    from agent_r1_async.evaluate import evaluate
+
+    return evaluate(cfg, cfg.env.eval_split, num_tasks, model_path=model)
+
+
+def prepare_start(cfg: RunConfig, run_dir: Path) -> RunConfig:
+    """`launch.warm_start`: train (or reuse) the supervised warm start and start RL from it.
+
+    The run's config.yaml then names the checkpoint in `model.init_from`, so `--resume` and
+    the W&B config say where version 0 came from.
+    """
+    if not cfg.launch.warm_start or cfg.model.init_from:
+        return cfg
+    ckpt = in_subprocess(_warm_start_child, cfg)
+    cfg = msgspec.structs.replace(cfg, model=msgspec.structs.replace(cfg.model, init_from=ckpt))
+    (run_dir / "config.yaml").write_text(dump_config(cfg))
+    return cfg
+
+
+EVAL_COLUMNS = ("episodes", "outcome_reward", "success", "em", "f1", "format_ok", "tool_calls")
+"""The held-out metrics the launch prints (those the env reports)."""
+
+
+def held_out(cfg: RunConfig, run_dir: Path, logger: MetricsLogger, label: str, model: str,
+             step: int) -> None:
+    """Evaluate `model` on held-out tasks (eval.in_launch); log it and keep it in eval.json."""
+    from agent_r1_async.evaluate import format_table, with_valid_calls
+
+    t0 = time.perf_counter()
+    result = with_valid_calls(in_subprocess(_evaluate_child, cfg, model, cfg.eval.num_tasks))
+    logger.log({f"eval/{label}/{k}": v for k, v in result.items()}, step=step)
+    logger.console(f"[launch] eval {label} ({cfg.env.eval_split}, {cfg.eval.num_tasks} tasks): "
+                   f"{time.perf_counter() - t0:.1f} s")
+    path = run_dir / "eval.json"
+    saved = json.loads(path.read_text()) if path.exists() else {}
+    saved[label] = {**result, "version": step, "checkpoint": model, "split": cfg.env.eval_split}
+    path.write_text(json.dumps(saved, indent=1))
+    rows = [{"model": k, "version": int(v["version"]),
+             **{m: v[m] for m in EVAL_COLUMNS if m in v}} for k, v in saved.items()]
+    print(format_table(rows), flush=True)
+
+
 def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None) -> int:
     check_model(cfg)  # before Ray starts or a run directory is made
     use_cluster_token(ray_address(cfg, address))
@@ -253,13 +323,18 @@ def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None
     wandb_id = (run_dir / "wandb_run_id").read_text().strip() if resume and (
         run_dir / "wandb_run_id").exists() else None
     logger = MetricsLogger(cfg, run_dir, resume_id=wandb_id)
-    start_ray(cfg, address)
     stop_reason = "done"
     sup = None
+    ckpt = None
+    version = 0
     previous = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, _raise_interrupt)
     wandb_dir = logger.wandb_dir
     try:
+        cfg = prepare_start(cfg, run_dir)
+        if cfg.eval.in_launch and not resume:
+            held_out(cfg, run_dir, logger, "before", cfg.model.start_from, step=0)
+        start_ray(cfg, address)
         # Keys travel to the processes as Ray task arguments; they never touch a ZMQ socket.
         joined = ray_address(cfg, address) is not None
         curve = CurveKeys.generate() if cfg.launch.curve or joined else None
@@ -279,11 +354,20 @@ def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None
         stop_reason = "interrupted"
         print("\n[launch] stopping: checkpoint and buffer snapshot ...", flush=True)
     finally:
-        ckpt = sup.shutdown(checkpoint=True) if sup is not None else None
-        signal.signal(signal.SIGTERM, previous)
-        logger.close()
-        ray.shutdown()
+        try:
+            ckpt = sup.shutdown(checkpoint=True) if sup is not None else None
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            if ray.is_initialized():
+                ray.shutdown()
+            if ckpt is None or stop_reason == "interrupted" or not cfg.eval.in_launch:
+                logger.close()
     print(f"[launch] {stop_reason}; checkpoint: {ckpt}", flush=True)
+    if ckpt is not None and stop_reason != "interrupted" and cfg.eval.in_launch:
+        try:
+            held_out(cfg, run_dir, logger, "after", ckpt, step=version)
+        finally:
+            logger.close()
     try:
         from agent_r1_async.report import write_report
 

@@ -7,6 +7,11 @@ Design choices
 - `array_like=True`: a struct is encoded as a positional array, so **field order is the wire
   format**. Add new fields at the end, with defaults, and bump `SCHEMA_VERSION` when an old
   peer could misread a new frame.
+- Token ids and log-probs travel packed: `TokenIds` (int32) and `LogProbs` (float64) are
+  `array.array`s encoded as one MessagePack `bin` each, so a 600-token step decodes as three
+  memcpys instead of 600 Python ints (`bench/bench_transport.py`: 4x faster to decode). A
+  struct built with plain lists still encodes (as MessagePack arrays) and decodes to the
+  packed types; the arrays compare equal to lists of the same values.
 - This module imports nothing heavy (no torch, no tokenizer), so every process can use it.
 - Peers check `SCHEMA_VERSION` on connect with `Hello` / `HelloAck` over the control socket.
 
@@ -20,11 +25,15 @@ Message families
 
 from __future__ import annotations
 
-from typing import Literal
+import sys
+from array import array
+from collections.abc import Iterable
+from typing import Any, Literal
 
 import msgspec
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: packed `TokenIds` / `LogProbs` fields in StepRecord."""
 
 EpisodeStatus = Literal["ok", "env_error", "truncated", "aborted", "engine_error", "timeout"]
 """How an episode ended. Only "ok" and "truncated" episodes are trainable."""
@@ -34,6 +43,74 @@ TRAINABLE_STATUSES: frozenset[str] = frozenset({"ok", "truncated"})
 
 class WireError(ValueError):
     """A frame that is not a valid message of the expected type (bad bytes, wrong schema)."""
+
+
+class _Packed(array):
+    """An `array.array` of one fixed typecode that compares by value with any sequence."""
+
+    TYPECODE = "i"
+
+    def __new__(cls, data: Iterable[Any] | bytes = (), *rest: Any) -> _Packed:
+        if isinstance(data, str) and rest:  # array's own (typecode, data) form: unpickling
+            return super().__new__(cls, data, *rest)
+        return super().__new__(cls, cls.TYPECODE, data)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, array | list | tuple):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like list
+
+
+class TokenIds(_Packed):
+    """Token ids, packed as native int32 (4 bytes each on the wire)."""
+
+    TYPECODE = "i"
+
+
+class LogProbs(_Packed):
+    """Log-probabilities, packed as float64 (bit-exact with Python floats)."""
+
+    TYPECODE = "d"
+
+
+if sys.byteorder != "little":  # the wire is little-endian; nothing here byteswaps
+    raise ImportError("agent_r1_async.messages: big-endian hosts are not supported")
+if array("i").itemsize != 4:
+    raise ImportError("agent_r1_async.messages: C int is not 4 bytes on this host")
+
+
+def enc_hook(obj: Any) -> Any:
+    """msgspec encode hook: packed arrays go out as one `bin`."""
+    if isinstance(obj, array):
+        return obj.tobytes()
+    raise NotImplementedError(f"cannot encode {type(obj).__name__}")
+
+
+_new_array = array.__new__
+_TYPECODES: dict[type, str] = {TokenIds: "i", LogProbs: "d"}
+
+
+def dec_hook(typ: type, obj: Any) -> Any:
+    """msgspec decode hook: `bin` (or, from a struct built with lists, an array) -> packed.
+
+    Raises only TypeError / ValueError (a byte count that is not a whole number of items, a
+    value of the wrong type or out of range), which msgspec turns into a ValidationError.
+    """
+    code = _TYPECODES.get(typ)
+    if code is None:
+        raise NotImplementedError(f"cannot decode {typ!r}")
+    if type(obj) is not bytes and type(obj) is not list:
+        raise TypeError(f"expected bin or array for {typ.__name__}, got {type(obj).__name__}")
+    try:
+        return _new_array(typ, code, obj)  # bytes: one memcpy (frombytes)
+    except OverflowError as e:
+        raise ValueError(f"{typ.__name__}: {e}") from None
 
 
 class _Wire(msgspec.Struct, array_like=True, gc=False, omit_defaults=False):
@@ -59,9 +136,9 @@ class StepRecord(_Wire, tag="step"):
     actor_id: str
     env_name: str
     step_index: int
-    context_ids: list[int]
-    action_ids: list[int]
-    behavior_logprobs: list[float]
+    context_ids: TokenIds
+    action_ids: TokenIds
+    behavior_logprobs: LogProbs
     policy_version: int
     """Weight version that generated the action (the oldest one if `token_versions` is set)."""
     process_reward: float = 0.0
@@ -274,9 +351,9 @@ class WeightsHeader(_Wire, tag="weights"):
 # Encoding
 # --------------------------------------------------------------------------------------
 
-_encoder = msgspec.msgpack.Encoder()
-_data_decoder = msgspec.msgpack.Decoder(DataMessage)
-_control_decoder = msgspec.msgpack.Decoder(ControlMessage)
+_encoder = msgspec.msgpack.Encoder(enc_hook=enc_hook)
+_data_decoder = msgspec.msgpack.Decoder(DataMessage, dec_hook=dec_hook)
+_control_decoder = msgspec.msgpack.Decoder(ControlMessage, dec_hook=dec_hook)
 _weights_decoder = msgspec.msgpack.Decoder(WeightsHeader)
 
 

@@ -67,7 +67,7 @@ def _file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _build_atomically(target: Path, build: Callable[[Path], None]) -> Path:
+def build_atomically(target: Path, build: Callable[[Path], None]) -> Path:
     """Run `build(tmp_dir)` and rename the result to `target`, unless it exists already."""
     done_marker = target / ".complete"
     if done_marker.exists():
@@ -133,7 +133,7 @@ def prepare_model(alias: str) -> Path:
             f"unknown model alias {alias!r}; known: {', '.join([*KNOWN_MODELS, TINY_MODEL_ALIAS])}"
         )
     model = KNOWN_MODELS[alias]
-    return _build_atomically(cache_dir() / "models" / alias, lambda tmp: _convert_gguf(model, tmp))
+    return build_atomically(cache_dir() / "models" / alias, lambda tmp: _convert_gguf(model, tmp))
 
 
 def resolve_model(name_or_path: str) -> str:
@@ -164,7 +164,7 @@ def _smollm2_tokenizer_dir() -> Path:
     full = cache_dir() / "models" / "smollm2-135m-instruct"
     if (full / ".complete").exists():
         return full
-    return _build_atomically(cache_dir() / "tokenizers" / "smollm2", build)
+    return build_atomically(cache_dir() / "tokenizers" / "smollm2", build)
 
 
 TINY_CONFIG: dict[str, Any] = dict(
@@ -200,7 +200,7 @@ def tiny_model_dir(seed: int = 0) -> str:
         model.save_pretrained(str(out), safe_serialization=True)
         tok.save_pretrained(str(out))
 
-    return str(_build_atomically(cache_dir() / "models" / f"{TINY_MODEL_ALIAS}-s{seed}", build))
+    return str(build_atomically(cache_dir() / "models" / f"{TINY_MODEL_ALIAS}-s{seed}", build))
 
 
 def load_tokenizer(path: str) -> Any:

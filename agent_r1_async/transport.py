@@ -184,9 +184,18 @@ class ZmqPusher(_ZmqSocket):
         self._connect(endpoint)
 
     def send(self, frames: Frames, timeout_ms: int | None = None) -> bool:
-        """Send one multipart message; False if the pipe stayed full for `timeout_ms`."""
-        if timeout_ms is not None and not self._poll(timeout_ms, zmq.POLLOUT):
+        """Send one multipart message; False if the pipe stayed full for `timeout_ms`.
+
+        Tries a non-blocking send first and polls only when the pipe is full: the common case
+        costs one send instead of a poll plus a send.
+        """
+        if self._try_send(frames):
+            return True
+        if timeout_ms == 0 or not self._poll(timeout_ms, zmq.POLLOUT):
             return False
+        return self._try_send(frames)
+
+    def _try_send(self, frames: Frames) -> bool:
         try:
             self._sock.send_multipart(frames, copy=False, flags=zmq.NOBLOCK)
         except zmq.Again:

@@ -41,9 +41,10 @@ def make_records(n: int, context_tokens: int, action_tokens: int, seed: int = 0)
     ctxs = [[rng.randrange(49152) for _ in range(context_tokens)] for _ in range(8)]
     acts = [[rng.randrange(49152) for _ in range(action_tokens)] for _ in range(8)]
     lps = [[-rng.random() for _ in range(action_tokens)] for _ in range(8)]
-    return [
-        m.StepRecord(f"e{i // 4}", f"g{i // 16}", "t", "a0", "bench", i % 4, ctxs[i % 8],
-                     acts[i % 8], lps[i % 8], policy_version=3, created_at=time.time())
+    return [  # packed, as `actors.rollout` builds them
+        m.StepRecord(f"e{i // 4}", f"g{i // 16}", "t", "a0", "bench", i % 4,
+                     m.TokenIds(ctxs[i % 8]), m.TokenIds(acts[i % 8]), m.LogProbs(lps[i % 8]),
+                     policy_version=3, created_at=time.time())
         for i in range(n)
     ]
 

@@ -27,7 +27,13 @@ from agent_r1_async.actors.context import ContextBuilder, History
 from agent_r1_async.actors.engine import Engine, GenResult
 from agent_r1_async.actors.stats import ActorCounters
 from agent_r1_async.envs.base import Env, Observation, StepResult, Task
-from agent_r1_async.messages import TRAINABLE_STATUSES, EpisodeEnd, StepRecord
+from agent_r1_async.messages import (
+    TRAINABLE_STATUSES,
+    EpisodeEnd,
+    LogProbs,
+    StepRecord,
+    TokenIds,
+)
 
 Emit = Callable[[StepRecord | EpisodeEnd], Awaitable[None]]
 
@@ -190,7 +196,8 @@ class Rollout:
         return StepRecord(
             episode_id=ids.episode_id, group_id=ids.group_id, task_id=task.task_id,
             actor_id=self.actor_id, env_name=self.env_name, step_index=index,
-            context_ids=context, action_ids=gen.action_ids, behavior_logprobs=gen.logprobs,
+            context_ids=TokenIds(context), action_ids=TokenIds(gen.action_ids),
+            behavior_logprobs=LogProbs(gen.logprobs),
             policy_version=gen.policy_version, process_reward=float(result.reward),
             done=bool(result.done or cut), finish_reason=gen.finish_reason,
             token_versions=gen.token_versions, gen_time_s=gen.gen_time_s, env_time_s=env_s,

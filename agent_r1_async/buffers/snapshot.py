@@ -14,10 +14,11 @@ import tempfile
 
 import msgspec
 
+from agent_r1_async import messages as m
 from agent_r1_async.buffers.buffer import BufferState
 
 SNAPSHOT_FILE = "buffer.snapshot"
-SNAPSHOT_SCHEMA = 1
+SNAPSHOT_SCHEMA = 2  # 2: packed token ids and log-probs (messages.SCHEMA_VERSION 2)
 
 
 class SnapshotError(RuntimeError):
@@ -33,7 +34,7 @@ def save_snapshot(directory: str, state: BufferState) -> str:
     """Atomically write `state` to `directory`/buffer.snapshot; returns the path."""
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, SNAPSHOT_FILE)
-    data = msgspec.msgpack.encode(_Snapshot(SNAPSHOT_SCHEMA, state))
+    data = msgspec.msgpack.encode(_Snapshot(SNAPSHOT_SCHEMA, state), enc_hook=m.enc_hook)
     fd, tmp = tempfile.mkstemp(prefix=".buffer.snapshot.", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -61,7 +62,7 @@ def load_snapshot(directory: str) -> BufferState | None:
     with open(path, "rb") as f:
         data = f.read()
     try:
-        snap = msgspec.msgpack.decode(data, type=_Snapshot)
+        snap = msgspec.msgpack.decode(data, type=_Snapshot, dec_hook=m.dec_hook)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         raise SnapshotError(f"{path}: not a readable buffer snapshot ({e})") from None
     if snap.schema != SNAPSHOT_SCHEMA:

@@ -6,16 +6,22 @@ Shapes are nested lists because episodes of one group may have different numbers
 Rewards. Step t of an episode earns r_t = process_reward_t, plus the outcome reward on the
 last step. The step return is G_t = Σ_{k≥t} γ^(k-t) r_k.
 
-Baselines (design choice). GRPO, REINFORCE++ and RLOO build their baseline and scale from the
-*episode* returns G_0 (one number per episode, the quantity the group shares a start state
-for); the thing compared against it is the step return G_t (`credit: step`) or the episode
-return G_0 (`credit: token`). With outcome-only rewards and γ = 1, G_t = G_0 for every step,
-so step and token credit coincide and both equal textbook GRPO / RLOO / REINFORCE++.
-- GRPO:        A = (G − mean_group G_0) / (std_group G_0 + eps)   (std optional)
-- REINFORCE++: A = (G − mean_batch G_0) / (std_batch G_0 + eps)   (std optional)
-- RLOO:        A = G − mean_{other episodes of the group} G_0       (0 for a lone episode)
+Baselines (design choice). `credit: token` gives every step of an episode the episode's
+advantage, from its return G_0 against the group's (GRPO, RLOO) or the batch's (REINFORCE++)
+episode returns — textbook GRPO / RLOO / REINFORCE++. `credit: step` credits step t with its
+return-to-go G_t only (a process reward earned at step t does not credit later steps), against
+the return-to-go of the *same step index* in the other episodes of the group (batch) that
+reached it: step-indexed baselines, as turn-level GRPO does. Comparing G_t with the episode
+returns G_0 instead would be biased by the rewards collected before t, and in a group whose
+episodes all scored alike it would divide that bias by the std epsilon. With outcome-only
+rewards, γ = 1 and episodes of equal length both credits give the same numbers.
+- GRPO:        A_t = (G_t − mean_t) / (std_t + eps)   over the group's episodes with a step t
+- REINFORCE++: the same over the batch
+- RLOO:        A_t = G_t − mean of G_t over the *other* episodes with a step t (0 when none)
+  (token credit: t = 0 everywhere, G_0 on every step)
 - PPO:         step-level GAE from V(s_t), δ_t = r_t + γ V(s_{t+1}) − V(s_t), V(s_T) = 0
-Stds are population stds (a group with equal returns gets A = 0, never a division by zero).
+Stds are population stds (a step index whose returns are all equal gets A = 0, never a
+division by zero).
 """
 
 from __future__ import annotations
@@ -55,45 +61,64 @@ def _mean_std(xs: Sequence[float]) -> tuple[float, float]:
     return mean, math.sqrt(var)
 
 
-def _target(returns: list[float], credit: str) -> list[float]:
-    """What a baseline is subtracted from: each G_t (step credit) or G_0 everywhere (token)."""
-    return list(returns) if credit == "step" else [returns[0]] * len(returns)
+def _normalized(episodes: list[list[float]], credit: str, std_normalize: bool) -> list[list[float]]:
+    """(G_t − mean_t) / scale_t over `episodes` (one group for GRPO, the batch for REINFORCE++)."""
+    if credit != "step":
+        mean, std = _mean_std([ep[0] for ep in episodes])
+        scale = std + STD_EPS if std_normalize else 1.0
+        return [[(ep[0] - mean) / scale] * len(ep) for ep in episodes]
+    out = [[0.0] * len(ep) for ep in episodes]
+    for t in range(max(len(ep) for ep in episodes)):
+        reached = [i for i, ep in enumerate(episodes) if len(ep) > t]
+        mean, std = _mean_std([episodes[i][t] for i in reached])
+        scale = std + STD_EPS if std_normalize else 1.0
+        for i in reached:
+            out[i][t] = (episodes[i][t] - mean) / scale
+    return out
 
 
 def grpo_advantages(
     returns: Nested, credit: Literal["step", "token"] = "step", std_normalize: bool = True
 ) -> Nested:
-    """Group-normalized advantages: baseline and scale from the group's episode returns."""
-    out: Nested = []
-    for group in returns:
-        mean, std = _mean_std([ep[0] for ep in group])
-        scale = std + STD_EPS if std_normalize else 1.0
-        out.append([[(g - mean) / scale for g in _target(ep, credit)] for ep in group])
-    return out
+    """Group-normalized advantages (step credit: per step index; token credit: per episode)."""
+    return [_normalized(group, credit, std_normalize) for group in returns]
 
 
 def reinforce_pp_advantages(
     returns: Nested, credit: Literal["step", "token"] = "step", std_normalize: bool = True
 ) -> Nested:
-    """REINFORCE++: baseline and scale from all episode returns of the batch."""
-    mean, std = _mean_std([ep[0] for group in returns for ep in group])
-    scale = std + STD_EPS if std_normalize else 1.0
-    return [[[(g - mean) / scale for g in _target(ep, credit)] for ep in group] for group in returns]
+    """REINFORCE++: the GRPO normalization over all episodes of the batch."""
+    flat = _normalized([ep for group in returns for ep in group], credit, std_normalize)
+    out: Nested = []
+    for group in returns:
+        out.append(flat[: len(group)])
+        flat = flat[len(group):]
+    return out
+
+
+def _leave_one_out(values: list[float]) -> list[float]:
+    """v − mean of the other values; all 0 when there is no other value."""
+    n = len(values)
+    if n < 2:
+        return [0.0] * n  # nothing to compare with: no learning signal
+    total = sum(values)
+    return [v - (total - v) / (n - 1) for v in values]
 
 
 def rloo_advantages(returns: Nested, credit: Literal["step", "token"] = "step") -> Nested:
-    """Leave-one-out: baseline = mean episode return of the *other* episodes of the group."""
+    """Leave-one-out: baseline = mean return of the *other* episodes of the group (at the same
+    step index for step credit)."""
     out: Nested = []
     for group in returns:
-        n = len(group)
-        total = sum(ep[0] for ep in group)
-        adv_group = []
-        for ep in group:
-            if n < 2:  # no other episode to compare with: no learning signal
-                adv_group.append([0.0] * len(ep))
-                continue
-            baseline = (total - ep[0]) / (n - 1)
-            adv_group.append([g - baseline for g in _target(ep, credit)])
+        if credit != "step":
+            episode = _leave_one_out([ep[0] for ep in group])
+            out.append([[a] * len(ep) for a, ep in zip(episode, group, strict=True)])
+            continue
+        adv_group = [[0.0] * len(ep) for ep in group]
+        for t in range(max(len(ep) for ep in group)):
+            reached = [i for i, ep in enumerate(group) if len(ep) > t]
+            for i, a in zip(reached, _leave_one_out([group[i][t] for i in reached]), strict=True):
+                adv_group[i][t] = a
         out.append(adv_group)
     return out
 

@@ -25,6 +25,7 @@ import gc
 import random
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -180,25 +181,55 @@ def progress(m: dict[str, float]) -> str:
     )
 
 
-def _eval(cfg: RunConfig, model_path: str, label: str, logger: Any, step: int) -> dict[str, Any]:
-    from agent_r1_async.evaluate import evaluate
+def train_stage(cfg: RunConfig, run_dir: Path, logger: Any) -> str:
+    """Demos → train → checkpoint in RUN_DIR/checkpoints (no evaluation); returns its path.
 
-    t0 = time.perf_counter()
-    result = evaluate(cfg, cfg.env.eval_split, cfg.sft.eval_num_tasks, model_path=model_path)
-    if "tool_calls" in result and "tool_errors" in result:
-        # Well-formed calls per episode: the share of episodes that called a tool correctly
-        # when, as in the built-in envs' oracles, one call per episode is what is wanted.
-        result["valid_calls_per_episode"] = result["tool_calls"] - result["tool_errors"]
-    logger.log({f"eval/{label}/{k}": v for k, v in result.items()}, step=step)
-    logger.console(f"[sft] eval {label}: {time.perf_counter() - t0:.1f} s")
-    return {"model": label, **result}
+    Shared by the `sft` command and `launch.warm_start`.
+    """
+    from agent_r1_async.models import load_tokenizer, resolve_model
+
+    start_path = resolve_model(cfg.model.start_from)
+    stats = DemoStats()
+    demos = load_demos(cfg, load_tokenizer(start_path), stats)
+    if not demos:
+        raise ValueError(
+            f"sft: no usable demonstrations from {cfg.sft.demos_source} (failed {stats.failed}, "
+            f"no oracle {stats.no_oracle}, too long {stats.too_long})"
+        )
+    logger.console(
+        f"[sft] {len(demos)} demonstrations from {cfg.sft.demos_source}: "
+        f"{sum(len(d.steps) for d in demos)} steps, {sum(d.num_tokens for d in demos)} tokens "
+        f"(dropped: failed {stats.failed}, no oracle {stats.no_oracle}, too long {stats.too_long})"
+    )
+    torch.manual_seed(cfg.learner.seed)
+    trainer = PolicyTrainer(trainer_config(cfg), start_path)
+
+    def on_step(m: dict[str, float]) -> None:
+        step = int(m["step"])
+        if step % cfg.sft.log_every == 0 or step == int(m["total_steps"]):
+            logger.log({f"sft/{k}": v for k, v in m.items()}, step=step)
+            logger.console(progress(m))
+
+    t_train = time.perf_counter()
+    history = fit(trainer, demos, cfg.sft.epochs, cfg.sft.batch_episodes,
+                  seed=cfg.learner.seed, on_step=on_step, schedule=cfg.sft.schedule,
+                  warmup_steps=cfg.sft.warmup_steps)
+    train_s = time.perf_counter() - t_train
+    ckpt = checkpoint.save_checkpoint(str(run_dir), trainer, {
+        "version": 0, "updates": len(history), "samples_drawn": 0,
+        "sft_demos": len(demos), "sft_final_loss": history[-1]["loss"],
+    })
+    del trainer
+    gc.collect()
+    logger.console(f"[sft] {len(history)} steps in {train_s:.1f} s; checkpoint {ckpt}")
+    return ckpt
 
 
 def run_sft(cfg: RunConfig) -> int:
-    """The `sft` command: demos → (eval) → train → checkpoint → (eval); returns an exit code."""
-    from agent_r1_async.evaluate import format_table
+    """The `sft` command: (eval) → demos → train → checkpoint → (eval); returns an exit code."""
+    from agent_r1_async.evaluate import evaluate_and_log, format_table
     from agent_r1_async.launch import make_run_dir
-    from agent_r1_async.models import load_tokenizer, resolve_model
+    from agent_r1_async.models import resolve_model
     from agent_r1_async.monitor import MetricsLogger
 
     t_start = time.perf_counter()
@@ -206,41 +237,16 @@ def run_sft(cfg: RunConfig) -> int:
     logger = MetricsLogger(cfg, run_dir)
     start_path = resolve_model(cfg.model.start_from)
     rows: list[dict[str, Any]] = []
+    n = cfg.sft.eval_num_tasks
     try:
         logger.console(f"[sft] run dir {run_dir}; model {start_path}")
         if cfg.sft.eval_before:
-            rows.append(_eval(cfg, start_path, "before", logger, step=0))
+            rows.append(evaluate_and_log(cfg, start_path, "before", logger, 0, n, "[sft]"))
             logger.console(format_table(rows))
-        stats = DemoStats()
-        demos = load_demos(cfg, load_tokenizer(start_path), stats)
-        logger.console(
-            f"[sft] {len(demos)} demonstrations from {cfg.sft.demos_source}: "
-            f"{sum(len(d.steps) for d in demos)} steps, {sum(d.num_tokens for d in demos)} tokens "
-            f"(dropped: failed {stats.failed}, no oracle {stats.no_oracle}, too long {stats.too_long})"
-        )
-        torch.manual_seed(cfg.learner.seed)
-        trainer = PolicyTrainer(trainer_config(cfg), start_path)
-
-        def on_step(m: dict[str, float]) -> None:
-            step = int(m["step"])
-            if step % cfg.sft.log_every == 0 or step == int(m["total_steps"]):
-                logger.log({f"sft/{k}": v for k, v in m.items()}, step=step)
-                logger.console(progress(m))
-
-        t_train = time.perf_counter()
-        history = fit(trainer, demos, cfg.sft.epochs, cfg.sft.batch_episodes,
-                      seed=cfg.learner.seed, on_step=on_step, schedule=cfg.sft.schedule,
-                      warmup_steps=cfg.sft.warmup_steps)
-        train_s = time.perf_counter() - t_train
-        ckpt = checkpoint.save_checkpoint(str(run_dir), trainer, {
-            "version": 0, "updates": len(history), "samples_drawn": 0,
-            "sft_demos": len(demos), "sft_final_loss": history[-1]["loss"],
-        })
-        del trainer
-        gc.collect()
-        logger.console(f"[sft] {len(history)} steps in {train_s:.1f} s; checkpoint {ckpt}")
+        ckpt = train_stage(cfg, run_dir, logger)
         if cfg.sft.eval_after:
-            rows.append(_eval(cfg, ckpt, "after", logger, step=len(history)))
+            steps = int(Path(ckpt).name.removeprefix("step-"))
+            rows.append(evaluate_and_log(cfg, ckpt, "after", logger, steps, n, "[sft]"))
         if rows:
             print(format_table(rows), flush=True)
         logger.console(

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "agent_r1_async.cli"]
@@ -74,6 +75,38 @@ def test_launch_tiny_runs_to_the_end_and_resumes(tmp_path: Path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert [r["update"] for r in _records(run_dir)] == [1, 2, 3, 4, 5]
     assert (run_dir / "checkpoints" / "latest").resolve().name == "step-5"
+
+
+@pytest.mark.slow
+def test_launch_tiny_warm_start_then_rl_with_held_out_eval(tmp_path: Path):
+    # A learning rate no other run uses: a fresh warm-start cache key, trained by this test
+    # (and removed at the end).
+    lr = f"{1e-4 * (1 + (time.time_ns() % 9973) / 10000):.8e}"
+    run_dir, stdout = _launch(
+        tmp_path, "--set", "launch.warm_start=true", "--set", f"sft.lr={lr}",
+        "--set", "sft.num_demos=4", "--set", "sft.batch_episodes=2", "--set", "sft.epochs=1",
+        "--set", "eval.in_launch=true", "--set", "eval.num_tasks=4",
+        "--set", "learner.total_updates=1",
+    )
+    init = Path(yaml.safe_load((run_dir / "config.yaml").read_text())["model"]["init_from"])
+    entry = init.parents[1]
+    try:
+        assert "[launch] warm start: training" in stdout
+        assert init.name == "step-2" and (entry / ".complete").exists()  # 4 demos / 2 per step
+        assert entry.parent.name == "warm-start" and str(init) in stdout
+        ev = json.loads((run_dir / "eval.json").read_text())
+        assert ev["before"]["version"] == 0 and ev["before"]["checkpoint"] == str(init)
+        assert ev["after"]["version"] == 1
+        assert Path(ev["after"]["checkpoint"]).name == "step-1"
+        assert ev["before"]["episodes"] == 4 == ev["after"]["episodes"]
+        rows = _records(run_dir)
+        assert rows[0]["update"] == 0 and "eval/before/outcome_reward" in rows[0]
+        assert [r["update"] for r in rows if "reward/mean" in r] == [1]
+        assert rows[-1]["update"] == 1 and "eval/after/success" in rows[-1]
+        assert "eval after" in stdout and " after " in stdout.split("eval after")[-1]
+    finally:
+        shutil.rmtree(entry, ignore_errors=True)
+        (entry.parent / f"{entry.name}.lock").unlink(missing_ok=True)
 
 
 def _free_port() -> int:

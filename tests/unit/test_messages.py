@@ -34,6 +34,54 @@ def test_array_like_encoding_is_positional():
     # array_like: the struct is a msgpack array [tag, field0, field1, ...] in field order.
     raw = msgspec.msgpack.decode(m.encode(_step()))
     assert raw[0] == "step" and raw[1] == "e1" and raw[6] == 0 and raw[7] == [1, 2, 3]
+    packed = msgspec.msgpack.decode(m.encode(_step(context_ids=m.TokenIds([1, 2, 3]))))
+    assert packed[7] == b"\x01\x00\x00\x00\x02\x00\x00\x00\x03\x00\x00\x00"
+
+
+def test_packed_fields_travel_as_bin_of_4_and_8_bytes_per_value():
+    rec = _step(context_ids=m.TokenIds([1, 2, 70000]), action_ids=m.TokenIds([2**31 - 1]),
+                behavior_logprobs=m.LogProbs([-0.1]))
+    raw = msgspec.msgpack.decode(m.encode(rec))
+    assert raw[7] == (1).to_bytes(4, "little") + (2).to_bytes(4, "little") + (70000).to_bytes(4, "little")
+    assert raw[8] == (2**31 - 1).to_bytes(4, "little")
+    assert len(raw[9]) == 8
+    out = m.decode_data(m.encode(rec))
+    assert type(out.context_ids) is m.TokenIds and type(out.behavior_logprobs) is m.LogProbs
+    assert out.context_ids == [1, 2, 70000] and out.action_ids == [2**31 - 1]
+    assert out.behavior_logprobs == [-0.1]  # float64: bit-exact with the Python float
+
+
+def test_packed_fields_decode_from_plain_lists_and_compare_by_value():
+    out = m.decode_data(m.encode(_step()))  # built with lists: msgpack arrays on the wire
+    assert type(out.context_ids) is m.TokenIds and out.context_ids == [1, 2, 3]
+    assert out.context_ids != [1, 2] and out.context_ids != [1, 2, 4]
+    assert out.behavior_logprobs == (-0.5, -1.25)
+    assert list(out.action_ids) == [4, 5] and out.action_ids.tolist() == [4, 5]
+    assert out == _step()  # struct equality goes field by field
+
+
+@pytest.mark.parametrize("field,value", [
+    (7, b"\x01\x00\x00"),           # 3 bytes: not a whole int32
+    (9, b"\x00" * 12),                # 12 bytes: not a whole float64
+    (7, [1, 2**31]),                  # beyond int32
+    (7, [1, 2.5]),                    # a float token id
+    (8, "abc"),                       # a string
+    (9, [-0.5, "x"]),
+])
+def test_malformed_packed_fields_are_wire_errors(field, value):
+    raw = msgspec.msgpack.decode(m.encode(_step()))
+    raw[field] = value
+    with pytest.raises(m.WireError):
+        m.decode_data(msgspec.msgpack.encode(raw))
+
+
+def test_packed_arrays_pickle_and_concatenate():
+    import pickle
+
+    ids = m.TokenIds([5, 6])
+    back = pickle.loads(pickle.dumps(ids))
+    assert type(back) is m.TokenIds and back == [5, 6]
+    assert list(ids + m.TokenIds([7])) == [5, 6, 7]
 
 
 def test_episode_end_and_stats_round_trip():

@@ -1,0 +1,75 @@
+"""`launch.warm_start`: the supervised stage of a launch, run once per setting and cached.
+
+A launch with `launch.warm_start: true` and no `model.init_from` first trains on the env's
+demonstrations exactly like `agent-r1-async sft` (the `sft` section; its eval flags are
+ignored, the launch evaluates on its own), then starts RL from that checkpoint: the RL run's
+version 0 is the warm-started policy.
+
+The checkpoint is cached in CACHE/warm-start/KEY (CACHE = `models.cache_dir()`), where KEY
+hashes every setting that changes the trained weights: the base model, the env and context
+settings (they define the demonstrations' tokens), the `sft` training settings and the
+learner's optimizer settings and seed. Three RL seeds from one warm start therefore train it
+once; changing `learner.lr` (the RL rate) or `sft.eval_num_tasks` does not retrain it. The
+cache entry is built in a temporary directory under a file lock and renamed when complete, so
+a killed launch leaves nothing half-written and two launches never train it twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from agent_r1_async.config import RunConfig
+
+_LEARNER_KEYS = ("weight_decay", "betas", "grad_clip", "micro_batch_tokens", "bf16", "seed", "lora")
+_SFT_IGNORED = ("eval_before", "eval_after", "eval_num_tasks", "log_every")
+
+
+def warm_start_key(cfg: RunConfig) -> str:
+    """16 hex digits naming the warm-start checkpoint that `cfg` trains."""
+    learner = msgspec.to_builtins(cfg.learner)
+    sft = msgspec.to_builtins(cfg.sft)
+    parts: dict[str, Any] = {
+        "model": [cfg.model.name_or_path, cfg.model.dtype, cfg.model.max_model_len],
+        "env": msgspec.to_builtins(cfg.env),
+        "context": msgspec.to_builtins(cfg.context),
+        "sft": {k: v for k, v in sft.items() if k not in _SFT_IGNORED},
+        "learner": {k: learner[k] for k in _LEARNER_KEYS},
+    }
+    if cfg.sft.demos_source == "jsonl":  # the file's content, not only its name
+        parts["jsonl_sha256"] = hashlib.sha256(Path(cfg.sft.jsonl_path).read_bytes()).hexdigest()
+    blob = json.dumps(parts, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def warm_start(cfg: RunConfig, console: Callable[[str], None]) -> str:
+    """The warm-start checkpoint for `cfg` (trained now unless cached); returns its path."""
+    from agent_r1_async.models import build_atomically, cache_dir
+    from agent_r1_async.monitor import MetricsLogger
+    from agent_r1_async.sft.train import train_stage
+
+    target = cache_dir() / "warm-start" / warm_start_key(cfg)
+    if (target / ".complete").exists():
+        console(f"[launch] warm start: cached {target}")
+    else:
+        console(f"[launch] warm start: training {target.name} (cached for later launches)")
+
+    def build(tmp: Path) -> None:
+        quiet = msgspec.structs.replace(
+            cfg, logging=msgspec.structs.replace(cfg.logging, wandb_mode="disabled")
+        )
+        sft_logger = MetricsLogger(quiet, tmp)  # metrics.jsonl of the stage, kept in the cache
+        try:
+            train_stage(quiet, tmp, sft_logger)
+        finally:
+            sft_logger.close()
+        (tmp / "config.json").write_text(json.dumps(msgspec.to_builtins(cfg.sft), indent=1))
+
+    path = str((build_atomically(target, build) / "checkpoints" / "latest").resolve())
+    console(f"[launch] warm start: RL starts from {path}")
+    return path
