@@ -27,12 +27,14 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[float], list[float]]:
+def _series(rows: list[dict[str, Any]], keys: str | tuple[str, ...]) -> tuple[list[float], list[float]]:
+    """(update, value) of every row holding one of `keys` (a tuple joins several into one line)."""
     xs, ys = [], []
     for r in rows:
-        if isinstance(r.get(key), (int, float)):
-            xs.append(float(r["update"]))  # monotonic across resumes (time restarts)
-            ys.append(float(r[key]))
+        for key in (keys,) if isinstance(keys, str) else keys:
+            if isinstance(r.get(key), (int, float)):
+                xs.append(float(r["update"]))  # monotonic across resumes (time restarts)
+                ys.append(float(r[key]))
     return xs, ys
 
 
@@ -46,7 +48,8 @@ def _smooth(ys: list[float], k: int = 5) -> list[float]:
 
 
 def _plot(
-    rows: list[dict[str, Any]], series: list[tuple[str, str, bool]], ylabel: str, title: str,
+    rows: list[dict[str, Any]], series: list[tuple[str | tuple[str, ...], str, bool]], ylabel: str,
+    title: str,
     path: Path,
 ) -> Path:
     """One PNG: each (key, label, smooth) series against the learner version."""
@@ -77,7 +80,9 @@ def write_report(run_dir: str | Path) -> list[Path]:
     out_dir.mkdir(exist_ok=True)
     name = Path(run_dir).name
     return [
-        _plot(rows, [("reward/mean", "train reward", True), ("eval/reward", "held-out reward", False)],
+        _plot(rows, [("reward/mean", "train reward (outcome + process)", True),
+                     ("env/success", "train success", True),
+                     (("eval/before/success", "eval/after/success"), "held-out success", False)],
               "reward", f"reward — {name}", out_dir / "reward.png"),
         _plot(rows, [("staleness/mean", "mean (token-weighted)", False),
                      ("staleness/max", "max", False)],

@@ -197,7 +197,10 @@ class ZmqPusher(_ZmqSocket):
 
     def _try_send(self, frames: Frames) -> bool:
         try:
-            self._sock.send_multipart(frames, copy=False, flags=zmq.NOBLOCK)
+            if len(frames) == 1:  # the data plane's case: skip send_multipart's loop
+                self._sock.send(frames[0], copy=False, flags=zmq.NOBLOCK)
+            else:
+                self._sock.send_multipart(frames, copy=False, flags=zmq.NOBLOCK)
         except zmq.Again:
             return False
         return True
@@ -218,6 +221,15 @@ class ZmqPuller(_ZmqSocket):
         self._bind(endpoint)
 
     def recv(self, timeout_ms: int | None = None) -> list[bytes] | None:
+        if timeout_ms == 0:  # the drain loop's case: one non-blocking recv, no poll
+            try:
+                first = self._sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return None
+            frames = [first]
+            while self._sock.getsockopt(zmq.RCVMORE):  # the rest of a multipart is already here
+                frames.append(self._sock.recv())
+            return frames
         if not self._poll(timeout_ms):
             return None
         return self._sock.recv_multipart()

@@ -142,9 +142,9 @@ class SimActor:
         self.client = BufferClient(transport, endpoints[1], "actor", f"sim-{idx}")
         self.pusher = transport.pusher(endpoints[0])
         r = random.Random(idx)
-        self.ctx = [r.randrange(49152) for _ in range(w.context_tokens)]
-        self.act = [r.randrange(49152) for _ in range(w.action_tokens)]
-        self.lps = [-r.random() for _ in range(w.action_tokens)]
+        self.ctx = m.TokenIds([r.randrange(49152) for _ in range(w.context_tokens)])
+        self.act = m.TokenIds([r.randrange(49152) for _ in range(w.action_tokens)])
+        self.lps = m.LogProbs([-r.random() for _ in range(w.action_tokens)])
         self.version = 0
         self.events: list[tuple[float, int, Any]] = []  # (due, seq, message factory args)
         self.seq = 0

@@ -50,9 +50,9 @@ def make_frames(n_records: int, seed: int = 0) -> list[bytes]:
             for i in range(STEPS):
                 rec = m.StepRecord(
                     eid, gid, f"t{g}", "a0", "bench", i,
-                    [rng.randrange(49152) for _ in range(128)],
-                    [rng.randrange(49152) for _ in range(32)],
-                    [-rng.random() for _ in range(32)],
+                    m.TokenIds([rng.randrange(49152) for _ in range(128)]),  # packed, as
+                    m.TokenIds([rng.randrange(49152) for _ in range(32)]),   # actors send
+                    m.LogProbs([-rng.random() for _ in range(32)]),
                     policy_version=0,
                 )  # fmt: skip
                 frames.append(m.encode(rec))

@@ -101,7 +101,7 @@ def run(mode: str, n: int, ctx_t: int, act_t: int) -> tuple[float, float, float,
             nbytes += len(sock.recv())
     else:
         # The service's loop: poll, then drain up to 2,000 frames without blocking, typed
-        # decode of each (`BufferService._drain_data` on the puller's socket).
+        # decode of each (`BufferService._drain_data`: `ZmqPuller.recv(timeout_ms=0)`).
         sock = puller._sock
         if not sock.poll(60_000):
             raise RuntimeError("transport run: no first record")
@@ -113,9 +113,8 @@ def run(mode: str, n: int, ctx_t: int, act_t: int) -> tuple[float, float, float,
             if not sock.poll(1000):
                 raise RuntimeError(f"transport run stalled after {got} of {n} records")
             for _ in range(2000):
-                try:
-                    frames = sock.recv_multipart(zmq.NOBLOCK)
-                except zmq.Again:
+                frames = puller.recv(timeout_ms=0)
+                if frames is None:
                     break
                 if not isinstance(m.decode_data(frames[0]), m.StepRecord):
                     raise RuntimeError("decoded the wrong message type")

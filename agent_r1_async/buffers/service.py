@@ -187,7 +187,7 @@ class BufferService:
 
     def _drain_data(self) -> None:
         for _ in range(_DATA_BURST):
-            frames = self._recv_data()
+            frames = self._puller.recv(timeout_ms=0)
             if frames is None:
                 return
             if len(frames) != 1:
@@ -203,14 +203,6 @@ class BufferService:
             except Exception as e:  # a record no check foresaw must not stop the service
                 self.buffer.drops["ingest_error"] += 1
                 log.error("buffer: record refused: %s: %s", type(e).__name__, e)
-
-    def _recv_data(self) -> list[bytes] | None:
-        if self._data_sock is None:
-            return self._puller.recv(timeout_ms=0)
-        try:
-            return self._data_sock.recv_multipart(zmq.NOBLOCK)
-        except zmq.Again:
-            return None
 
     def _drain_control(self) -> None:
         for _ in range(_CONTROL_BURST):

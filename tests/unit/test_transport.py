@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -25,6 +26,29 @@ def test_push_pull_multipart(transport):
         assert pusher.send([b"a", memoryview(b"bc")], timeout_ms=1000)
         assert puller.recv(timeout_ms=2000) == [b"a", b"bc"]
         assert puller.recv(timeout_ms=10) is None
+    finally:
+        pusher.close()
+        puller.close()
+
+
+def test_non_blocking_drain_keeps_messages_whole_and_in_order(transport):
+    puller = transport.puller("tcp://127.0.0.1:0")
+    pusher = transport.pusher(puller.endpoint)
+    try:
+        assert puller.recv(timeout_ms=0) is None  # nothing yet: None, no wait, no error
+        sent = [[b"a", b"b"], [b"c"], [b"d", b"", b"e"]]
+        for frames in sent:
+            assert pusher.send(frames, timeout_ms=0) or pusher.send(frames, timeout_ms=1000)
+        got: list = []
+        deadline = time.monotonic() + 5
+        while len(got) < len(sent) and time.monotonic() < deadline:
+            frames = puller.recv(timeout_ms=0)
+            if frames is None:
+                time.sleep(0.005)
+            else:
+                got.append([bytes(f) for f in frames])
+        assert got == sent
+        assert puller.recv(timeout_ms=0) is None
     finally:
         pusher.close()
         puller.close()

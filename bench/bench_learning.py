@@ -1,0 +1,115 @@
+"""Learning demonstration: the default launch over several seeds, held-out reward before/after.
+
+    .venv/bin/python bench/bench_learning.py                       # 3 seeds, ~35 min each here
+    .venv/bin/python bench/bench_learning.py --seeds 0 --set learner.total_updates=5
+    .venv/bin/python bench/bench_learning.py --runs runs/learn-s0-* runs/learn-s1-*  # summarize
+
+Each seed is one `agent-r1-async launch` of `configs/default.yaml` (plus any `--set`) with
+`actors.seed` and `buffer.seed` set to the seed, so the episodes sampled differ between seeds;
+the supervised warm start is trained by the first launch and reused by the others (its cache
+key does not include those seeds). Every launch evaluates the warm-started policy (version 0)
+and its final checkpoint on the dev split (`eval.num_tasks` tasks, T = 1) and writes
+RUN_DIR/eval.json. This prints, per seed, the held-out success before and after RL, the RL
+wall time and updates, then the mean gain and its spread over seeds, and writes one PNG with
+every seed's training curve and held-out points (`--plot`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from agent_r1_async.report import read_metrics  # noqa: E402
+
+
+def run_seed(seed: int, overrides: list[str]) -> Path:
+    cmd = [str(ROOT / ".venv/bin/agent-r1-async"), "launch", "--set", f"launch.name=learn-s{seed}",
+           "--set", f"actors.seed={seed}", "--set", f"buffer.seed={seed}"]
+    for o in overrides:
+        cmd += ["--set", o]
+    print("$", " ".join(cmd), flush=True)
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.stderr.write(out.stdout[-4000:] + out.stderr[-4000:])
+        raise SystemExit(f"seed {seed}: launch failed ({out.returncode})")
+    return Path(out.stdout.split("[launch] run directory: ")[-1].strip())
+
+
+def summarize(run_dir: Path, metric: str) -> dict[str, Any]:
+    ev = json.loads((run_dir / "eval.json").read_text())
+    rows = read_metrics(run_dir)
+    updates = [r for r in rows if "reward/mean" in r]
+    t0 = next(r["time"] for r in rows if f"eval/before/{metric}" in r)
+    return {
+        "run": run_dir.name,
+        "before": ev["before"][metric],
+        "after": ev["after"][metric],
+        "gain": ev["after"][metric] - ev["before"][metric],
+        "tasks": int(ev["before"]["episodes"]),
+        "updates": int(updates[-1]["update"]) if updates else 0,
+        "rl_min": (updates[-1]["time"] - t0) / 60 if updates else 0.0,
+        "curve": [(r["update"], r["reward/mean"], r.get("env/success")) for r in updates],
+    }
+
+
+def plot(results: list[dict[str, Any]], metric: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for i, r in enumerate(results):
+        color = f"C{i}"
+        xs = [u for u, _, s in r["curve"] if s is not None]
+        ys = [s for _, _, s in r["curve"] if s is not None]
+        smooth = [statistics.fmean(ys[max(0, j - 4): j + 1]) for j in range(len(ys))]
+        ax1.plot(xs, ys, "o", color=color, alpha=0.25, ms=3)
+        ax1.plot(xs, smooth, "-", color=color, label=r["run"])
+        ax2.plot([0, r["updates"]], [r["before"], r["after"]], "o-", color=color, label=r["run"])
+    ax1.set(xlabel="update (learner version)", ylabel="train success (batch; line: mean of 5)",
+            title="training episodes")
+    ax2.set(xlabel="update (learner version)", ylabel=f"held-out {metric}",
+            title=f"held-out dev split, {results[0]['tasks']} tasks, T=1")
+    for ax in (ax1, ax2):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--runs", nargs="+", type=Path, help="summarize these finished runs instead")
+    ap.add_argument("--metric", default="success", help="held-out metric (eval.json key)")
+    ap.add_argument("--plot", type=Path, default=ROOT / "docs" / "learning.png")
+    args = ap.parse_args()
+    runs = args.runs or [run_seed(s, args.overrides) for s in args.seeds]
+    results = [summarize(r, args.metric) for r in runs]
+    print(f"\n## Held-out {args.metric} before/after RL (default config)")
+    print(f"{'run':<34} {'before':>7} {'after':>7} {'gain':>7} {'updates':>8} {'RL min':>7}")
+    for r in results:
+        print(f"{r['run']:<34} {r['before']:7.3f} {r['after']:7.3f} {r['gain']:+7.3f} "
+              f"{r['updates']:8d} {r['rl_min']:7.1f}")
+    gains = [r["gain"] for r in results]
+    spread = statistics.stdev(gains) if len(gains) > 1 else float("nan")
+    print(f"mean gain {statistics.fmean(gains):+.3f} (std over seeds {spread:.3f}, "
+          f"min {min(gains):+.3f}); mean before {statistics.fmean(r['before'] for r in results):.3f}")
+    plot(results, args.metric, args.plot)
+    print(f"plot: {args.plot}")
+
+
+if __name__ == "__main__":
+    main()
