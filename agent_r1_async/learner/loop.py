@@ -89,8 +89,7 @@ class Learner:
         self.trainer.proximal_pass(mbs)
         if self.cfg.algorithm.name == "ppo":
             fill_gae(rows, mbs, self.cfg.algorithm)
-        for _ in range(self.cfg.learner.ppo_epochs):
-            metrics = self.trainer.optimize(mbs)
+        metrics = epoch_mean([self.trainer.optimize(mbs) for _ in range(self.cfg.learner.ppo_epochs)])
         self.version += 1
         self.updates += 1
         self.source.set_version(self.version)
@@ -190,6 +189,16 @@ def fill_gae(rows: list[batching.Row], mbs: list[batching.MicroBatch], algo: con
         ix = mb.row_index.tolist()
         mb.set_advantages(torch.tensor([rows[i].advantage for i in ix]))
         mb.value_targets = torch.tensor([targets[i] for i in ix], dtype=torch.float32)
+
+
+def epoch_mean(per_epoch: list[dict[str, float]]) -> dict[str, float]:
+    """The optimizer metrics of one update: the mean over its PPO epochs (`is_weight_max`: the
+    max). A later epoch can be clipped everywhere (zero gradient); the mean still says how much
+    the update moved."""
+    out = {k: sum(m[k] for m in per_epoch) / len(per_epoch) for k in per_epoch[0]}
+    if "is_weight_max" in out:
+        out["is_weight_max"] = max(m["is_weight_max"] for m in per_epoch)
+    return out
 
 
 def batch_metrics(rows: list[batching.Row], mbs: list[batching.MicroBatch], version: int) -> dict[str, float]:

@@ -37,11 +37,12 @@ def _rows():
 
 
 def test_rows_rewards_and_step_advantages():
-    # A: r = [0.5, 1.0] → G = [1.5, 1.0]; B: r = [0.0] → G = [0.0]; baseline mean(1.5, 0) = 0.75
+    # A: r = [0.5, 1.0] → G = [1.5, 1.0]; B: r = [0.0] → G = [0.0]. Step 0 baseline
+    # mean(1.5, 0) = 0.75; step 1 was reached by A alone → advantage 0.
     rows = _rows()
     assert [(r.episode_index, r.step_index) for r in rows] == [(0, 0), (0, 1), (1, 0)]
     assert [r.reward for r in rows] == pytest.approx([0.5, 1.0, 0.0])
-    assert [r.advantage for r in rows] == pytest.approx([0.75, 0.25, -0.75])
+    assert [r.advantage for r in rows] == pytest.approx([0.75, 0.0, -0.75])
     assert rows[0].token_versions == [3, 3]  # policy_version broadcast
     assert rows[2].token_versions == [4, 4, 5]  # per-token versions kept
 
@@ -71,7 +72,7 @@ def test_collate_masks_alignment_and_padding():
     assert mb.token_versions.tolist() == [[0, 0, 3, 3, 0, 0], [0, 0, 0, 0, 0, 4], [0, 0, 4, 4, 5, 0]]
     torch.testing.assert_close(mb.advantages, torch.tensor([
         [0, 0, 0.75, 0.75, 0, 0],
-        [0, 0, 0, 0, 0, 0.25],
+        [0, 0, 0, 0, 0, 0],
         [0, 0, -0.75, -0.75, -0.75, 0],
     ]), atol=1e-7, rtol=0)
     assert mb.value_index.tolist() == [1, 4, 1]  # last context token of each step
