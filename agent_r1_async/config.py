@@ -201,9 +201,12 @@ class BufferConfig(_Section):
     """Seed of the buffer's sampling RNG."""
     gc_freeze: bool = True
     """Move stored records out of the cyclic GC's scans (gc.freeze, ~2x ingest); off if the process relies on cycle collection."""
+    vocab_size: int = 0
+    """Token ids must be in [0, vocab_size): a step with any other id is dropped as invalid (0 = the policy model's config.json vocab_size, read at launch)."""
 
     def __post_init__(self) -> None:
         _require(self.max_staleness >= 0, "buffer.max_staleness", "must be >= 0")
+        _require(self.vocab_size >= 0, "buffer.vocab_size", "must be >= 0 (0 = the model's)")
         _require(0 <= self.alpha <= 1, "buffer.alpha", "must be in [0, 1]")
         _require(0 <= self.beta <= 1, "buffer.beta", "must be in [0, 1]")
         _require(0 < self.freshness_decay <= 1, "buffer.freshness_decay", "must be in (0, 1]")

@@ -59,7 +59,11 @@ class BufferHost:
         self, cfg: RunConfig, snapshot_dir: str | None, curve: CurveKeys | None, resume: bool
     ) -> None:
         from agent_r1_async.buffers.service import BufferService
+        from agent_r1_async.models import model_vocab_size
 
+        if cfg.buffer.vocab_size == 0:  # range-check token ids against the policy's vocabulary
+            cfg = msgspec.structs.replace(cfg, buffer=msgspec.structs.replace(
+                cfg.buffer, vocab_size=model_vocab_size(cfg.model.name_or_path)))
         self.cfg = cfg
         self.transport = ZmqTransport(curve=curve)
         host = cfg.launch.bind_host

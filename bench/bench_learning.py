@@ -73,8 +73,9 @@ def plot(results: list[dict[str, Any]], metric: str, path: Path) -> None:
         ys = [s for _, _, s in r["curve"] if s is not None]
         smooth = [statistics.fmean(ys[max(0, j - 4): j + 1]) for j in range(len(ys))]
         ax1.plot(xs, ys, "o", color=color, alpha=0.25, ms=3)
-        ax1.plot(xs, smooth, "-", color=color, label=r["run"])
-        ax2.plot([0, r["updates"]], [r["before"], r["after"]], "o-", color=color, label=r["run"])
+        label = r["run"].split("-20")[0]  # learn-s0-20261122-152143 -> learn-s0
+        ax1.plot(xs, smooth, "-", color=color, label=label)
+        ax2.plot([0, r["updates"]], [r["before"], r["after"]], "o-", color=color, label=label)
     ax1.set(xlabel="update (learner version)", ylabel="train success (batch; line: mean of 5)",
             title="training episodes")
     ax2.set(xlabel="update (learner version)", ylabel=f"held-out {metric}",

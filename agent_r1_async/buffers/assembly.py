@@ -23,10 +23,13 @@ that `buffer.max_bytes` bounds the process memory, not the socket traffic.
 from __future__ import annotations
 
 import math
+from array import array
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
+import numpy as np
 
 from agent_r1_async.messages import TRAINABLE_STATUSES, Episode, EpisodeEnd, Group, StepRecord
 
@@ -52,20 +55,40 @@ class OpenGroup(msgspec.Struct, array_like=True, gc=False):
 
 
 _RECORD_OVERHEAD = 400  # struct, strings and list headers of one record
+_ARRAY_OVERHEAD = 80  # an array.array object without its items
 _BYTES_PER_ID = 40  # 8 B list slot + 32 B int object (ids > 256 are not cached by CPython)
 _BYTES_PER_FLOAT = 32  # 8 B list slot + 24 B float object
+
+
+def _field_nbytes(values: Any, per_item: int) -> int:
+    """Packed arrays (what the wire decodes to) hold itemsize bytes a value; lists an object."""
+    if isinstance(values, array):
+        return _ARRAY_OVERHEAD + values.itemsize * len(values)
+    return per_item * len(values)
 
 
 def approx_nbytes(msg: StepRecord | EpisodeEnd) -> int:
     """Approximate in-memory size of one decoded record."""
     if isinstance(msg, EpisodeEnd):
         return _RECORD_OVERHEAD + 100 * len(msg.metrics) + len(msg.error)
-    ids = len(msg.context_ids) + len(msg.action_ids) + len(msg.token_versions)
-    return _RECORD_OVERHEAD + _BYTES_PER_ID * ids + _BYTES_PER_FLOAT * len(msg.behavior_logprobs)
+    return (_RECORD_OVERHEAD + _field_nbytes(msg.context_ids, _BYTES_PER_ID)
+            + _field_nbytes(msg.action_ids, _BYTES_PER_ID)
+            + _field_nbytes(msg.token_versions, _BYTES_PER_ID)
+            + _field_nbytes(msg.behavior_logprobs, _BYTES_PER_FLOAT))
 
 
-def validate_record(msg: StepRecord | EpisodeEnd) -> str:
-    """Why a decoded record is unusable ("" if it is fine): shapes the learner relies on."""
+def _ids_outside(ids: Any, vocab_size: int) -> bool:
+    """Whether any token id is negative or >= vocab_size (vectorized: ~1 µs for 600 ids)."""
+    if not len(ids):
+        return False
+    v = np.asarray(ids)  # a packed TokenIds is viewed, not copied
+    return bool(v.min() < 0 or v.max() >= vocab_size)
+
+
+def validate_record(msg: StepRecord | EpisodeEnd, vocab_size: int = 0) -> str:
+    """Why a decoded record is unusable ("" if it is fine): shapes the learner relies on, and
+    token ids inside the model's vocabulary when `vocab_size` is known (an id beyond it would
+    crash the learner's embedding lookup)."""
     if isinstance(msg, EpisodeEnd):
         if msg.group_size < 1 or msg.num_steps < 0:
             return f"episode_end {msg.episode_id!r}: group_size {msg.group_size}, num_steps {msg.num_steps}"
@@ -82,6 +105,9 @@ def validate_record(msg: StepRecord | EpisodeEnd) -> str:
         return f"step {msg.episode_id!r}: {len(msg.behavior_logprobs)} logprobs for {n} actions"
     if msg.token_versions and len(msg.token_versions) != n:
         return f"step {msg.episode_id!r}: {len(msg.token_versions)} token_versions for {n} actions"
+    if vocab_size and (_ids_outside(msg.context_ids, vocab_size)
+                       or _ids_outside(msg.action_ids, vocab_size)):
+        return f"step {msg.episode_id!r}: token id outside [0, {vocab_size})"
     return ""
 
 

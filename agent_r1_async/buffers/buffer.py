@@ -115,7 +115,7 @@ class TrajectoryBuffer:
         if isinstance(msg, ActorStats):
             self.actor_stats[msg.actor_id] = msg
             return
-        if validate_record(msg):
+        if validate_record(msg, self.cfg.vocab_size):
             self.drops["invalid_record"] += 1
             return
         if self.assembler.add(msg, self._clock()):

@@ -11,6 +11,7 @@ from agent_r1_async.models import (
     TINY_CONFIG,
     load_causal_lm,
     load_tokenizer,
+    model_vocab_size,
     prepare_model,
     resolve_model,
     tiny_model_dir,
@@ -27,6 +28,8 @@ def test_tiny_model_has_real_tokenizer_and_small_config():
     assert tok.eos_token == "<|im_end|>" and tok.eos_token_id == 2
     assert tok.convert_tokens_to_ids("<|im_start|>") == 1
     assert tiny_model_dir() == str(path)  # cached, same directory
+    assert model_vocab_size(str(path)) == 49152  # what the buffer range-checks ids against
+    assert model_vocab_size("some-org/not-downloaded") == 0  # a hub id: nothing on disk
 
 
 @pytest.mark.slow

@@ -120,3 +120,20 @@ def test_export_and_restore_keep_partial_groups() -> None:
     _feed(fresh, clock2, [step("e1", "g", 1), end("e1", "g", 2)])
     ready, _ = fresh.drain()
     assert [e.end.episode_id for e in ready[0].group.episodes] == ["e0", "e1"]
+
+
+def test_approx_nbytes_counts_packed_arrays_at_their_item_size() -> None:
+    import msgspec
+
+    from agent_r1_async import messages as m
+    from agent_r1_async.buffers.assembly import approx_nbytes
+
+    rec = step("e", "g", 0)
+    packed = msgspec.structs.replace(
+        rec, context_ids=m.TokenIds(range(100)), action_ids=m.TokenIds(range(10)),
+        behavior_logprobs=m.LogProbs([-0.5] * 10), token_versions=[])
+    # 400 record + (80 + 4·100) + (80 + 4·10) + 0 (empty token_versions list) + (80 + 8·10)
+    assert approx_nbytes(packed) == 400 + 480 + 120 + 0 + 160
+    lists = msgspec.structs.replace(packed, context_ids=list(range(100)),
+                                    action_ids=list(range(10)), behavior_logprobs=[-0.5] * 10)
+    assert approx_nbytes(lists) == 400 + 40 * 110 + 32 * 10

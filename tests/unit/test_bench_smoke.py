@@ -15,7 +15,7 @@ import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 MODULES = ["bench_async_vs_sync", "bench_transport", "bench_weight_sync", "bench_engines",
-           "bench_learner", "bench_vs_trl", "bench_buffer"]
+           "bench_learner", "bench_vs_trl", "bench_buffer", "bench_learning"]
 
 
 def load(name: str) -> ModuleType:
@@ -132,3 +132,26 @@ def test_learner_update_runs_with_the_bench_sleep_trainer() -> None:
     assert metrics["advantage_mean"] == pytest.approx(0.0)
     assert metrics["reward_mean"] == pytest.approx(0.5)
     assert metrics["staleness_mean"] == 0.0
+
+
+def test_learning_summary_from_a_run_directory(tmp_path: Path) -> None:
+    import json
+
+    run = tmp_path / "learn-s3-20261122-000000"
+    run.mkdir()
+    rows = [
+        {"update": 0, "time": 60.0, "eval/before/success": 0.25},
+        {"update": 1, "time": 120.0, "reward/mean": 0.5, "env/success": 0.25},
+        {"update": 2, "time": 240.0, "reward/mean": 1.0, "env/success": 0.75},
+        {"update": 2, "time": 300.0, "eval/after/success": 0.5},
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / "eval.json").write_text(json.dumps({
+        "before": {"success": 0.25, "episodes": 200.0, "version": 0},
+        "after": {"success": 0.5, "episodes": 200.0, "version": 2}}))
+    summary = load("bench_learning").summarize(run, "success")
+    assert summary["before"] == 0.25 and summary["after"] == 0.5
+    assert summary["gain"] == pytest.approx(0.25) and summary["tasks"] == 200
+    # RL time: last update (240 s) minus the held-out evaluation before it (60 s) = 3 min.
+    assert summary["updates"] == 2 and summary["rl_min"] == pytest.approx(3.0)
+    assert summary["curve"] == [(1, 0.5, 0.25), (2, 1.0, 0.75)]

@@ -178,6 +178,32 @@ def test_weight_socket_rejects_and_counts_hostile_messages() -> None:
         pub.close()
 
 
+def test_token_ids_outside_the_vocabulary_are_refused_and_counted() -> None:
+    """An id the learner's embedding lacks (or a negative one) would crash its lookup."""
+    cfg = BufferConfig(spi_tolerance=1e6, snapshot_interval_s=0.0, gc_freeze=False,
+                       min_group_episodes=2, vocab_size=1000)
+    transport = InProcTransport()
+    service = BufferService(cfg, ALGO, transport)
+    pusher = transport.pusher(service.data_endpoint)
+    try:
+        too_big = group_records("too-big", [0.0, 1.0])
+        too_big[0] = msgspec.structs.replace(too_big[0], action_ids=m.TokenIds([5, 1000, 7]))
+        negative = group_records("negative", [0.0, 1.0])
+        negative[0] = msgspec.structs.replace(negative[0], context_ids=m.TokenIds([-1, 2]))
+        edge = group_records("edge", [0.0, 1.0])  # 0 and vocab_size - 1 are valid ids
+        edge[0] = msgspec.structs.replace(edge[0], context_ids=m.TokenIds([0, 999]))
+        for rec in too_big + negative + edge:
+            assert pusher.send([m.encode(rec)])
+        service._drain_data()
+        service.buffer.tick()
+        assert service.buffer.drops["invalid_record"] == 2
+        stored = {e.group.group_id for e in service.buffer.store.entries()}
+        assert stored == {"edge"}
+        _stored_steps_are_sane(service)
+    finally:
+        service.stop()
+
+
 def test_a_whole_group_with_nan_numbers_is_refused_and_counted() -> None:
     """Regression: an EpisodeEnd with outcome_reward NaN reached the sum tree, whose
     ValueError stopped the service loop (one valid-msgpack frame killed the buffer)."""
