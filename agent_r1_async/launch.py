@@ -327,6 +327,7 @@ def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None
     sup = None
     ckpt = None
     version = 0
+    eval_after = False  # set when the run ends normally with eval.in_launch
     previous = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, _raise_interrupt)
     wandb_dir = logger.wandb_dir
@@ -350,6 +351,7 @@ def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None
             if cfg.launch.max_wall_time_s and time.monotonic() - t_start > cfg.launch.max_wall_time_s:
                 stop_reason = "max_wall_time_s"
                 break
+        eval_after = cfg.eval.in_launch
     except KeyboardInterrupt:
         stop_reason = "interrupted"
         print("\n[launch] stopping: checkpoint and buffer snapshot ...", flush=True)
@@ -360,12 +362,14 @@ def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None
             signal.signal(signal.SIGTERM, previous)
             if ray.is_initialized():
                 ray.shutdown()
-            if ckpt is None or stop_reason == "interrupted" or not cfg.eval.in_launch:
+            if not (eval_after and ckpt):
                 logger.close()
     print(f"[launch] {stop_reason}; checkpoint: {ckpt}", flush=True)
-    if ckpt is not None and stop_reason != "interrupted" and cfg.eval.in_launch:
+    if eval_after and ckpt:
         try:
             held_out(cfg, run_dir, logger, "after", ckpt, step=version)
+        except KeyboardInterrupt:
+            print("\n[launch] held-out evaluation interrupted", flush=True)
         finally:
             logger.close()
     try:
