@@ -27,7 +27,7 @@ division by zero).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 Nested = list[list[list[float]]]
@@ -61,39 +61,31 @@ def _mean_std(xs: Sequence[float]) -> tuple[float, float]:
     return mean, math.sqrt(var)
 
 
-def _normalized(episodes: list[list[float]], credit: str, std_normalize: bool) -> list[list[float]]:
-    """(G_t − mean_t) / scale_t over `episodes` (one group for GRPO, the batch for REINFORCE++)."""
+Column = Callable[[list[float]], list[float]]
+"""Advantages for one column of returns (one value per episode), same order."""
+
+
+def _by_step_index(episodes: list[list[float]], credit: str, column: Column) -> list[list[float]]:
+    """Apply `column` to each step index's returns over the episodes that reached it (step
+    credit), or to the episode returns G_0, broadcast over each episode's steps (token credit)."""
     if credit != "step":
-        mean, std = _mean_std([ep[0] for ep in episodes])
-        scale = std + STD_EPS if std_normalize else 1.0
-        return [[(ep[0] - mean) / scale] * len(ep) for ep in episodes]
+        first = column([ep[0] for ep in episodes])
+        return [[a] * len(ep) for a, ep in zip(first, episodes, strict=True)]
     out = [[0.0] * len(ep) for ep in episodes]
     for t in range(max(len(ep) for ep in episodes)):
         reached = [i for i, ep in enumerate(episodes) if len(ep) > t]
-        mean, std = _mean_std([episodes[i][t] for i in reached])
+        for i, a in zip(reached, column([episodes[i][t] for i in reached]), strict=True):
+            out[i][t] = a
+    return out
+
+
+def _standardized(std_normalize: bool) -> Column:
+    """(x − mean) / (std + eps), or x − mean without std normalization."""
+    def column(values: list[float]) -> list[float]:
+        mean, std = _mean_std(values)
         scale = std + STD_EPS if std_normalize else 1.0
-        for i in reached:
-            out[i][t] = (episodes[i][t] - mean) / scale
-    return out
-
-
-def grpo_advantages(
-    returns: Nested, credit: Literal["step", "token"] = "step", std_normalize: bool = True
-) -> Nested:
-    """Group-normalized advantages (step credit: per step index; token credit: per episode)."""
-    return [_normalized(group, credit, std_normalize) for group in returns]
-
-
-def reinforce_pp_advantages(
-    returns: Nested, credit: Literal["step", "token"] = "step", std_normalize: bool = True
-) -> Nested:
-    """REINFORCE++: the GRPO normalization over all episodes of the batch."""
-    flat = _normalized([ep for group in returns for ep in group], credit, std_normalize)
-    out: Nested = []
-    for group in returns:
-        out.append(flat[: len(group)])
-        flat = flat[len(group):]
-    return out
+        return [(v - mean) / scale for v in values]
+    return column
 
 
 def _leave_one_out(values: list[float]) -> list[float]:
@@ -105,22 +97,30 @@ def _leave_one_out(values: list[float]) -> list[float]:
     return [v - (total - v) / (n - 1) for v in values]
 
 
+def grpo_advantages(
+    returns: Nested, credit: Literal["step", "token"] = "step", std_normalize: bool = True
+) -> Nested:
+    """Group-normalized advantages (step credit: per step index; token credit: per episode)."""
+    return [_by_step_index(group, credit, _standardized(std_normalize)) for group in returns]
+
+
+def reinforce_pp_advantages(
+    returns: Nested, credit: Literal["step", "token"] = "step", std_normalize: bool = True
+) -> Nested:
+    """REINFORCE++: the GRPO normalization over all episodes of the batch."""
+    flat = _by_step_index([ep for group in returns for ep in group], credit,
+                          _standardized(std_normalize))
+    out: Nested = []
+    for group in returns:
+        out.append(flat[: len(group)])
+        flat = flat[len(group):]
+    return out
+
+
 def rloo_advantages(returns: Nested, credit: Literal["step", "token"] = "step") -> Nested:
     """Leave-one-out: baseline = mean return of the *other* episodes of the group (at the same
     step index for step credit)."""
-    out: Nested = []
-    for group in returns:
-        if credit != "step":
-            episode = _leave_one_out([ep[0] for ep in group])
-            out.append([[a] * len(ep) for a, ep in zip(episode, group, strict=True)])
-            continue
-        adv_group = [[0.0] * len(ep) for ep in group]
-        for t in range(max(len(ep) for ep in group)):
-            reached = [i for i, ep in enumerate(group) if len(ep) > t]
-            for i, a in zip(reached, _leave_one_out([group[i][t] for i in reached]), strict=True):
-                adv_group[i][t] = a
-        out.append(adv_group)
-    return out
+    return [_by_step_index(group, credit, _leave_one_out) for group in returns]
 
 
 def gae(
