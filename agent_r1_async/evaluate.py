@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -133,15 +134,21 @@ def with_valid_calls(result: dict[str, float]) -> dict[str, float]:
     return result
 
 
+def evaluate_split(cfg: RunConfig, model_path: str, num_tasks: int) -> dict[str, float]:
+    """`evaluate` on `env.eval_split` (a module-level function: it can run in a subprocess)."""
+    return evaluate(cfg, cfg.env.eval_split, num_tasks, model_path=model_path)
+
+
 def evaluate_and_log(
     cfg: RunConfig, model_path: str, label: str, logger: Any, step: int, num_tasks: int,
-    prefix: str,
+    prefix: str, run: Callable[[RunConfig, str, int], dict[str, float]] = evaluate_split,
 ) -> dict[str, Any]:
-    """`evaluate` on `env.eval_split`, logged as eval/{label}/* at `step`; the result row."""
+    """`run(cfg, model_path, num_tasks)` (default: `evaluate_split` here), logged as
+    eval/{label}/* at `step`; the result row."""
     import time
 
     t0 = time.perf_counter()
-    result = with_valid_calls(evaluate(cfg, cfg.env.eval_split, num_tasks, model_path=model_path))
+    result = with_valid_calls(run(cfg, model_path, num_tasks))
     logger.log({f"eval/{label}/{k}": v for k, v in result.items()}, step=step)
     logger.console(f"{prefix} eval {label} ({cfg.env.eval_split}, {num_tasks} tasks): "
                    f"{time.perf_counter() - t0:.1f} s")

@@ -266,12 +266,6 @@ def _warm_start_child(cfg: RunConfig) -> str:
     return warm_start(cfg, _print)
 
 
-def _evaluate_child(cfg: RunConfig, model: str, num_tasks: int) -> dict[str, float]:
-    from agent_r1_async.evaluate import evaluate
-
-    return evaluate(cfg, cfg.env.eval_split, num_tasks, model_path=model)
-
-
 def prepare_start(cfg: RunConfig, run_dir: Path) -> RunConfig:
     """`launch.warm_start`: train (or reuse) the supervised warm start and start RL from it.
 
@@ -293,13 +287,13 @@ EVAL_COLUMNS = ("episodes", "outcome_reward", "success", "em", "f1", "format_ok"
 def held_out(cfg: RunConfig, run_dir: Path, logger: MetricsLogger, label: str, model: str,
              step: int) -> None:
     """Evaluate `model` on held-out tasks (eval.in_launch); log it and keep it in eval.json."""
-    from agent_r1_async.evaluate import format_table, with_valid_calls
+    from agent_r1_async.evaluate import evaluate_and_log, evaluate_split, format_table
 
-    t0 = time.perf_counter()
-    result = with_valid_calls(in_subprocess(_evaluate_child, cfg, model, cfg.eval.num_tasks))
-    logger.log({f"eval/{label}/{k}": v for k, v in result.items()}, step=step)
-    logger.console(f"[launch] eval {label} ({cfg.env.eval_split}, {cfg.eval.num_tasks} tasks): "
-                   f"{time.perf_counter() - t0:.1f} s")
+    row = evaluate_and_log(
+        cfg, model, label, logger, step, cfg.eval.num_tasks, "[launch]",
+        run=lambda c, m, n: in_subprocess(evaluate_split, c, m, n),
+    )
+    result = {k: v for k, v in row.items() if k != "model"}
     path = run_dir / "eval.json"
     saved = json.loads(path.read_text()) if path.exists() else {}
     saved[label] = {**result, "version": step, "checkpoint": model, "split": cfg.env.eval_split}

@@ -93,7 +93,7 @@ def enc_hook(obj: Any) -> Any:
 
 
 _new_array = array.__new__
-_TYPECODES: dict[type, str] = {TokenIds: "i", LogProbs: "d"}
+_TYPECODES: dict[type, str] = {t: t.TYPECODE for t in (TokenIds, LogProbs)}
 
 
 def dec_hook(typ: type, obj: Any) -> Any:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -39,9 +40,9 @@ ALGO = AlgorithmConfig(group_size=2, batch_groups=1)
 REFUSALS = ("malformed", "unexpected_message", "invalid_request")
 
 
-def _service() -> tuple[BufferService, InProcTransport]:
+def _service(**overrides: Any) -> tuple[BufferService, InProcTransport]:
     cfg = BufferConfig(spi_tolerance=1e6, snapshot_interval_s=0.0, gc_freeze=False,
-                       min_group_episodes=2)
+                       min_group_episodes=2, **overrides)
     transport = InProcTransport()
     return BufferService(cfg, ALGO, transport), transport
 
@@ -180,10 +181,7 @@ def test_weight_socket_rejects_and_counts_hostile_messages() -> None:
 
 def test_token_ids_outside_the_vocabulary_are_refused_and_counted() -> None:
     """An id the learner's embedding lacks (or a negative one) would crash its lookup."""
-    cfg = BufferConfig(spi_tolerance=1e6, snapshot_interval_s=0.0, gc_freeze=False,
-                       min_group_episodes=2, vocab_size=1000)
-    transport = InProcTransport()
-    service = BufferService(cfg, ALGO, transport)
+    service, transport = _service(vocab_size=1000)
     pusher = transport.pusher(service.data_endpoint)
     try:
         too_big = group_records("too-big", [0.0, 1.0])
