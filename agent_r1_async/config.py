@@ -316,6 +316,9 @@ class LearnerConfig(_Section):
     """Token budget of one micro-batch (length-sorted, padded); gradients accumulate over them."""
     ppo_epochs: int = 1
     """Optimizer passes over each sampled batch."""
+    pack_steps: bool = True
+    """Train an episode's steps as one sequence when each context extends the last (the `full`
+    builder): same loss and gradient, one forward per episode (learner/batching.py; not PPO)."""
     total_updates: int = 100
     """Updates (optimizer steps over a batch) before the run ends."""
     publish_every: int = 1

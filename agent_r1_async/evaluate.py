@@ -6,6 +6,8 @@
 training — and averages:
 
 - `outcome_reward`: mean final reward over episodes (failed episodes count as 0);
+- `mean_return`: mean undiscounted episode return, the outcome reward plus the env's process
+  rewards on the way (what RL maximizes; failed episodes count as 0);
 - every metric the env reports at episode end (`em`, `f1`, `success`, `format_ok`, ...),
   averaged over the episodes that report it;
 - `valid_tool_call_rate`: 1 - tool_errors / tool_calls, when the env reports both;
@@ -34,6 +36,7 @@ from agent_r1_async.messages import TRAINABLE_STATUSES, EpisodeEnd, StepRecord
 class _Tally:
     def __init__(self) -> None:
         self.ends: list[EpisodeEnd] = []
+        self.process: defaultdict[str, float] = defaultdict(float)
         self.action_tokens = 0
         self.actions = 0
 
@@ -41,6 +44,7 @@ class _Tally:
         if isinstance(msg, StepRecord):
             self.action_tokens += len(msg.action_ids)
             self.actions += 1
+            self.process[msg.episode_id] += msg.process_reward
         else:
             self.ends.append(msg)
 
@@ -57,6 +61,10 @@ class _Tally:
         out = {
             "episodes": float(n),
             "outcome_reward": sum(e.outcome_reward for e in self.ends) / n,
+            "mean_return": sum(
+                e.outcome_reward + self.process[e.episode_id]
+                for e in self.ends if e.status in TRAINABLE_STATUSES
+            ) / n,
             "failed_rate": sum(e.status not in TRAINABLE_STATUSES for e in self.ends) / n,
             "mean_steps": sum(e.num_steps for e in self.ends) / n,
             "mean_action_tokens": self.action_tokens / max(self.actions, 1),

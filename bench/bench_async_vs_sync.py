@@ -227,6 +227,9 @@ class SleepTrainer:
     def __init__(self, update_s: float) -> None:
         self.update_s = update_s
 
+    def needs_proximal_pass(self, epochs: int) -> bool:
+        return True
+
     def proximal_pass(self, mbs: list) -> None:
         for mb in mbs:
             mb.proximal_logprobs = mb.behavior_logprobs.clone()

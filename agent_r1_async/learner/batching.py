@@ -11,9 +11,19 @@ Advantages are per row (step credit: the step's own advantage; token credit: the
 advantage on every step) and broadcast to the row's action tokens. For PPO they are filled in
 after the value head has been read (`MicroBatch.set_advantages`).
 
-Micro-batches: rows are sorted by length (longest first) and packed greedily while
-padded_length × rows ≤ `micro_batch_tokens`; a single longer row gets a micro-batch of its
-own. Padding is on the right with `pad_id`, and `attention_mask` is 0 there.
+Step packing (`make_micro_batches(..., pack=True)`): when step t+1's context begins with
+step t's context + action (true of every context builder that only appends, like `full`),
+the episode's steps share one training sequence — the last step's context + action — with
+each step's action tokens marked at their own positions and carrying their own advantage,
+behavior log-probs and versions. A causal LM gives every token the same log-prob either way
+(its prefix is identical), so the loss and gradient are those of the unpacked rows while an
+episode of n steps costs one forward over its final length instead of n overlapping ones.
+Steps whose context does not extend the previous one start a new sequence. PPO does not
+pack: it reads V(s_t) at each step's last context token, one per sequence.
+
+Micro-batches: sequences are sorted by length (longest first) and packed greedily while
+padded_length × sequences ≤ `micro_batch_tokens`; a single longer one gets a micro-batch of
+its own. Padding is on the right with `pad_id`, and `attention_mask` is 0 there.
 """
 
 from __future__ import annotations
@@ -62,12 +72,18 @@ class MicroBatch:
     advantages: Tensor  # float32, the row's advantage on its action tokens, 0 elsewhere
     sample_weights: Tensor  # [B] prioritized-replay importance weight of the row's group
     value_index: Tensor  # [B] long, position of the last context token (where V(s_t) is read)
-    row_index: Tensor  # [B] long, index into the row list the batch was built from
+    row_index: Tensor  # [B] long, index into the row list (a packed sequence: its last step)
     proximal_logprobs: Tensor | None = None
     reference_logprobs: Tensor | None = None
     old_values: Tensor | None = None  # [B]
     value_targets: Tensor | None = None  # [B]
     extra: dict[str, Tensor] = field(default_factory=dict)
+    num_rows: int | None = None
+    """Steps in this micro-batch (more than B when steps are packed); None = B."""
+
+    @property
+    def steps(self) -> int:
+        return int(self.input_ids.shape[0]) if self.num_rows is None else self.num_rows
 
     @property
     def num_tokens(self) -> int:
@@ -78,7 +94,9 @@ class MicroBatch:
         return int(self.action_mask.sum())
 
     def set_advantages(self, row_advantages: Tensor) -> None:
-        """Broadcast per-row advantages [B] onto the action tokens."""
+        """Broadcast per-row advantages [B] onto the action tokens (unpacked rows only)."""
+        if self.steps != int(self.input_ids.shape[0]):
+            raise ValueError("set_advantages: this micro-batch packs several steps per sequence")
         self.advantages = row_advantages.to(torch.float32)[:, None] * self.action_mask
 
 
@@ -186,28 +204,75 @@ def collate_pairs(
 
 
 def collate(rows: Sequence[Row], row_indices: Sequence[int], pad_id: int) -> MicroBatch:
-    """Rows → one right-padded MicroBatch."""
-    t = collate_pairs(
-        [(r.context_ids, r.action_ids) for r in rows],
-        {
-            "behavior_logprobs": ([r.behavior_logprobs for r in rows], torch.float32),
-            "token_versions": ([r.token_versions for r in rows], torch.long),
-        },
-        pad_id,
-    )
-    mb = MicroBatch(
-        input_ids=t["input_ids"],
-        attention_mask=t["attention_mask"],
-        action_mask=t["action_mask"],
-        behavior_logprobs=t["behavior_logprobs"],
-        token_versions=t["token_versions"],
-        advantages=torch.zeros(t["input_ids"].shape),
-        sample_weights=torch.tensor([r.sample_weight for r in rows], dtype=torch.float32),
-        value_index=torch.tensor([len(r.context_ids) - 1 for r in rows], dtype=torch.long),
-        row_index=torch.tensor(list(row_indices), dtype=torch.long),
-    )
-    mb.set_advantages(torch.tensor([r.advantage for r in rows]))
+    """Rows → one right-padded MicroBatch, one sequence per row."""
+    index = dict(enumerate(row_indices))
+    mb = collate_sequences(rows, [[i] for i in range(len(rows))], pad_id)
+    mb.row_index = torch.tensor([index[i] for i in mb.row_index.tolist()], dtype=torch.long)
     return mb
+
+
+def _extends(context: Sequence[int], prev: Row) -> bool:
+    """Does `context` begin with prev's context + action?"""
+    n, k = len(prev.context_ids), len(prev.action_ids)
+    return (len(context) >= n + k and list(context[:n]) == list(prev.context_ids)
+            and list(context[n:n + k]) == list(prev.action_ids))
+
+
+def chain_steps(rows: Sequence[Row]) -> list[list[int]]:
+    """Row indices grouped into training sequences: consecutive steps of one episode whose
+    context extends the previous step's context + action share a sequence (rows in
+    `build_rows` order: group, episode, step)."""
+    seqs: list[list[int]] = []
+    for i, r in enumerate(rows):
+        if seqs:
+            prev = rows[seqs[-1][-1]]
+            if ((prev.group_index, prev.episode_index) == (r.group_index, r.episode_index)
+                    and r.step_index == prev.step_index + 1 and _extends(r.context_ids, prev)):
+                seqs[-1].append(i)
+                continue
+        seqs.append([i])
+    return seqs
+
+
+def collate_sequences(rows: Sequence[Row], seqs: Sequence[Sequence[int]], pad_id: int) -> MicroBatch:
+    """Sequences of chained rows (indices into `rows`) → one right-padded MicroBatch.
+
+    A sequence's tokens are its last row's context + action; each row's action tokens are
+    marked at their own positions with that row's per-token fields and advantage.
+    """
+    if not seqs:
+        raise ValueError("collate_sequences: no rows")
+    lasts = [rows[s[-1]] for s in seqs]
+    length = max(r.length for r in lasts)
+    shape = (len(seqs), length)
+    ids = torch.full(shape, pad_id, dtype=torch.long)
+    attn = torch.zeros(shape, dtype=torch.long)
+    action = torch.zeros(shape, dtype=torch.bool)
+    behavior = torch.zeros(shape, dtype=torch.float32)
+    versions = torch.zeros(shape, dtype=torch.long)
+    advantages = torch.zeros(shape, dtype=torch.float32)
+    for b, (seq, last) in enumerate(zip(seqs, lasts, strict=True)):
+        ids[b, : last.length] = torch.tensor([*last.context_ids, *last.action_ids])
+        attn[b, : last.length] = 1
+        for i in seq:
+            r = rows[i]
+            a, e = len(r.context_ids), r.length
+            action[b, a:e] = True
+            behavior[b, a:e] = torch.tensor(list(r.behavior_logprobs), dtype=torch.float32)
+            versions[b, a:e] = torch.tensor(list(r.token_versions), dtype=torch.long)
+            advantages[b, a:e] = r.advantage
+    return MicroBatch(
+        input_ids=ids,
+        attention_mask=attn,
+        action_mask=action,
+        behavior_logprobs=behavior,
+        token_versions=versions,
+        advantages=advantages,
+        sample_weights=torch.tensor([rows[s[0]].sample_weight for s in seqs], dtype=torch.float32),
+        value_index=torch.tensor([len(r.context_ids) - 1 for r in lasts], dtype=torch.long),
+        row_index=torch.tensor([s[-1] for s in seqs], dtype=torch.long),
+        num_rows=sum(len(s) for s in seqs),
+    )
 
 
 def plan_micro_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
@@ -226,6 +291,10 @@ def plan_micro_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int
     return plan
 
 
-def make_micro_batches(rows: Sequence[Row], max_tokens: int, pad_id: int) -> list[MicroBatch]:
-    plan = plan_micro_batches([r.length for r in rows], max_tokens)
-    return [collate([rows[i] for i in idx], idx, pad_id) for idx in plan]
+def make_micro_batches(
+    rows: Sequence[Row], max_tokens: int, pad_id: int, pack: bool = False
+) -> list[MicroBatch]:
+    """Rows → micro-batches of ≤ max_tokens padded tokens; `pack` chains an episode's steps."""
+    seqs = chain_steps(rows) if pack else [[i] for i in range(len(rows))]
+    plan = plan_micro_batches([rows[s[-1]].length for s in seqs], max_tokens)
+    return [collate_sequences(rows, [seqs[j] for j in idx], pad_id) for idx in plan]

@@ -4,7 +4,9 @@
 
     batch    = source.sample(batch_groups)                      # groups of step records
     rows     = one row per step, with its advantage             # GRPO / RLOO / REINFORCE++
+    micro-batches; an episode's chained steps share a sequence  # learner.pack_steps
     proximal = log π_v(action) for every row, no grad           # before any optimizer step
+                                                                # (skipped when exact: 1 epoch)
     (PPO: V(s_t) from the same pass → step-level GAE → advantages, value targets)
     repeat ppo_epochs: one AdamW step over all micro-batches    # gradient accumulation
     version += 1; source.set_version(version); publish every N updates
@@ -86,7 +88,8 @@ class Learner:
         batch = self._sample()
         t_data = time.monotonic()
         rows, mbs = self._prepare(batch)
-        self.trainer.proximal_pass(mbs)
+        if self.trainer.needs_proximal_pass(self.cfg.learner.ppo_epochs):
+            self.trainer.proximal_pass(mbs)
         if self.cfg.algorithm.name == "ppo":
             fill_gae(rows, mbs, self.cfg.algorithm)
         metrics = epoch_mean([self.trainer.optimize(mbs) for _ in range(self.cfg.learner.ppo_epochs)])
@@ -145,8 +148,10 @@ class Learner:
         else:
             advantages = adv.compute_advantages(returns, algo.name, algo.credit, algo.std_normalize)
         rows = batching.build_rows(groups, advantages, rewards)
-        mbs = batching.make_micro_batches(rows, self.cfg.learner.micro_batch_tokens,
-                                          self.trainer.pad_id)
+        mbs = batching.make_micro_batches(
+            rows, self.cfg.learner.micro_batch_tokens, self.trainer.pad_id,
+            pack=self.cfg.learner.pack_steps and algo.name != "ppo",
+        )
         return rows, mbs
 
     def save_checkpoint(self) -> str:

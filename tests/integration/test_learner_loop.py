@@ -172,3 +172,60 @@ def test_lora_publishes_merged_weights():
     with torch.no_grad():
         want = learner.trainer.model(input_ids=ids).logits
         torch.testing.assert_close(plain(input_ids=ids).logits, want, atol=1e-4, rtol=0)
+
+
+def test_packed_steps_and_skipped_proximal_pass_give_the_unpacked_gradient():
+    """Packing an episode's chained steps into one sequence, and taking the proximal log-probs
+    from the training forward instead of a separate no-grad pass, change neither the
+    per-token log-probs, nor the loss, nor the gradient; only the tokens computed."""
+    from agent_r1_async.learner import batching
+    from agent_r1_async.learner.trainer import PolicyTrainer
+
+    cfg = _cfg()
+    trainer = PolicyTrainer(cfg, tiny_model_dir())
+    src = FakeSource(VOCAB, group_size=2, seed=5)
+    learner_like = Learner.__new__(Learner)
+    learner_like.cfg, learner_like.trainer, learner_like.version = cfg, trainer, 0
+    rows, _ = learner_like._prepare(src.sample(3, 0, 0.0))
+    plain = batching.make_micro_batches(rows, 10_000, trainer.pad_id)
+    packed = batching.make_micro_batches(rows, 10_000, trainer.pad_id, pack=True)
+    multi = [r for r in rows if r.step_index == 1]
+    assert multi, "the synthetic batch should hold two-step episodes"
+    # one sequence per episode; every step's action tokens still trained once
+    assert packed[0].input_ids.shape[0] == len(rows) - len(multi)
+    assert packed[0].steps == plain[0].steps == len(rows)
+    assert packed[0].num_action_tokens == plain[0].num_action_tokens
+    assert packed[0].num_tokens < plain[0].num_tokens
+
+    seq_of = {s[-1]: s for s in batching.chain_steps(rows)}
+
+    def per_row(mbs, packed_):  # row index -> its action log-probs, read at its own positions
+        out = {}
+        for mb in mbs:
+            lp = trainer.forward(mb).logprobs
+            for b, last in enumerate(mb.row_index.tolist()):
+                for i in seq_of[last] if packed_ else [last]:
+                    out[i] = lp[b, len(rows[i].context_ids):rows[i].length]
+        return out
+
+    with torch.no_grad():
+        a, b = per_row(plain, False), per_row(packed, True)
+    assert sorted(a) == sorted(b) == list(range(len(rows)))
+    for i in a:
+        torch.testing.assert_close(a[i], b[i], atol=1e-5, rtol=0)
+
+    assert not trainer.needs_proximal_pass(1) and trainer.needs_proximal_pass(2)
+    grads, losses = [], []
+    for mbs, prox in ((plain, True), (packed, False)):
+        if prox:
+            trainer.proximal_pass(mbs)
+        state = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+        opt_state = trainer.optimizer.state_dict()
+        m = trainer.optimize(mbs)
+        grads.append([p.grad.clone() for p in trainer.trainable_parameters()])
+        losses.append(m["loss"])
+        trainer.model.load_state_dict(state)  # undo the step: compare both from one point
+        trainer.optimizer.load_state_dict(opt_state)
+    assert losses[0] == pytest.approx(losses[1], abs=1e-6)
+    for g0, g1 in zip(*grads, strict=True):
+        torch.testing.assert_close(g0, g1, atol=1e-6, rtol=1e-4)

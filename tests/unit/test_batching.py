@@ -113,3 +113,27 @@ def test_sft_collate_places_weights_on_action_tokens():
     assert t["input_ids"].tolist() == [[5, 6, 7], [5, 8, 9]]
     assert t["weights"].tolist() == [[0, 0, 2.0], [0, 1.0, 0.5]]
     assert t["action_mask"].int().tolist() == [[0, 0, 1], [0, 1, 1]]
+
+
+def test_chain_steps_packs_only_contexts_that_extend_the_previous_step():
+    def row(g, e, t, ctx, act):
+        return batching.Row(ctx, act, [-1.0] * len(act), [0] * len(act), 0.5 * t, 0.0, 1.0,
+                            g, e, t, ("g", "e"))
+
+    rows = [
+        row(0, 0, 0, [1, 2], [3]),
+        row(0, 0, 1, [1, 2, 3, 9, 9], [4, 5]),   # extends step 0: ctx + action + tool reply
+        row(0, 0, 2, [1, 2, 3, 9, 9, 4, 5], [6]),  # extends step 1
+        row(0, 1, 0, [1, 2], [7]),
+        row(0, 1, 1, [1, 2, 8, 9], [4]),          # episode 1's action was 7, not 8: new sequence
+        row(1, 0, 0, [1, 2, 3, 9, 9, 4, 5], [6]),  # same tokens, other group: never chained
+    ]
+    assert batching.chain_steps(rows) == [[0, 1, 2], [3], [4], [5]]
+    mb = batching.collate_sequences(rows, [[0, 1, 2], [3]], PAD)
+    assert mb.input_ids.tolist() == [[1, 2, 3, 9, 9, 4, 5, 6], [1, 2, 7, PAD, PAD, PAD, PAD, PAD]]
+    assert mb.action_mask.int().tolist() == [[0, 0, 1, 0, 0, 1, 1, 1], [0, 0, 1, 0, 0, 0, 0, 0]]
+    # each step's advantage (0.5 * step index) sits on its own action tokens only
+    assert mb.advantages.tolist() == [[0, 0, 0.0, 0, 0, 0.5, 0.5, 1.0], [0] * 8]
+    assert mb.steps == 4 and mb.row_index.tolist() == [2, 3]
+    with pytest.raises(ValueError, match="packs several steps"):
+        mb.set_advantages(torch.zeros(2))

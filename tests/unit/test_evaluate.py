@@ -28,6 +28,9 @@ def test_oracle_engine_scores_perfectly(cfg):
     assert result["episodes"] == 8.0  # 4 tasks x 2 samples
     assert result["outcome_reward"] == 1.0 and result["failed_rate"] == 0.0
     assert result["format_ok"] == 1.0
+    # return = outcome 1.0 + process rewards: first valid calculator call 0.1, a calculator
+    # result equal to the gold answer 0.2 (the oracle's call computes exactly the answer)
+    assert result["mean_return"] == pytest.approx(1.3)
     assert result["valid_tool_call_rate"] == 1.0
     oracle_steps = sum(len(spec.oracle(t)) for t in tasks) / 4
     assert result["mean_steps"] == pytest.approx(oracle_steps)
@@ -36,6 +39,7 @@ def test_oracle_engine_scores_perfectly(cfg):
 def test_junk_engine_scores_zero(cfg):
     result = evaluate(cfg, "dev", 3, engine=FakeEngine([28, 29, 30]))
     assert result["outcome_reward"] == 0.0 and result["episodes"] == 6.0
+    assert result["mean_return"] == 0.0
     assert result["mean_action_tokens"] == 3.0  # every action is the 3 scripted tokens
 
 
