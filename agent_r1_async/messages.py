@@ -16,7 +16,10 @@ Design choices
 - Peers check `SCHEMA_VERSION` on connect with `Hello` / `HelloAck` over the control socket.
 
 Message families
-- Data (actor -> buffer, PUSH/PULL): `StepRecord`, `EpisodeEnd`, `ActorStats`.
+- Data (actor -> buffer, PUSH/PULL): `StepRecord`, `EpisodeEnd`, `ActorStats`, one per
+  frame, or several in one `Batch` frame (an actor coalesces what it emits within one turn of
+  its event loop; items in send order, no nested batches). `unpack_data` turns a received
+  message into its data messages.
 - Control (actor/learner <-> buffer, DEALER/ROUTER): `Hello`, `CreditRequest`,
   `SampleRequest`, `VersionUpdate`, `StatsRequest` and their replies.
 - Weights (learner -> actors, PUB/SUB): a `WeightsHeader` frame followed by one raw frame per
@@ -27,13 +30,14 @@ from __future__ import annotations
 
 import sys
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 import msgspec
 
-SCHEMA_VERSION = 2
-"""2: packed `TokenIds` / `LogProbs` fields in StepRecord."""
+SCHEMA_VERSION = 3
+"""2: packed `TokenIds` / `LogProbs` fields in StepRecord.
+3: `Batch` data frames (several data messages in one frame)."""
 
 EpisodeStatus = Literal["ok", "env_error", "truncated", "aborted", "engine_error", "timeout"]
 """How an episode ended. Only "ok" and "truncated" episodes are trainable."""
@@ -194,6 +198,22 @@ class ActorStats(_Wire, tag="actor_stats"):
 
 DataMessage = StepRecord | EpisodeEnd | ActorStats
 
+
+class Batch(_Wire, tag="batch"):
+    """Several data messages in one frame, in the order they were emitted (never empty)."""
+
+    items: list[StepRecord | EpisodeEnd | ActorStats]
+
+
+class _RawBatch(_Wire, tag="batch"):
+    """`Batch` with already-encoded items: the same bytes as `Batch` of the decoded items."""
+
+    items: list[msgspec.Raw]
+
+
+DataFrame = DataMessage | Batch
+"""What one data-plane frame decodes to."""
+
 # --------------------------------------------------------------------------------------
 # Control plane: DEALER (actor / learner) <-> ROUTER (buffer)
 # --------------------------------------------------------------------------------------
@@ -352,7 +372,7 @@ class WeightsHeader(_Wire, tag="weights"):
 # --------------------------------------------------------------------------------------
 
 _encoder = msgspec.msgpack.Encoder(enc_hook=enc_hook)
-_data_decoder = msgspec.msgpack.Decoder(DataMessage, dec_hook=dec_hook)
+_data_decoder = msgspec.msgpack.Decoder(DataFrame, dec_hook=dec_hook)
 _control_decoder = msgspec.msgpack.Decoder(ControlMessage, dec_hook=dec_hook)
 _weights_decoder = msgspec.msgpack.Decoder(WeightsHeader)
 
@@ -360,6 +380,11 @@ _weights_decoder = msgspec.msgpack.Decoder(WeightsHeader)
 def encode(msg: msgspec.Struct) -> bytes:
     """Encode any wire struct to MessagePack bytes."""
     return _encoder.encode(msg)
+
+
+def encode_batch(encoded: list[bytes]) -> bytes:
+    """A `Batch` frame from data messages already encoded with `encode` (copies each once)."""
+    return _encoder.encode(_RawBatch([msgspec.Raw(b) for b in encoded]))
 
 
 def _decode(decoder: msgspec.msgpack.Decoder, frame: bytes | memoryview) -> object:
@@ -371,9 +396,26 @@ def _decode(decoder: msgspec.msgpack.Decoder, frame: bytes | memoryview) -> obje
         raise WireError(f"{type(e).__name__}: {e}") from None
 
 
-def decode_data(frame: bytes | memoryview) -> StepRecord | EpisodeEnd | ActorStats:
+def decode_data(frame: bytes | memoryview) -> DataFrame:
     """Decode a data-plane frame or raise `WireError`."""
     return _decode(_data_decoder, frame)  # type: ignore[return-value]
+
+
+def unpack_data(frames: Sequence[bytes | memoryview]) -> Sequence[DataMessage]:
+    """The data messages of one received data-plane message, in order, or `WireError`.
+
+    A data message is exactly one frame: a plain message or a non-empty `Batch`. Decoded
+    values own their memory (strings, bytes and packed arrays are copies), so `frames` may be
+    views into buffers that are reused after this returns.
+    """
+    if len(frames) != 1:
+        raise WireError(f"expected 1 frame, got {len(frames)}")
+    msg = _decode(_data_decoder, frames[0])
+    if type(msg) is Batch:
+        if not msg.items:
+            raise WireError("empty batch")
+        return msg.items
+    return (msg,)  # type: ignore[return-value]
 
 
 def decode_control(frame: bytes | memoryview) -> ControlMessage:

@@ -8,6 +8,8 @@ Six roles, each a small class with the same methods in both implementations:
 
 Frames are bytes-like (bytes, memoryview, bytearray); multipart messages are delivered
 atomically. Nothing here decodes payloads: `messages.py` does, with typed msgspec decoders.
+The receiving sides of PUSH/PULL and PUB/SUB hand out memoryviews of the received messages
+(no copy); the decoders copy what they keep.
 
 Flow-control invariants (ZeroMQ implementation)
 - PUSH/PULL: high-water marks of `hwm` messages on both sides (default 10,000). When the
@@ -64,7 +66,7 @@ class Pusher(Protocol):
 class Puller(Protocol):
     endpoint: str
 
-    def recv(self, timeout_ms: int | None = None) -> list[bytes] | None: ...
+    def recv(self, timeout_ms: int | None = None) -> list[memoryview] | None: ...
     def close(self) -> None: ...
 
 
@@ -220,19 +222,23 @@ class ZmqPuller(_ZmqSocket):
         self._sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
         self._bind(endpoint)
 
-    def recv(self, timeout_ms: int | None = None) -> list[bytes] | None:
-        if timeout_ms == 0:  # the drain loop's case: one non-blocking recv, no poll
-            try:
-                first = self._sock.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return None
-            frames = [first]
-            while self._sock.getsockopt(zmq.RCVMORE):  # the rest of a multipart is already here
-                frames.append(self._sock.recv())
-            return frames
-        if not self._poll(timeout_ms):
+    def recv(self, timeout_ms: int | None = None) -> list[memoryview] | None:
+        """Receive one multipart message zero-copy (views of libzmq's message buffers).
+
+        `Frame.more` is read from the received message itself; asking the socket
+        (getsockopt RCVMORE) instead costs about as much as the receive.
+        """
+        if timeout_ms != 0 and not self._poll(timeout_ms):
             return None
-        return self._sock.recv_multipart()
+        try:  # timeout_ms=0, the drain loop's case: one non-blocking recv, no poll
+            frame = self._sock.recv(zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return None
+        frames = [memoryview(frame)]
+        while frame.more:  # the rest of a multipart message is already here
+            frame = self._sock.recv(copy=False)
+            frames.append(memoryview(frame))
+        return frames
 
 
 class ZmqClient(_ZmqSocket):
@@ -413,11 +419,12 @@ class InProcPuller(_InProcBase):
         self.queue: queue.Queue = queue.Queue(maxsize=hwm)
         hub.queues[self.endpoint] = self.queue
 
-    def recv(self, timeout_ms: int | None = None) -> list[bytes] | None:
+    def recv(self, timeout_ms: int | None = None) -> list[memoryview] | None:
         try:
-            return self.queue.get(timeout=None if timeout_ms is None else timeout_ms / 1000)
+            msg = self.queue.get(timeout=None if timeout_ms is None else timeout_ms / 1000)
         except queue.Empty:
             return None
+        return [memoryview(f) for f in msg]
 
 
 class InProcPusher(_InProcBase):

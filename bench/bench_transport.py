@@ -3,21 +3,30 @@
     .venv/bin/python bench/bench_transport.py            # ~1 minute on 2 cores
     .venv/bin/python bench/bench_transport.py --quick    # ~15 s
 
-Two processes over tcp loopback, the sender in a spawned process, the receiver here:
-- raw ZeroMQ: the sender pushes pre-encoded frames on a bare PUSH socket; the receiver only
-  receives them on a bare PULL socket (the bytes cost, nothing else);
-- transport: the sender does what an actor does per record — `messages.encode(StepRecord)`
-  and `ZmqPusher.send([frame], timeout_ms=0)` (retrying while the pipe is full) — and the
-  receiver does what the buffer service does before ingestion — `ZmqPuller` receive and
-  `messages.decode_data` (typed msgspec decode, validation) of every frame.
-Same records, same bytes. Buffer ingestion (assembly, storage) is not included: that is
-`bench_buffer.py`. Records/s of both, MB/s, CPU µs/record on each side, the ratio, as the
-median of `--repeats` alternating runs.
+Two processes over tcp loopback, the sender in a spawned process, the receiver here. Three runs
+per repeat, all with the same records (same bytes: fixed timestamps):
+- raw, one frame per record: the sender pushes pre-encoded records on a bare PUSH socket, one
+  frame each; the receiver only receives them on a bare PULL socket. The baseline the
+  transport's target (>= 0.7x) refers to.
+- transport: the sender is an actor's send path: the real `BatchEmitter` in an asyncio loop,
+  fed by `--in-flight` episode tasks that each emit a record and then yield to the loop (as an
+  episode awaits its next generation), so the in-flight episodes' steps go out together in
+  one frame; the emitter encodes, coalesces and sends with `ZmqPusher.send(timeout_ms=0)`.
+  The receiver does what the buffer service does before ingestion (`BufferService._drain_data`):
+  `ZmqPuller.recv(timeout_ms=0)` and `messages.unpack_data` (typed msgspec decode of a plain
+  message or a Batch, validation) of every message.
+- raw, coalesced frames: bare PUSH/PULL of exactly the frames the transport run sent (its
+  records grouped as its emitter grouped them, built by the emitter's own `frame`): the bytes
+  cost of the same frames, without encode, asyncio or decode.
+Buffer ingestion (assembly, storage) is not included: that is `bench_buffer.py`. Records/s,
+MB/s, CPU µs/record on each side, the mean records per frame of the transport run and the
+ratios of the transport to both raw runs, as the median of `--repeats` runs of each.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import multiprocessing as mp
 import os
 import random
@@ -32,11 +41,14 @@ import zmq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent_r1_async import messages as m  # light imports only: spawned children re-import
+from agent_r1_async.actors.emitter import BatchEmitter
 from agent_r1_async.transport import ZmqTransport
+
+MODES = ("raw", "transport", "raw_coalesced")
 
 
 def make_records(n: int, context_tokens: int, action_tokens: int, seed: int = 0) -> list[Any]:
-    """n StepRecords (a few distinct token lists, so building them is cheap)."""
+    """n StepRecords (a few distinct token lists, so building them is cheap), deterministic."""
     rng = random.Random(seed)
     ctxs = [[rng.randrange(49152) for _ in range(context_tokens)] for _ in range(8)]
     acts = [[rng.randrange(49152) for _ in range(action_tokens)] for _ in range(8)]
@@ -44,91 +56,133 @@ def make_records(n: int, context_tokens: int, action_tokens: int, seed: int = 0)
     return [  # packed, as `actors.rollout` builds them
         m.StepRecord(f"e{i // 4}", f"g{i // 16}", "t", "a0", "bench", i % 4,
                      m.TokenIds(ctxs[i % 8]), m.TokenIds(acts[i % 8]), m.LogProbs(lps[i % 8]),
-                     policy_version=3, created_at=time.time())
+                     policy_version=3, created_at=1.7e9 + i / 1000)
         for i in range(n)
     ]
 
 
-def _sender(mode: str, endpoint: str, n: int, ctx_t: int, act_t: int, q: Any) -> None:
-    records = make_records(n, ctx_t, act_t)
-    if mode == "raw":
-        frames = [m.encode(r) for r in records]
-        zctx = zmq.Context()
-        sock = zctx.socket(zmq.PUSH)
-        sock.setsockopt(zmq.SNDHWM, 10_000)
-        sock.connect(endpoint)
-        q.put("ready")
-        c0 = time.process_time()
-        for f in frames:
-            sock.send(f, copy=False)
-        q.put(time.process_time() - c0)
-        sock.close(linger=30_000)
-        zctx.term()
-        return
-    transport = ZmqTransport()
-    pusher = transport.pusher(endpoint)
+class _CountingEmitter(BatchEmitter):
+    """The real emitter, noting how many records each frame holds (to replay the frames)."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.counts: list[int] = []
+
+    def frame(self, items: list[bytes]) -> bytes:  # type: ignore[override]
+        self.counts.append(len(items))
+        return BatchEmitter.frame(items)
+
+
+def _raw_send(endpoint: str, frames: list[bytes], q: Any) -> None:
+    zctx = zmq.Context()
+    sock = zctx.socket(zmq.PUSH)
+    sock.setsockopt(zmq.SNDHWM, 10_000)
+    sock.connect(endpoint)
     q.put("ready")
     c0 = time.process_time()
-    for r in records:  # the actor's emit(): encode, non-blocking send, retry while full
-        frame = m.encode(r)
-        while not pusher.send([frame], timeout_ms=0):
-            time.sleep(0.0005)
-    q.put(time.process_time() - c0)
+    for f in frames:
+        sock.send(f, copy=False)
+    q.put((time.process_time() - c0, []))
+    sock.close(linger=30_000)
+    zctx.term()
+
+
+def _actor_send(endpoint: str, records: list[Any], in_flight: int, q: Any) -> None:
+    transport = ZmqTransport()
+    pusher = transport.pusher(endpoint)
+    emitter = _CountingEmitter(pusher)
+
+    async def episode(mine: list[Any]) -> None:
+        for r in mine:
+            await emitter.emit(r)
+            await asyncio.sleep(0)  # awaiting the next generation: the loop turns
+
+    async def actor() -> None:
+        await asyncio.gather(*(episode(records[k::in_flight]) for k in range(in_flight)))
+        await emitter.flush()
+
+    q.put("ready")
+    c0 = time.process_time()
+    asyncio.run(actor())
+    q.put((time.process_time() - c0, emitter.counts))
     pusher.close()
     transport.close()
 
 
-def run(mode: str, n: int, ctx_t: int, act_t: int) -> tuple[float, float, float, int]:
-    """(records/s, receiver CPU µs/record, sender CPU µs/record, bytes received)."""
-    transport = ZmqTransport()
+def _sender(mode: str, endpoint: str, n: int, ctx_t: int, act_t: int, in_flight: int,
+            counts: list[int], q: Any) -> None:
+    records = make_records(n, ctx_t, act_t)
+    if mode == "transport":
+        _actor_send(endpoint, records, in_flight, q)
+        return
+    encoded = [m.encode(r) for r in records]
     if mode == "raw":
+        frames = encoded
+    else:  # replay the transport run's grouping with the emitter's own framing
+        frames, i = [], 0
+        for c in counts:
+            frames.append(BatchEmitter.frame(encoded[i : i + c]))
+            i += c
+    _raw_send(endpoint, frames, q)
+
+
+def run(mode: str, n: int, ctx_t: int, act_t: int, in_flight: int,
+        counts: list[int]) -> tuple[float, float, float, int, list[int]]:
+    """(records/s, receiver CPU µs/record, sender CPU µs/record, bytes, records per frame)."""
+    transport = ZmqTransport()
+    if mode == "transport":
+        puller = transport.puller("tcp://127.0.0.1:0")
+        endpoint = puller.endpoint
+    else:
         sock = transport.ctx.socket(zmq.PULL)
         sock.setsockopt(zmq.RCVHWM, 10_000)
         endpoint = f"tcp://127.0.0.1:{sock.bind_to_random_port('tcp://127.0.0.1')}"
-    else:
-        puller = transport.puller("tcp://127.0.0.1:0")
-        endpoint = puller.endpoint
     mpc = mp.get_context("spawn")
     q = mpc.Queue()
-    proc = mpc.Process(target=_sender, args=(mode, endpoint, n, ctx_t, act_t, q))
+    proc = mpc.Process(target=_sender, args=(mode, endpoint, n, ctx_t, act_t, in_flight,
+                                             counts, q))
     proc.start()
     q.get(timeout=60)
-    nbytes = 0
-    if mode == "raw":
-        nbytes += len(sock.recv())
-        t0, c0 = time.perf_counter(), time.process_time()
-        for _ in range(n - 1):
-            nbytes += len(sock.recv())
-    else:
-        # The service's loop: poll, then drain up to 2,000 frames without blocking, typed
-        # decode of each (`BufferService._drain_data`: `ZmqPuller.recv(timeout_ms=0)`).
+    if mode == "transport":
+        # The service's loop: poll, then drain without blocking (`BufferService._drain_data`:
+        # `ZmqPuller.recv(timeout_ms=0)`, `messages.unpack_data`), ~2,000 records a pass.
         sock = puller._sock
         if not sock.poll(60_000):
             raise RuntimeError("transport run: no first record")
-        frames = sock.recv_multipart()
-        nbytes, got = len(frames[0]), 1
-        m.decode_data(frames[0])
+        frames = puller.recv(timeout_ms=0)
+        nbytes, first = len(frames[0]), len(m.unpack_data(frames))
+        got = first
         t0, c0 = time.perf_counter(), time.process_time()
         while got < n:
             if not sock.poll(1000):
                 raise RuntimeError(f"transport run stalled after {got} of {n} records")
-            for _ in range(2000):
+            budget = 2000
+            while budget > 0:
                 frames = puller.recv(timeout_ms=0)
                 if frames is None:
                     break
-                if not isinstance(m.decode_data(frames[0]), m.StepRecord):
+                msgs = m.unpack_data(frames)
+                if type(msgs[0]) is not m.StepRecord:
                     raise RuntimeError("decoded the wrong message type")
                 nbytes += len(frames[0])
-                got += 1
-    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
-    send_cpu = q.get(timeout=60)
-    proc.join(60)
-    if mode == "raw":
-        sock.close(linger=0)
+                got += len(msgs)
+                budget -= len(msgs)
     else:
+        sizes = [1] * n if mode == "raw" else counts
+        nbytes, first = len(sock.recv()), sizes[0]
+        t0, c0 = time.perf_counter(), time.process_time()
+        for _ in range(len(sizes) - 1):
+            nbytes += len(sock.recv())
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+    send_cpu, sent_counts = q.get(timeout=60)
+    proc.join(60)
+    if mode == "transport":
         puller.close()
+    else:
+        sock.close(linger=0)
     transport.close()
-    return (n - 1) / dt, cpu / (n - 1) * 1e6, send_cpu / n * 1e6, nbytes
+    timed = n - first
+    return timed / dt, cpu / timed * 1e6, send_cpu / n * 1e6, nbytes, sent_counts
 
 
 def main() -> None:
@@ -137,31 +191,44 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--context-tokens", type=int, default=512)
     ap.add_argument("--action-tokens", type=int, default=64)
+    ap.add_argument("--in-flight", type=int, default=16,
+                    help="concurrent episodes of the simulated actor (1: no coalescing)")
     ap.add_argument("--quick", action="store_true", help="30k records, 1 repeat")
     args = ap.parse_args()
     if args.quick:
         args.records, args.repeats = 30_000, 1
     n = args.records
-    res: dict[str, list[tuple[float, float, float, int]]] = {"raw": [], "transport": []}
+    res: dict[str, list[tuple[float, float, float, int, list[int]]]] = {k: [] for k in MODES}
+    per_frame: list[float] = []
     for _ in range(args.repeats):
-        for mode in res:
-            res[mode].append(run(mode, n, args.context_tokens, args.action_tokens))
+        counts: list[int] = []
+        for mode in MODES:  # the coalesced raw run replays the transport run's frames
+            r = run(mode, n, args.context_tokens, args.action_tokens, args.in_flight, counts)
+            res[mode].append(r)
+            if mode == "transport":
+                counts = r[4]
+                per_frame.append(n / len(counts))
     med = statistics.median
-    frame = res["raw"][0][3] / n
-    print(f"## Actor -> buffer transport: {n} StepRecords ({frame:.0f} B frames: "
-          f"{args.context_tokens}+{args.action_tokens} tokens), tcp loopback, 1 sender, "
-          f"median of {args.repeats}")
-    print(f"{'':44} {'records/s':>10} {'MB/s':>7} {'recv CPU µs':>11} {'send CPU µs':>11}")
-    rates = {}
-    for mode, label in (("raw", "raw ZeroMQ PUSH/PULL (pre-encoded bytes)"),
-                        ("transport", "encode+ZmqPusher -> ZmqPuller+decode_data")):
+    size = res["raw"][0][3] / n
+    print(f"## Actor -> buffer transport: {n} StepRecords ({size:.0f} B each: "
+          f"{args.context_tokens}+{args.action_tokens} tokens), tcp loopback, 1 sender with "
+          f"{args.in_flight} episodes in flight, median of {args.repeats}")
+    print(f"{'':52} {'records/s':>10} {'MB/s':>7} {'recv CPU µs':>11} {'send CPU µs':>11}")
+    labels = {
+        "raw": "raw ZeroMQ PUSH/PULL, one frame per record",
+        "raw_coalesced": "raw ZeroMQ PUSH/PULL, the transport's frames",
+        "transport": "BatchEmitter+ZmqPusher -> ZmqPuller+unpack_data",
+    }
+    for mode in ("raw", "raw_coalesced", "transport"):
         rate = med(r[0] for r in res[mode])
-        rates[mode] = rate
-        print(f"{label:44} {rate:>10,.0f} {rate * frame / 1e6:>7.1f} "
+        print(f"{labels[mode]:52} {rate:>10,.0f} {rate * size / 1e6:>7.1f} "
               f"{med(r[1] for r in res[mode]):>11.2f} {med(r[2] for r in res[mode]):>11.2f}")
-    ratios = [t[0] / r[0] for t, r in zip(res["transport"], res["raw"], strict=True)]
-    print(f"{'ratio transport / raw':44} {med(ratios):>10.2f}   (per repeat: "
-          f"{', '.join(f'{x:.2f}' for x in ratios)})")
+    print(f"{'records per frame (transport run, mean)':52} {med(per_frame):>10.1f}")
+    for base, label in (("raw", "ratio transport / raw per-record frames"),
+                        ("raw_coalesced", "ratio transport / raw coalesced frames")):
+        ratios = [t[0] / r[0] for t, r in zip(res["transport"], res[base], strict=True)]
+        print(f"{label:52} {med(ratios):>10.2f}   (per repeat: "
+              f"{', '.join(f'{x:.2f}' for x in ratios)})")
     print(f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
 
 

@@ -145,16 +145,18 @@ class Stream:
     stats: list[m.ActorStats] = field(default_factory=list)
     arrival: list[tuple[float, m.StepRecord]] = field(default_factory=list)
 
-    def add(self, frame: bytes) -> m.StepRecord | m.EpisodeEnd | m.ActorStats:
-        msg = m.decode_data(frame)
-        if isinstance(msg, m.StepRecord):
-            self.steps[msg.episode_id].append(msg)
-            self.arrival.append((time.time(), msg))
-        elif isinstance(msg, m.EpisodeEnd):
-            self.ends[msg.episode_id].append(msg)
-        else:
-            self.stats.append(msg)
-        return msg
+    def add(self, frames: list) -> list[m.StepRecord | m.EpisodeEnd | m.ActorStats]:
+        """Record the messages of one received message (a plain one or a Batch's items)."""
+        msgs = list(m.unpack_data(frames))
+        for msg in msgs:
+            if isinstance(msg, m.StepRecord):
+                self.steps[msg.episode_id].append(msg)
+                self.arrival.append((time.time(), msg))
+            elif isinstance(msg, m.EpisodeEnd):
+                self.ends[msg.episode_id].append(msg)
+            else:
+                self.stats.append(msg)
+        return msgs
 
     def check(self, group_size: int) -> None:
         """Contiguous steps, exactly one end per episode (after its steps), full groups."""

@@ -136,6 +136,7 @@ _CONTROL = _make_control_messages()
 _HEADERS = _make_weights_headers()
 _STEPS = step_records()
 _ENDS = episode_ends()
+_BATCHES = st.lists(_STEPS | _ENDS, max_size=3).map(m.Batch)  # empty ones too
 
 
 def _control_messages() -> st.SearchStrategy[msgspec.Struct]:
@@ -193,7 +194,7 @@ def hostile_frames(valid: st.SearchStrategy[msgspec.Struct]) -> st.SearchStrateg
 
 
 def data_frames() -> st.SearchStrategy[list[bytes]]:
-    return hostile_frames(st.one_of(_STEPS, _ENDS))
+    return hostile_frames(st.one_of(_STEPS, _ENDS, _BATCHES))
 
 
 def control_frames() -> st.SearchStrategy[list[bytes]]:

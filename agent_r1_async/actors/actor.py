@@ -8,9 +8,12 @@
 Design choices
 - One asyncio loop per actor; every episode is a coroutine, so the engine sees all in-flight
   episodes' requests at once (continuous batching in vLLM, batched calls in transformers).
-  Blocking socket calls (credit requests) run in a worker thread; sends never block the loop:
-  a full PUSH pipe is retried after an `await asyncio.sleep`, and a message accepted for
-  sending is never dropped (the caller's episode waits: backpressure, not loss).
+  Blocking socket calls (credit requests) run in a worker thread; sends never block the loop.
+  `emit` goes through a `BatchEmitter` (emitter.py): messages emitted within one loop turn
+  (episodes whose steps finish together) leave as one frame at the next turn; a full PUSH
+  pipe is retried after an `await asyncio.sleep`, and a message accepted for sending is never
+  dropped (emitters wait once too much is queued: backpressure, not loss). Shutdown flushes
+  the emitter before closing the pusher; a failed send fails the actor.
 - Admission control lives in the buffer: a group starts only with a credit, at most
   `actors.groups_in_flight` groups run at once.
 - Weights are polled between generation calls and handed to the engine, which swaps them
@@ -32,17 +35,18 @@ import time
 import uuid
 from collections.abc import Iterator
 
+from agent_r1_async.actors.emitter import BatchEmitter
 from agent_r1_async.actors.engine import Engine, make_engine
 from agent_r1_async.actors.rollout import EpisodeIds, Rollout
 from agent_r1_async.actors.stats import StatsReporter
 from agent_r1_async.config import RunConfig
 from agent_r1_async.envs.base import Task
-from agent_r1_async.messages import ActorStats, EpisodeEnd, StepRecord, encode
+from agent_r1_async.messages import ActorStats, EpisodeEnd, StepRecord
 
 log = logging.getLogger(__name__)
 
-_SEND_RETRY_S = 0.005
 _IDLE_S = 0.05
+_FLUSH_TIMEOUT_S = 60.0
 
 
 def shard_tasks(tasks: list[Task], index: int, num_actors: int, seed: int) -> Iterator[Task]:
@@ -91,8 +95,13 @@ class Actor:
         self.groups_started = 0
         self.learner_version = 0
         """The newest learner version the buffer reported (with each credit grant)."""
-        self.sent = 0
         self.weight_errors = 0
+        self._emitter: BatchEmitter | None = None
+
+    @property
+    def sent(self) -> int:
+        """Data messages handed to the pusher."""
+        return 0 if self._emitter is None else self._emitter.sent
 
     def run(self, stop: threading.Event | None = None, max_groups: int | None = None) -> None:
         """Run until `stop` is set (in-flight episodes end "aborted") or `max_groups` finish."""
@@ -126,21 +135,39 @@ class Actor:
         )
         self._reporter = StatsReporter(self.actor_id, self.rollout.counters)
         self._pusher = self.transport.pusher(self.data_endpoint)  # type: ignore[attr-defined]
+        self._emitter = BatchEmitter(self._pusher)
         client = BufferClient(self.transport, self.control_endpoint, "actor", self.actor_id)
         receiver = (
             WeightReceiver(self.transport, self.weights_endpoint) if self.weights_endpoint else None
         )
+        watch = asyncio.create_task(self._release_on_stop(stop))
         try:
             await asyncio.to_thread(client.connect)
             await self._loop(spec, tasks, client, receiver, stop, max_groups)
             await self.emit(self._reporter.report(self.engine.version))
         finally:
-            client.close()
-            if receiver is not None:
-                receiver.close()
-            self._pusher.close()  # linger: queued records still leave
-            if self._owns_engine:
-                await self.engine.close()
+            watch.cancel()
+            try:  # accepted messages reach the pipe before close, unless the buffer is gone
+                await asyncio.wait_for(self._emitter.flush(), _FLUSH_TIMEOUT_S)
+            except TimeoutError:
+                log.error("%s: buffer not reading: %d accepted messages unsent after %.0f s",
+                          self.actor_id, self._emitter.queued, _FLUSH_TIMEOUT_S)
+            finally:
+                client.close()
+                if receiver is not None:
+                    receiver.close()
+                self._pusher.close()  # linger: queued records still leave
+                if self._owns_engine:
+                    await self.engine.close()
+
+    async def _release_on_stop(self, stop: threading.Event) -> None:
+        """Once stopping, emits stop waiting for a full pipe: a loop or an aborted episode
+        blocked in `emit` while the buffer is not reading could otherwise never see `stop`
+        (the shutdown flush then gives the pipe `_FLUSH_TIMEOUT_S` to drain)."""
+        while not stop.is_set():
+            await asyncio.sleep(_IDLE_S)
+        assert self._emitter is not None
+        self._emitter.release()
 
     # ---------------------------------------------------------------- the loop
 
@@ -174,6 +201,7 @@ class Actor:
                         t.result()  # an emit failure is an actor failure: surface it
                 else:
                     await asyncio.sleep(_IDLE_S)
+                self._emitter.check()  # so is a failed coalesced send
         finally:
             # A task cancelled before its first step never runs its body, so it could not send
             # its "aborted" end record. Two loop turns let just-created group tasks start and
@@ -227,10 +255,5 @@ class Actor:
         log.info("%s: serving weights v%d", self.actor_id, header.version)
 
     async def emit(self, msg: StepRecord | EpisodeEnd | ActorStats) -> None:
-        """Send one message; while the pipe is full, yield to the loop and retry (never drop)."""
-        frame = encode(msg)
-        delay = _SEND_RETRY_S
-        while not self._pusher.send([frame], timeout_ms=0):
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.2)
-        self.sent += 1
+        """Queue one message for the next coalesced frame (waits while too much is queued)."""
+        await self._emitter.emit(msg)  # type: ignore[union-attr]

@@ -3,7 +3,7 @@
 Single-threaded event loop (one thread owns both sockets and the `TrajectoryBuffer`):
 
     wait on both sockets (zmq.Poller; <= 50 ms, or until the next pending deadline)
-    drain up to 2,000 data frames   -> decode_data -> buffer.ingest
+    drain data messages until ~2,000 records -> unpack_data -> buffer.ingest of each record
     drain up to 100 control frames  -> decode_control -> reply (or park a SampleRequest)
     every 0.2 s: buffer.tick() (timeouts); gc.freeze() (if buffer.gc_freeze)
     each pass:   answer parked sample requests that can be served now, or whose deadline
@@ -11,15 +11,17 @@ Single-threaded event loop (one thread owns both sockets and the `TrajectoryBuff
     every snapshot_interval_s, and at stop: atomic snapshot
 
 A SampleRequest that cannot be served yet is parked, never blocking ingestion; it is answered
-as soon as enough groups are ready or at its deadline. A malformed frame on either socket is
-counted (`drops["malformed"]`), answered with `ErrorReply` on the control socket, and the
-loop goes on; a decoded record or request that still fails is counted (`ingest_error`,
-`request_error`) instead of stopping the loop. A SampleRequest's wait is finite and capped
-(`_MAX_PARK_S`), and each peer has at most one parked request. Replies go out with ROUTER_MANDATORY: a reply to a peer that left is dropped.
+as soon as enough groups are ready or at its deadline. A malformed message on either socket is
+counted once (`drops["malformed"]`; a `Batch` with one bad item is one malformed frame),
+answered with `ErrorReply` on the control socket, and the loop goes on; a decoded record or
+request that still fails is counted (`ingest_error`, `request_error`) instead of stopping the
+loop. `buffer.records` counts records (the items of a Batch each), not frames. A
+SampleRequest's wait is finite and capped (`_MAX_PARK_S`), and each peer has at most one
+parked request. Replies go out with ROUTER_MANDATORY: a reply to a peer that left is dropped.
 
 Run: `BufferService(cfg.buffer, cfg.algorithm, ZmqTransport()).start()`; actors PUSH
-`messages.encode(record)` to `.data_endpoint`; learners and actors use `BufferClient` on
-`.control_endpoint`.
+`messages.encode(record)` (or `messages.encode_batch` of several encoded records) to
+`.data_endpoint`; learners and actors use `BufferClient` on `.control_endpoint`.
 """
 
 from __future__ import annotations
@@ -186,23 +188,24 @@ class BufferService:
             time.sleep(min(timeout_ms, 1) / 1000)
 
     def _drain_data(self) -> None:
-        for _ in range(_DATA_BURST):
+        budget = _DATA_BURST  # records (a malformed message counts as one)
+        while budget > 0:
             frames = self._puller.recv(timeout_ms=0)
             if frames is None:
                 return
-            if len(frames) != 1:
-                self.buffer.drops["malformed"] += 1
-                continue
             try:
-                msg = m.decode_data(frames[0])
+                msgs = m.unpack_data(frames)  # a plain message or a Batch's items
             except m.WireError:
                 self.buffer.drops["malformed"] += 1
+                budget -= 1
                 continue
-            try:
-                self.buffer.ingest(msg)
-            except Exception as e:  # a record no check foresaw must not stop the service
-                self.buffer.drops["ingest_error"] += 1
-                log.error("buffer: record refused: %s: %s", type(e).__name__, e)
+            budget -= len(msgs)
+            for msg in msgs:
+                try:
+                    self.buffer.ingest(msg)
+                except Exception as e:  # a record no check foresaw must not stop the service
+                    self.buffer.drops["ingest_error"] += 1
+                    log.error("buffer: record refused: %s: %s", type(e).__name__, e)
 
     def _drain_control(self) -> None:
         for _ in range(_CONTROL_BURST):

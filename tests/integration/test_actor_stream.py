@@ -11,7 +11,6 @@ import time
 
 from fakes_actors import CreditServer, Stream, actor_config
 
-from agent_r1_async import messages as m
 from agent_r1_async.actors.actor import Actor, shard_tasks
 from agent_r1_async.config import RunConfig
 from agent_r1_async.envs.base import Task
@@ -53,8 +52,8 @@ def stream_with_weight_update(
                 if not thread.is_alive():
                     break  # its pusher lingered until everything was delivered
                 continue
-            msg = stream.add(frames[0])
-            if published_at is None and isinstance(msg, m.StepRecord) and len(stream.arrival) >= 2:
+            stream.add(frames)
+            if published_at is None and len(stream.arrival) >= 2:
                 published_at = time.time()
                 publisher.publish(new_version, new_weights)
         thread.join(timeout=30)

@@ -5,33 +5,36 @@ from __future__ import annotations
 import asyncio
 
 from agent_r1_async.actors.actor import Actor, actor_index
+from agent_r1_async.actors.emitter import BatchEmitter
 from agent_r1_async.actors.stats import ActorCounters, StatsReporter
 from agent_r1_async.config import RunConfig
-from agent_r1_async.messages import ActorStats, decode_data
+from agent_r1_async.messages import ActorStats, unpack_data
 from agent_r1_async.transport import InProcTransport
 
 
 def test_emit_waits_for_a_full_pipe_and_drops_nothing():
     transport = InProcTransport()
-    sink = transport.puller(hwm=2)  # the pipe holds two messages
+    sink = transport.puller(hwm=2)  # the pipe holds two frames
     actor = Actor(RunConfig(), "actor-0", transport, sink.endpoint, "", None)
     actor._pusher = transport.pusher(sink.endpoint)
-    stats = [ActorStats("actor-0", float(i), 0, 0, 0, 0, 0, 0, 0, 0) for i in range(6)]
+    # Frames of 2 messages; 2 more may wait for the pipe: 4 + 2 fit, the 7th emit must wait.
+    actor._emitter = BatchEmitter(actor._pusher, max_batch=2, max_queued=2)
+    stats = [ActorStats("actor-0", float(i), 0, 0, 0, 0, 0, 0, 0, 0) for i in range(10)]
     received: list[float] = []
 
     async def drain() -> None:
-        while len(received) < 6:
+        while len(received) < 10:
             await asyncio.sleep(0.02)  # a slow consumer
             frames = sink.recv(0)
             if frames is not None:
-                received.append(decode_data(frames[0]).time)
+                received.extend(msg.time for msg in unpack_data(frames))
 
     async def main() -> None:
         ticks = 0
 
         async def ticker() -> None:  # proves the loop keeps running while sends wait
             nonlocal ticks
-            while len(received) < 6:
+            while len(received) < 10:
                 ticks += 1
                 await asyncio.sleep(0.005)
 
@@ -39,7 +42,7 @@ def test_emit_waits_for_a_full_pipe_and_drops_nothing():
         assert ticks > 5
 
     asyncio.run(main())
-    assert sorted(received) == [float(i) for i in range(6)] and actor.sent == 6
+    assert sorted(received) == [float(i) for i in range(10)] and actor.sent == 10
 
 
 def test_stats_reporter_rates_over_the_window():
@@ -64,6 +67,32 @@ def test_actor_index_from_id():
     assert actor_index("actor-12") == 12 and actor_index("solo") == 0
 
 
+class _RecordingPusher:
+    """Notes each send and the close, in order."""
+
+    def __init__(self, inner, events: list[str]) -> None:
+        self.inner, self.events, self.endpoint = inner, events, inner.endpoint
+
+    def send(self, frames, timeout_ms=None) -> bool:
+        ok = self.inner.send(frames, timeout_ms)
+        if ok:
+            self.events.append("send")
+        return ok
+
+    def close(self) -> None:
+        self.events.append("close")
+        self.inner.close()
+
+
+class _RecordingTransport(InProcTransport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[str] = []
+
+    def pusher(self, endpoint: str, **kw: int) -> _RecordingPusher:
+        return _RecordingPusher(super().pusher(endpoint, **kw), self.events)
+
+
 def test_stop_aborts_in_flight_episodes_with_one_end_each():
     import threading
     import time
@@ -74,7 +103,7 @@ def test_stop_aborts_in_flight_episodes_with_one_end_each():
 
     cfg = actor_config("hf")
     cfg.model.name_or_path = tiny_model_dir()
-    transport = InProcTransport()
+    transport = _RecordingTransport()
     sink = transport.puller()
     credits = CreditServer(transport)
     # Two groups (4 one-step episodes) finish; every later request hangs until cancelled.
@@ -83,6 +112,7 @@ def test_stop_aborts_in_flight_episodes_with_one_end_each():
     stop = threading.Event()
     thread = threading.Thread(target=actor.run, args=(stop,), daemon=True)
     stream = Stream()
+    received: list = []
     try:
         thread.start()
         deadline = time.monotonic() + 30
@@ -90,15 +120,60 @@ def test_stop_aborts_in_flight_episodes_with_one_end_each():
             assert time.monotonic() < deadline
             frames = sink.recv(100)
             if frames is not None:
-                stream.add(frames[0])
+                received += stream.add(frames)
         stop.set()  # two more groups are now waiting on the engine
         thread.join(timeout=10)
         assert not thread.is_alive()
         while (frames := sink.recv(0)) is not None:
-            stream.add(frames[0])
+            received += stream.add(frames)
     finally:
         stop.set()
         credits.close()
     statuses = sorted(e[0].status for e in stream.ends.values())
     assert statuses == ["aborted"] * 4 + ["ok"] * 4  # the episodes running at stop said so
     stream.check(cfg.algorithm.group_size)  # and still: one end each, contiguous steps
+    # Shutdown flushed the emitter before closing the pusher: the final ActorStats, emitted
+    # right before shutdown without a loop turn, was sent, and nothing was sent after close.
+    assert isinstance(received[-1], ActorStats) and actor.sent == len(received)
+    events = transport.events
+    assert events == ["send"] * actor._emitter.frames + ["close"]
+
+
+class _DeadBufferTransport(_RecordingTransport):
+    """A data pipe that stays full: the buffer stopped reading."""
+
+    def pusher(self, endpoint: str, **kw: int) -> _RecordingPusher:
+        pusher = super().pusher(endpoint, **kw)
+        pusher.send = lambda frames, timeout_ms=None: False  # type: ignore[method-assign]
+        return pusher
+
+
+def test_shutdown_flush_is_bounded_when_the_buffer_stops_reading(monkeypatch):
+    import threading
+
+    from fakes_actors import CreditServer, FakeEngine, actor_config
+
+    from agent_r1_async.actors import actor as actor_mod
+    from agent_r1_async.models import tiny_model_dir
+
+    monkeypatch.setattr(actor_mod, "_FLUSH_TIMEOUT_S", 0.5)
+    cfg = actor_config("hf")
+    cfg.model.name_or_path = tiny_model_dir()
+    transport = _DeadBufferTransport()
+    sink = transport.puller()
+    credits = CreditServer(transport)
+    actor = Actor(cfg, "actor-0", transport, sink.endpoint, credits.endpoint, None,
+                  FakeEngine([28, 29]))
+    stop = threading.Event()
+    thread = threading.Thread(target=actor.run, args=(stop,), daemon=True)
+    try:
+        thread.start()
+        thread.join(timeout=2)  # episodes run, their records queue up, emit starts waiting
+        stop.set()
+        thread.join(timeout=20)
+        assert not thread.is_alive()  # stopped after the bounded flush, not stuck on it
+    finally:
+        stop.set()
+        credits.close()
+    assert actor.sent == 0 and actor._emitter.queued > 0  # nothing reached the pipe
+    assert transport.events == ["close"]  # and the pusher was still closed

@@ -1,14 +1,15 @@
 """Hostile frames through each socket's real decode + dispatch path, in-process, property-based.
 
 Three sockets take frames from other processes: the buffer's data PULL (`_drain_data`: decode
--> validate -> ingest), the buffer's control ROUTER (`_handle`: decode -> dispatch -> reply),
-and the actor's weight SUB (`WeightReceiver.poll`: decode -> validate -> tensors). Each gets
-10,000 hypothesis cases: random bytes, valid frames truncated / flipped / extended, valid
-msgpack of the wrong shape, messages of another family, valid structs with hostile values (NaN,
-huge, negative, wrong schema version) and multipart messages of the wrong length. Each case
-must be rejected and counted (or accepted, when it is a valid message), never raise, and the
-component must go on serving an honest peer afterwards. The real-socket versions (floods, size
-limit) are in tests/integration/test_hostile_sockets.py.
+-> unpack a Batch -> validate -> ingest each record), the buffer's control ROUTER (`_handle`:
+decode -> dispatch -> reply), and the actor's weight SUB (`WeightReceiver.poll`: decode ->
+validate -> tensors). Each gets 10,000 hypothesis cases: random bytes, valid frames (data
+Batches of hostile records too) truncated / flipped / extended, valid msgpack of the wrong
+shape, messages of another family, valid structs with hostile values (NaN, huge, negative,
+wrong schema version) and multipart messages of the wrong length. Each case must be rejected
+and counted (or accepted, when it is a valid message), never raise, and the component must go
+on serving an honest peer afterwards. The real-socket versions (floods, size limit) are in
+tests/integration/test_hostile_sockets.py.
 """
 
 from __future__ import annotations
@@ -74,21 +75,27 @@ def test_data_socket_rejects_and_counts_hostile_frames() -> None:
     service, transport = _service()
     pusher = transport.pusher(service.data_endpoint)
     buf = service.buffer
-    seen = {"frames": 0}
+    seen = {"frames": 0, "batches": 0}
 
     @PROPERTY
     @given(frames=data_frames())
     def feed(frames: list[bytes]) -> None:
+        try:
+            items = len(m.unpack_data(frames))  # a plain message is 1, a Batch its items
+        except m.WireError:
+            items = 1  # one malformed drop, whatever it holds
+        seen["batches"] += items > 1  # only a decoded Batch holds more than one
         before = buf.records + buf.drops["malformed"]
         assert pusher.send(frames)
-        service._drain_data()  # the loop's own path: recv -> decode -> validate -> ingest
-        # Each message is either decoded (and then judged by the buffer) or counted malformed.
-        assert buf.records + buf.drops["malformed"] == before + 1
+        service._drain_data()  # the loop's own path: recv -> unpack -> validate -> ingest
+        # Each message is either decoded (each record then judged by the buffer) or counted
+        # malformed once.
+        assert buf.records + buf.drops["malformed"] == before + items
         seen["frames"] += 1
 
     try:
         feed()
-        assert seen["frames"] >= CASES
+        assert seen["frames"] >= CASES and seen["batches"] > CASES // 100
         assert buf.drops["malformed"] > CASES // 4 and buf.drops["invalid_record"] > 0
         buf.tick()
         _stored_steps_are_sane(service)

@@ -18,6 +18,19 @@ def transport(request):
         t.ctx.destroy(linger=0)
 
 
+def _receive(puller, count: int, timeout_s: float, take) -> list:
+    """Non-blocking receives until `count` items (what `take(frames)` returns) or the timeout."""
+    got: list = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < count and time.monotonic() < deadline:
+        frames = puller.recv(timeout_ms=0)
+        if frames is None:
+            time.sleep(0.002)
+        else:
+            got.extend(take(frames))
+    return got
+
+
 def test_push_pull_multipart(transport):
     puller = transport.puller("tcp://127.0.0.1:0")
     pusher = transport.pusher(puller.endpoint)
@@ -39,14 +52,7 @@ def test_non_blocking_drain_keeps_messages_whole_and_in_order(transport):
         sent = [[b"a", b"b"], [b"c"], [b"d", b"", b"e"]]
         for frames in sent:
             assert pusher.send(frames, timeout_ms=0) or pusher.send(frames, timeout_ms=1000)
-        got: list = []
-        deadline = time.monotonic() + 5
-        while len(got) < len(sent) and time.monotonic() < deadline:
-            frames = puller.recv(timeout_ms=0)
-            if frames is None:
-                time.sleep(0.005)
-            else:
-                got.append([bytes(f) for f in frames])
+        got = _receive(puller, len(sent), 5, lambda frames: [[bytes(f) for f in frames]])
         assert got == sent
         assert puller.recv(timeout_ms=0) is None
     finally:
@@ -178,3 +184,33 @@ def test_curve_keys_admit_the_run_and_refuse_a_stranger():
     finally:
         for t in (server_side, honest, stranger, plain):
             t.close()
+
+
+def test_zmq_received_frames_are_views_and_decoded_values_outlive_them():
+    """The puller hands out views of libzmq's messages (no copy); what `messages` decodes from
+    them owns its memory, so it stays intact after the frames are freed and memory reused."""
+    from agent_r1_async import messages as m
+
+    t = ZmqTransport()
+    try:
+        puller = t.puller("tcp://127.0.0.1:0")
+        pusher = t.pusher(puller.endpoint)
+        sent = [
+            m.StepRecord(f"e{i}", "g", "t", "a0", "env", i, m.TokenIds(range(i, i + 700)),
+                         m.TokenIds([i] * 64), m.LogProbs([-i / 7] * 64), policy_version=i,
+                         finish_reason=f"stop-{i}", token_versions=[i, i + 1])
+            for i in range(200)
+        ]
+        for rec in sent:
+            assert pusher.send([m.encode(rec)], timeout_ms=2000)
+
+        def take(frames: list) -> list:
+            assert len(frames) == 1 and isinstance(frames[0], memoryview)
+            items = list(m.unpack_data(frames))
+            frames[0].release()  # BufferError if a decoded value still exported the frame
+            return items  # the zmq message is freed; later receives reuse its memory
+
+        got = _receive(puller, len(sent), 10, take)
+        assert got == sent
+    finally:
+        t.ctx.destroy(linger=0)

@@ -1,0 +1,129 @@
+"""Batch data frames: encoding, decoded memory ownership, and the buffer service's ingestion."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from agent_r1_async import messages as m
+from agent_r1_async.buffers.service import BufferService
+from agent_r1_async.config import AlgorithmConfig, BufferConfig
+from agent_r1_async.transport import InProcTransport
+from tests.fakes_buffer import FakeClock, episode_records, step
+
+ALGO = AlgorithmConfig(group_size=2, batch_groups=1)
+
+
+def _service() -> tuple[BufferService, object]:
+    cfg = BufferConfig(spi_tolerance=1e6, snapshot_interval_s=0.0, gc_freeze=False,
+                       min_group_episodes=2)
+    transport = InProcTransport()
+    service = BufferService(cfg, ALGO, transport, clock=FakeClock())
+    return service, transport.pusher(service.data_endpoint)
+
+
+def test_encode_batch_is_the_batch_of_the_decoded_items():
+    items = episode_records("e0", "g0", num_steps=2)
+    frame = m.encode_batch([m.encode(x) for x in items])
+    assert frame == m.encode(m.Batch(items))
+    assert m.decode_data(frame) == m.Batch(items)
+    assert list(m.unpack_data([frame])) == items
+    assert list(m.unpack_data([m.encode(items[0])])) == [items[0]]  # a plain message
+
+
+@pytest.mark.parametrize("frames", [
+    [m.encode_batch([m.encode(step("e0", "g0", 0)), m.encode(m.VersionUpdate(1))])],  # wrong type
+    [m.encode(m.Batch([m.Batch([step("e0", "g0", 0)])]))],  # nested
+    [m.encode(m.Batch([]))],  # empty
+    [m.encode_batch([m.encode(step("e0", "g0", 0)), b"\xc1"])],  # an item that is not msgpack
+    [m.encode(step("e0", "g0", 0)), m.encode(step("e0", "g0", 1))],  # multipart
+])
+def test_a_bad_message_is_one_malformed_drop_and_nothing_of_it_is_ingested(frames):
+    with pytest.raises(m.WireError):
+        m.unpack_data(frames)
+    service, pusher = _service()
+    try:
+        assert pusher.send(frames)
+        service._drain_data()
+        buf = service.buffer
+        assert (buf.drops["malformed"], buf.records, buf.assembler.groups_assembling) == (1, 0, 0)
+    finally:
+        service.stop()
+
+
+def test_a_batch_is_ingested_exactly_like_its_items_sent_one_by_one():
+    one_by_one, pusher_a = _service()
+    batched, pusher_b = _service()
+    try:
+        ep0 = episode_records("g0-e0", "g0", num_steps=2)  # 2 StepRecords + EpisodeEnd
+        ep1 = episode_records("g0-e1", "g0", num_steps=2)
+        for rec in ep0:
+            assert pusher_a.send([m.encode(rec)])
+        assert pusher_b.send([m.encode_batch([m.encode(r) for r in ep0])])
+        one_by_one._drain_data()
+        batched._drain_data()
+        # One episode of a 2-episode group: 3 records in, the group still assembling.
+        for service in (one_by_one, batched):
+            buf = service.buffer
+            assert (buf.records, buf.assembler.groups_assembling, len(buf.store)) == (3, 1, 0)
+        assert batched.buffer.state() == one_by_one.buffer.state()
+        for rec in ep1:
+            assert pusher_a.send([m.encode(rec)])
+        assert pusher_b.send([m.encode_batch([m.encode(r) for r in ep1])])
+        one_by_one._drain_data()
+        batched._drain_data()
+        for service in (one_by_one, batched):
+            buf = service.buffer
+            assert (buf.records, buf.assembler.groups_assembling, len(buf.store)) == (6, 0, 1)
+            assert sum(buf.drops.values()) == 0
+        assert batched.buffer.state() == one_by_one.buffer.state()
+    finally:
+        one_by_one.stop()
+        batched.stop()
+
+
+def test_a_bad_item_the_buffer_refuses_is_counted_per_item():
+    service, pusher = _service()
+    try:
+        good = step("e0", "g0", 0)
+        bad = msgspec.structs.replace(step("e0", "g0", 1), behavior_logprobs=[-0.5])  # 3 actions
+        assert pusher.send([m.encode_batch([m.encode(good), m.encode(bad), m.encode(good)])])
+        service._drain_data()
+        buf = service.buffer
+        # Decoded fine: three records judged one by one; the mismatched one is invalid.
+        assert (buf.records, buf.drops["invalid_record"], buf.drops["malformed"]) == (3, 1, 0)
+    finally:
+        service.stop()
+
+
+def test_an_item_whose_ingest_raises_is_one_ingest_error_and_the_rest_go_on(monkeypatch):
+    service, pusher = _service()
+    ingest = service.buffer.ingest
+
+    def flaky(msg) -> None:
+        if isinstance(msg, m.StepRecord) and msg.step_index == 1:
+            raise KeyError("unforeseen")
+        ingest(msg)
+
+    monkeypatch.setattr(service.buffer, "ingest", flaky)
+    try:
+        recs = episode_records("g0-e0", "g0", num_steps=3)  # steps 0, 1, 2 and the end
+        assert pusher.send([m.encode_batch([m.encode(r) for r in recs])])
+        service._drain_data()
+        buf = service.buffer
+        assert (buf.drops["ingest_error"], buf.records, buf.drops["malformed"]) == (1, 3, 0)
+    finally:
+        service.stop()
+
+
+def test_decoded_values_own_their_memory():
+    rec = step("e0", "g0", 0, n_actions=5)
+    rec = msgspec.structs.replace(rec, token_versions=[0, 1], finish_reason="length")
+    end = m.EpisodeEnd("e0", "g0", "t", "a0", "fake", 1, 1.0, "ok", 2, metrics={"em": 1.0})
+    buf = bytearray(m.encode_batch([m.encode(rec), m.encode(end)]))
+    view = memoryview(buf)
+    got = list(m.unpack_data([view]))
+    view.release()  # raises BufferError if a decoded value still exported the buffer
+    buf[:] = bytes(len(buf))  # overwrite the received bytes
+    assert got == [rec, end]
+    assert type(got[0].context_ids) is m.TokenIds and type(got[0].behavior_logprobs) is m.LogProbs
