@@ -1,6 +1,6 @@
 """Side by side with TRL's GRPOTrainer: trained samples/s and held-out return after T minutes.
 
-    .venv/bin/python bench/bench_vs_trl.py --minutes 10 --seeds 0 1 2      # ~80 minutes
+    .venv/bin/python bench/bench_vs_trl.py --minutes 8 --seeds 0 1 2       # ~75 minutes
     .venv/bin/python bench/bench_vs_trl.py --side ours --minutes 2 --seeds 0 --eval-tasks 8  # smoke
 
 TRL is the optional `peer` extra: `.venv/bin/pip install -e '.[peer]'` (trl==1.16.0, pure
@@ -12,16 +12,20 @@ Same on both sides:
   24 oracle demos; trained once and cached by `sft.warm_start`, outside the budget: both sides
   start from the same weights). The base model earns no reward here, so from it neither side
   would have anything to learn in minutes;
-- task and reward: the `arithmetic` env's train split, system prompt + problem through the same
-  chat template, and the env's own reward of the action. TRL's GRPOTrainer is single-turn (its
-  tool loop needs a chat template with a tool-call parser, which SmolLM2 lacks), so both sides
-  run one-turn episodes (`env.max_turns = 1`): return = 0.1 for a well-formed calculator call
-  + 0.2 when the expression evaluates to the gold answer, or 1.0 for a direct right
-  `<answer>`;
+- task and reward: the `arithmetic` env's train split with its calculator tool, up to 3 turns
+  (`env.max_turns`), the system prompt + problem through the same chat template, and the
+  env's own return: 0.1 for the first well-formed calculator call, 0.2 when a calculator
+  result equals the gold answer, 1.0 for the right `<answer>`. TRL runs the multi-turn episode
+  with its tool loop (`environment_factory` exposing the same calculator, at most 2 tool
+  rounds); its chat template is set to render tool results as our env does (a `user` turn of
+  `<tool_response>` blocks) and tool calls are parsed from `<tool_call>{json}</tool_call>` (TRL's
+  Qwen3 response template). Its reward function replays each completion's assistant turns
+  through our env, so both sides are scored by the same code;
 - GRPO as configs/default.yaml sets it: 8 samples per prompt, 2 prompts (16 episodes) per
   optimizer step, lr 1e-5 constant, AdamW, grad-norm clip 1.0, PPO clip 0.2 / 0.28
   (clip-higher), token-mean loss (TRL's `dapo`), group-std-normalized advantages, no KL,
-  sampling T = 1, 96 new tokens, fp32 on CPU, the same seeds;
+  sampling T = 1, 96 new tokens a turn (TRL: 288 for the whole completion), fp32 on CPU, the
+  same seeds;
 - the wall-clock budget T, counted from process start (model loading and engine start count);
   both stop at the first optimizer step that ends past T, and samples/s divides by the actual
   wall time.
@@ -32,7 +36,7 @@ Same on both sides:
 - TRL: `GRPOTrainer` (its own transformers generation; synchronous: generate, then train);
   a callback stops it at T; trained samples = optimizer steps × 16 completions.
 - held-out: `evaluate()` of each final model on the first `--eval-tasks` dev tasks with the
-  vLLM engine (T = 1, one sample per task, one turn): `mean_return`. The shared start is
+  vLLM engine (T = 1, one sample per task): `mean_return`. The shared start is
   evaluated once (seed 0) for reference.
 Prints per seed and the median over seeds: samples/s, held-out return, and ours / TRL.
 """
@@ -273,7 +277,7 @@ def run_trl(seed: int, minutes: float, root: str, start: str) -> tuple[float, st
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--minutes", type=float, default=8.0)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--side", choices=["both", "ours", "trl"], default="both")
     ap.add_argument("--eval-tasks", type=int, default=100)
@@ -289,7 +293,7 @@ def main() -> None:
     start = shared_start()
     runners = {"ours": run_ours, "trl": run_trl}
     results: dict[str, list[tuple[float, float]]] = {s: [] for s in sides}
-    print(f"## vs TRL GRPOTrainer: warm-started SmolLM2-135M-Instruct, arithmetic (1 turn), "
+    print(f"## vs TRL GRPOTrainer: warm-started SmolLM2-135M-Instruct, arithmetic (up to 3 turns), "
           f"{args.minutes:g} min budget, seeds {args.seeds}, held-out {args.eval_tasks} dev "
           f"tasks", flush=True)
     print(f"start: held-out return {held_out(start, 0, args.eval_tasks):.3f}", flush=True)
