@@ -211,8 +211,39 @@ _RENAME = {
 }
 
 
-def merge_metrics(update: dict[str, Any], buffer: dict[str, Any]) -> tuple[dict, dict]:
-    """Flatten learner + buffer + actor metrics into one record and its histograms."""
+class ActorRates:
+    """Actor throughput between two metric records, from the actors' cumulative counters.
+
+    An actor's own `tokens_per_s` covers its last stats window (`actors.stats_interval_s`,
+    5 s): a learner-bound actor that waits for admission at that moment reads 0 although it
+    generated a full batch since the last update. Here each actor's rates are the differences
+    of its totals (`tokens_total`, episodes ended) between the reports seen at consecutive
+    records, over the difference of their times; the first record uses the window rates.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[float, int, int]] = {}
+
+    def __call__(self, actor_id: str, stats: dict[str, Any]) -> tuple[float, float]:
+        """(tokens/s, episodes/s) of this actor since its report at the previous record."""
+        now = (float(stats["time"]), int(stats.get("tokens_total", 0)),
+               int(stats["episodes_done"]) + int(stats["episodes_failed"]))
+        prev = self._last.get(actor_id)
+        self._last[actor_id] = now
+        if prev is None or now[0] <= prev[0] or now[1] < prev[1]:  # first, same report, restart
+            return float(stats["tokens_per_s"]), float(stats["episodes_per_s"])
+        dt = now[0] - prev[0]
+        return (now[1] - prev[1]) / dt, (now[2] - prev[2]) / dt
+
+
+def merge_metrics(
+    update: dict[str, Any], buffer: dict[str, Any], rates: ActorRates | None = None
+) -> tuple[dict, dict]:
+    """Flatten learner + buffer + actor metrics into one record and its histograms.
+
+    `rates` (kept across records) turns actor throughput into averages since the previous
+    record; without it the actors' last-window rates are reported.
+    """
     out: dict[str, Any] = {}
     for k, v in update["metrics"].items():
         if "/" in k or k == "version":
@@ -227,12 +258,19 @@ def merge_metrics(update: dict[str, Any], buffer: dict[str, Any]) -> tuple[dict,
         out[f"buffer/drops/{reason}"] = count
     actors = buffer.get("actors", {})
     if actors:
+        tok_total = eps_total = 0.0
         for actor_id, stats in actors.items():
-            for k in ("tokens_per_s", "episodes_per_s", "weight_sync_latency_s", "policy_version",
-                      "episodes_in_flight", "gen_time_s", "env_time_s"):
+            for k in ("weight_sync_latency_s", "policy_version", "episodes_in_flight",
+                      "gen_time_s", "env_time_s"):
                 out[f"actor/{actor_id}/{k}"] = stats[k]
-        out["actors/tokens_per_s"] = sum(s["tokens_per_s"] for s in actors.values())
-        out["actors/episodes_per_s"] = sum(s["episodes_per_s"] for s in actors.values())
+            tok, eps = (rates(actor_id, stats) if rates is not None
+                        else (stats["tokens_per_s"], stats["episodes_per_s"]))
+            out[f"actor/{actor_id}/tokens_per_s"] = tok
+            out[f"actor/{actor_id}/episodes_per_s"] = eps
+            tok_total += tok
+            eps_total += eps
+        out["actors/tokens_per_s"] = tok_total
+        out["actors/episodes_per_s"] = eps_total
         out["actors/weight_sync_latency_s"] = max(s["weight_sync_latency_s"] for s in actors.values())
     hist = {int(k): int(v) for k, v in update.get("staleness_hist", {}).items()}
     return out, {"staleness/hist": hist}
@@ -336,10 +374,11 @@ def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None
         sup = Supervisor(cfg, run_dir, resume=bool(resume), curve=curve)
         version = ray.get(sup.learner.version.remote())
         t_start = time.monotonic()
+        rates = ActorRates()
         while version < cfg.learner.total_updates:
             update = sup.update()
             version = int(update["metrics"]["version"])
-            record, hists = merge_metrics(update, sup.buffer_stats())
+            record, hists = merge_metrics(update, sup.buffer_stats(), rates)
             logger.log(record, step=version, histograms=hists)
             logger.console(progress_line(record))
             if cfg.launch.max_wall_time_s and time.monotonic() - t_start > cfg.launch.max_wall_time_s:

@@ -37,7 +37,7 @@ import msgspec
 
 SCHEMA_VERSION = 3
 """2: packed `TokenIds` / `LogProbs` fields in StepRecord.
-3: `Batch` data frames (several data messages in one frame)."""
+3: `Batch` data frames (several data messages in one frame); `ActorStats.tokens_total`."""
 
 EpisodeStatus = Literal["ok", "env_error", "truncated", "aborted", "engine_error", "timeout"]
 """How an episode ended. Only "ok" and "truncated" episodes are trainable."""
@@ -194,6 +194,9 @@ class ActorStats(_Wire, tag="actor_stats"):
     episodes_failed: int
     weight_sync_latency_s: float = 0.0
     """Time from the learner publishing the current version to this actor serving it."""
+    tokens_total: int = 0
+    """Action tokens generated since the actor started: rates over any window are differences
+    (`tokens_per_s` covers only the last `actors.stats_interval_s`)."""
 
 
 DataMessage = StepRecord | EpisodeEnd | ActorStats

@@ -63,6 +63,7 @@ class StatsReporter:
             episodes_done=c.episodes_done,
             episodes_failed=c.episodes_failed,
             weight_sync_latency_s=c.weight_sync_latency_s,
+            tokens_total=c.tokens,
         )
         self._last_t = now
         self._last = ActorCounters(**vars(c))

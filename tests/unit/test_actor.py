@@ -60,7 +60,7 @@ def test_stats_reporter_rates_over_the_window():
     now[0] = 103.0
     s = rep.report(policy_version=3)
     assert s.tokens_per_s == 50.0 and s.episodes_per_s == 0.0 and s.gen_time_s == 0.0
-    assert s.episodes_done == 3  # totals stay totals
+    assert s.episodes_done == 3 and s.tokens_total == 450  # totals stay totals
 
 
 def test_actor_index_from_id():
