@@ -172,11 +172,39 @@ def build_rows(
     return rows
 
 
-def pad_2d(seqs: Sequence[Sequence[float]], length: int, value: float, dtype: torch.dtype) -> Tensor:
-    """Right-pad each sequence to `length` → [B, length]."""
-    out = torch.full((len(seqs), length), value, dtype=dtype)
-    for i, s in enumerate(seqs):
-        out[i, : len(s)] = torch.tensor(s, dtype=dtype)
+Span = tuple[int, int, dict[str, Sequence[float] | float]]
+"""(start, end, per-token field values) of one trained stretch of a sequence; a field's value
+is one number per token of the stretch, or one number for all of them."""
+
+
+def collate_spans(
+    seqs: Sequence[tuple[Sequence[int], Sequence[Span]]],
+    dtypes: dict[str, torch.dtype],
+    pad_id: int,
+) -> dict[str, Tensor]:
+    """Token sequences with trained spans → right-padded, aligned [B, T] tensors.
+
+    `input_ids`, `attention_mask` (0 on padding), `action_mask` (True inside the spans) and
+    one tensor per field of `dtypes`, holding each span's values at its positions, 0
+    elsewhere. Shared by RL sequences (one span per packed step) and SFT pairs (one span).
+    """
+    if not seqs:
+        raise ValueError("collate: no rows")
+    shape = (len(seqs), max(len(ids) for ids, _ in seqs))
+    out = {
+        "input_ids": torch.full(shape, pad_id, dtype=torch.long),
+        "attention_mask": torch.zeros(shape, dtype=torch.long),
+        "action_mask": torch.zeros(shape, dtype=torch.bool),
+        **{name: torch.zeros(shape, dtype=dtype) for name, dtype in dtypes.items()},
+    }
+    for b, (ids, spans) in enumerate(seqs):
+        out["input_ids"][b, : len(ids)] = torch.tensor(list(ids), dtype=torch.long)
+        out["attention_mask"][b, : len(ids)] = 1
+        for start, end, values in spans:
+            out["action_mask"][b, start:end] = True
+            for name, v in values.items():
+                out[name][b, start:end] = torch.as_tensor(
+                    v if isinstance(v, float | int) else list(v), dtype=dtypes[name])
     return out
 
 
@@ -185,29 +213,20 @@ def collate_pairs(
     per_token: dict[str, tuple[Sequence[Sequence[float]], torch.dtype]],
     pad_id: int,
 ) -> dict[str, Tensor]:
-    """(context_ids, action_ids) rows + per-action-token fields → aligned [B, T] tensors.
-
-    Shared by RL rows and the SFT path (per-token weights as a field). Each per-token field
-    gives one list per row, of the row's action length; it is placed at the action positions.
-    """
-    if not pairs:
-        raise ValueError("collate_pairs: no rows")
-    length = max(len(c) + len(a) for c, a in pairs)
-    ids = pad_2d([[*c, *a] for c, a in pairs], length, pad_id, torch.long)
-    attn = pad_2d([[1] * (len(c) + len(a)) for c, a in pairs], length, 0, torch.long)
-    action = pad_2d([[0] * len(c) + [1] * len(a) for c, a in pairs], length, 0, torch.bool)
-    out = {"input_ids": ids, "attention_mask": attn, "action_mask": action}
-    for name, (values, dtype) in per_token.items():
-        placed = [[0] * len(c) + list(v) for (c, _), v in zip(pairs, values, strict=True)]
-        out[name] = pad_2d(placed, length, 0, dtype)
-    return out
+    """(context_ids, action_ids) rows + per-action-token fields → aligned [B, T] tensors (the
+    SFT path: each per-token field gives one list per row, of the row's action length)."""
+    return collate_spans(
+        [([*c, *a], [(len(c), len(c) + len(a), {k: v[i] for k, (v, _) in per_token.items()})])
+         for i, (c, a) in enumerate(pairs)],
+        {k: dtype for k, (_, dtype) in per_token.items()},
+        pad_id,
+    )
 
 
 def collate(rows: Sequence[Row], row_indices: Sequence[int], pad_id: int) -> MicroBatch:
     """Rows → one right-padded MicroBatch, one sequence per row."""
-    index = dict(enumerate(row_indices))
     mb = collate_sequences(rows, [[i] for i in range(len(rows))], pad_id)
-    mb.row_index = torch.tensor([index[i] for i in mb.row_index.tolist()], dtype=torch.long)
+    mb.row_index = torch.tensor(list(row_indices), dtype=torch.long)
     return mb
 
 
@@ -240,34 +259,26 @@ def collate_sequences(rows: Sequence[Row], seqs: Sequence[Sequence[int]], pad_id
     A sequence's tokens are its last row's context + action; each row's action tokens are
     marked at their own positions with that row's per-token fields and advantage.
     """
-    if not seqs:
-        raise ValueError("collate_sequences: no rows")
     lasts = [rows[s[-1]] for s in seqs]
-    length = max(r.length for r in lasts)
-    shape = (len(seqs), length)
-    ids = torch.full(shape, pad_id, dtype=torch.long)
-    attn = torch.zeros(shape, dtype=torch.long)
-    action = torch.zeros(shape, dtype=torch.bool)
-    behavior = torch.zeros(shape, dtype=torch.float32)
-    versions = torch.zeros(shape, dtype=torch.long)
-    advantages = torch.zeros(shape, dtype=torch.float32)
-    for b, (seq, last) in enumerate(zip(seqs, lasts, strict=True)):
-        ids[b, : last.length] = torch.tensor([*last.context_ids, *last.action_ids])
-        attn[b, : last.length] = 1
-        for i in seq:
-            r = rows[i]
-            a, e = len(r.context_ids), r.length
-            action[b, a:e] = True
-            behavior[b, a:e] = torch.tensor(list(r.behavior_logprobs), dtype=torch.float32)
-            versions[b, a:e] = torch.tensor(list(r.token_versions), dtype=torch.long)
-            advantages[b, a:e] = r.advantage
+    t = collate_spans(
+        [([*last.context_ids, *last.action_ids],
+          [(len(rows[i].context_ids), rows[i].length, {
+              "behavior_logprobs": rows[i].behavior_logprobs,
+              "token_versions": rows[i].token_versions,
+              "advantages": rows[i].advantage,
+          }) for i in seq])
+         for seq, last in zip(seqs, lasts, strict=True)],
+        {"behavior_logprobs": torch.float32, "token_versions": torch.long,
+         "advantages": torch.float32},
+        pad_id,
+    )
     return MicroBatch(
-        input_ids=ids,
-        attention_mask=attn,
-        action_mask=action,
-        behavior_logprobs=behavior,
-        token_versions=versions,
-        advantages=advantages,
+        input_ids=t["input_ids"],
+        attention_mask=t["attention_mask"],
+        action_mask=t["action_mask"],
+        behavior_logprobs=t["behavior_logprobs"],
+        token_versions=t["token_versions"],
+        advantages=t["advantages"],
         sample_weights=torch.tensor([rows[s[0]].sample_weight for s in seqs], dtype=torch.float32),
         value_index=torch.tensor([len(r.context_ids) - 1 for r in lasts], dtype=torch.long),
         row_index=torch.tensor([s[-1] for s in seqs], dtype=torch.long),
