@@ -205,7 +205,7 @@ DataMessage = StepRecord | EpisodeEnd | ActorStats
 class Batch(_Wire, tag="batch"):
     """Several data messages in one frame, in the order they were emitted (never empty)."""
 
-    items: list[StepRecord | EpisodeEnd | ActorStats]
+    items: list[DataMessage]
 
 
 class _RawBatch(_Wire, tag="batch"):

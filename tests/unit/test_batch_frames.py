@@ -55,23 +55,20 @@ def test_a_batch_is_ingested_exactly_like_its_items_sent_one_by_one():
     one_by_one, pusher_a = _service()
     batched, pusher_b = _service()
     try:
-        ep0 = episode_records("g0-e0", "g0", num_steps=2)  # 2 StepRecords + EpisodeEnd
-        ep1 = episode_records("g0-e1", "g0", num_steps=2)
-        for rec in ep0:
-            assert pusher_a.send([m.encode(rec)])
-        assert pusher_b.send([m.encode_batch([m.encode(r) for r in ep0])])
-        one_by_one._drain_data()
-        batched._drain_data()
+        def feed(records: list) -> None:  # one frame each to A, one Batch frame to B
+            for rec in records:
+                assert pusher_a.send([m.encode(rec)])
+            assert pusher_b.send([m.encode_batch([m.encode(r) for r in records])])
+            one_by_one._drain_data()
+            batched._drain_data()
+
+        feed(episode_records("g0-e0", "g0", num_steps=2))  # 2 StepRecords + EpisodeEnd
         # One episode of a 2-episode group: 3 records in, the group still assembling.
         for service in (one_by_one, batched):
             buf = service.buffer
             assert (buf.records, buf.assembler.groups_assembling, len(buf.store)) == (3, 1, 0)
         assert batched.buffer.state() == one_by_one.buffer.state()
-        for rec in ep1:
-            assert pusher_a.send([m.encode(rec)])
-        assert pusher_b.send([m.encode_batch([m.encode(r) for r in ep1])])
-        one_by_one._drain_data()
-        batched._drain_data()
+        feed(episode_records("g0-e1", "g0", num_steps=2))
         for service in (one_by_one, batched):
             buf = service.buffer
             assert (buf.records, buf.assembler.groups_assembling, len(buf.store)) == (6, 0, 1)
