@@ -107,6 +107,14 @@ def test_other_algorithms_run(algo):
         assert m["masked_frac"] == 0.0  # w ≪ 1 here, none above 2
 
 
+def _prepared_rows(cfg, trainer, seed: int, groups: int) -> list:
+    """Rows of a synthetic batch through `Learner._prepare`, reusing `trainer`'s model."""
+    learner_like = Learner.__new__(Learner)  # no second model
+    learner_like.cfg, learner_like.trainer, learner_like.version = cfg, trainer, 0
+    rows, _ = learner_like._prepare(FakeSource(VOCAB, group_size=2, seed=seed).sample(groups, 0, 0.0))
+    return rows
+
+
 def test_logprobs_match_full_logits_and_accumulation_equals_full_batch():
     """Action log-probs equal log_softmax(logits[:, :-1]).gather(ids[:, 1:]) of the full model
     output, and gradients accumulated over micro-batches equal the single-batch gradient."""
@@ -115,10 +123,7 @@ def test_logprobs_match_full_logits_and_accumulation_equals_full_batch():
 
     cfg = _cfg()
     trainer = PolicyTrainer(cfg, tiny_model_dir())
-    src = FakeSource(VOCAB, group_size=2, seed=3)
-    learner_like = Learner.__new__(Learner)  # reuse _prepare without building a second model
-    learner_like.cfg, learner_like.trainer, learner_like.version = cfg, trainer, 0
-    rows, _ = learner_like._prepare(src.sample(2, 0, 0.0))
+    rows = _prepared_rows(cfg, trainer, seed=3, groups=2)
     full = batching.make_micro_batches(rows, 10_000, trainer.pad_id)
     split = batching.make_micro_batches(rows, 64, trainer.pad_id)
     assert len(full) == 1 and len(split) > 1
@@ -183,10 +188,7 @@ def test_packed_steps_and_skipped_proximal_pass_give_the_unpacked_gradient():
 
     cfg = _cfg()
     trainer = PolicyTrainer(cfg, tiny_model_dir())
-    src = FakeSource(VOCAB, group_size=2, seed=5)
-    learner_like = Learner.__new__(Learner)
-    learner_like.cfg, learner_like.trainer, learner_like.version = cfg, trainer, 0
-    rows, _ = learner_like._prepare(src.sample(3, 0, 0.0))
+    rows = _prepared_rows(cfg, trainer, seed=5, groups=3)
     plain = batching.make_micro_batches(rows, 10_000, trainer.pad_id)
     packed = batching.make_micro_batches(rows, 10_000, trainer.pad_id, pack=True)
     multi = [r for r in rows if r.step_index == 1]
