@@ -158,7 +158,7 @@ class CalculatorTools:
     def reset(self, **_: Any) -> None:
         return None
 
-    def calculator(self, expression: str) -> str:
+    async def calculator(self, expression: str) -> str:
         """Evaluate an arithmetic expression with + - * / and parentheses.
 
         Args:
@@ -167,12 +167,9 @@ class CalculatorTools:
         Returns:
             The value, or an error message.
         """
-        from agent_r1_async.envs.arithmetic import CalcError, calculate
+        from agent_r1_async.envs.arithmetic import Calculator
 
-        try:
-            return calculate(expression)
-        except CalcError as e:  # what the env's Calculator answers
-            return f"Error: {e}"
+        return await Calculator().call(expression)  # the env's own tool, same answers
 
 
 def arithmetic_dataset(seed: int) -> tuple[Any, Any]:
