@@ -68,13 +68,14 @@ def test_actor_index_from_id():
 
 
 class _RecordingPusher:
-    """Notes each send and the close, in order."""
+    """Notes each send and the close, in order; `full` refuses every send (a pipe that stays
+    full: the buffer stopped reading)."""
 
-    def __init__(self, inner, events: list[str]) -> None:
-        self.inner, self.events, self.endpoint = inner, events, inner.endpoint
+    def __init__(self, inner, events: list[str], full: bool = False) -> None:
+        self.inner, self.events, self.endpoint, self.full = inner, events, inner.endpoint, full
 
     def send(self, frames, timeout_ms=None) -> bool:
-        ok = self.inner.send(frames, timeout_ms)
+        ok = not self.full and self.inner.send(frames, timeout_ms)
         if ok:
             self.events.append("send")
         return ok
@@ -85,12 +86,13 @@ class _RecordingPusher:
 
 
 class _RecordingTransport(InProcTransport):
-    def __init__(self) -> None:
+    def __init__(self, full: bool = False) -> None:
         super().__init__()
         self.events: list[str] = []
+        self.full = full
 
     def pusher(self, endpoint: str, **kw: int) -> _RecordingPusher:
-        return _RecordingPusher(super().pusher(endpoint, **kw), self.events)
+        return _RecordingPusher(super().pusher(endpoint, **kw), self.events, self.full)
 
 
 def test_stop_aborts_in_flight_episodes_with_one_end_each():
@@ -139,15 +141,6 @@ def test_stop_aborts_in_flight_episodes_with_one_end_each():
     assert events == ["send"] * actor._emitter.frames + ["close"]
 
 
-class _DeadBufferTransport(_RecordingTransport):
-    """A data pipe that stays full: the buffer stopped reading."""
-
-    def pusher(self, endpoint: str, **kw: int) -> _RecordingPusher:
-        pusher = super().pusher(endpoint, **kw)
-        pusher.send = lambda frames, timeout_ms=None: False  # type: ignore[method-assign]
-        return pusher
-
-
 def test_shutdown_flush_is_bounded_when_the_buffer_stops_reading(monkeypatch):
     import threading
 
@@ -159,7 +152,7 @@ def test_shutdown_flush_is_bounded_when_the_buffer_stops_reading(monkeypatch):
     monkeypatch.setattr(actor_mod, "_FLUSH_TIMEOUT_S", 0.5)
     cfg = actor_config("hf")
     cfg.model.name_or_path = tiny_model_dir()
-    transport = _DeadBufferTransport()
+    transport = _RecordingTransport(full=True)  # the buffer stopped reading
     sink = transport.puller()
     credits = CreditServer(transport)
     actor = Actor(cfg, "actor-0", transport, sink.endpoint, credits.endpoint, None,
