@@ -49,7 +49,7 @@ def _load(args: argparse.Namespace):  # -> RunConfig
 
 def cmd_launch(args: argparse.Namespace) -> int:
     from agent_r1_async.config import load_config
-    from agent_r1_async.launch import launch
+    from agent_r1_async.run.launch import launch
 
     if args.resume:  # the run's own config, plus any --set (e.g. more learner.total_updates)
         cfg = load_config(Path(args.resume) / "config.yaml", args.overrides)
@@ -59,7 +59,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from agent_r1_async.evaluate import evaluate, format_table
+    from agent_r1_async.run.evaluate import evaluate, format_table
 
     cfg = _load(args)
     split = args.split or cfg.env.eval_split
@@ -70,13 +70,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
-    from agent_r1_async.sft import run_sft
+    from agent_r1_async.run.sft import run_sft
 
     return run_sft(_load(args))
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from agent_r1_async.report import write_report
+    from agent_r1_async.run.report import write_report
 
     for path in write_report(args.run_dir):
         print(path)

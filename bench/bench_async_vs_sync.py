@@ -49,7 +49,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent_r1_async import messages as m  # light imports only: spawned children re-import
+from agent_r1_async.wire import messages as m  # light imports only: spawned children re-import
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ def _buffer_main(w: Workload, max_staleness: int, spi_tol: float, sampling: str,
                  stop: Any) -> None:
     from agent_r1_async.buffers.service import BufferService
     from agent_r1_async.config import AlgorithmConfig, BufferConfig
-    from agent_r1_async.transport import ZmqTransport
+    from agent_r1_async.wire.zmq import ZmqTransport
 
     cfg = BufferConfig(max_staleness=max_staleness, spi_tolerance=spi_tol, sampling=sampling,
                        snapshot_interval_s=0.0, min_group_episodes=w.group_size)
@@ -135,7 +135,7 @@ class SimActor:
 
     def __init__(self, idx: int, w: Workload, transport: Any, endpoints: tuple[str, str],
                  poll_s: float, seed: int) -> None:
-        from agent_r1_async.buffers.client import BufferClient
+        from agent_r1_async.wire.buffer_client import BufferClient
 
         self.idx, self.w, self.poll_s = idx, w, poll_s
         self.rng = np.random.default_rng([seed, idx])
@@ -201,7 +201,7 @@ class SimActor:
 
 def _actors_main(n: int, w: Workload, endpoints: tuple[str, str], poll_s: float, seed: int,
                  stop: Any) -> None:
-    from agent_r1_async.transport import ZmqTransport
+    from agent_r1_async.wire.zmq import ZmqTransport
 
     transport = ZmqTransport()
     halt = threading.Event()
@@ -255,10 +255,10 @@ class RunResult:
 def run_once(w: Workload, n_actors: int, max_staleness: int, spi_tol: float, warmup: int,
              updates: int, poll_s: float, seed: int, sampling: str = "prioritized") -> RunResult:
     """Time `updates` Learner.update() calls after `warmup`, with fresh buffer and actors."""
-    from agent_r1_async.buffers.client import BufferClient
     from agent_r1_async.config import AlgorithmConfig, BufferConfig, LearnerConfig, RunConfig
     from agent_r1_async.learner.loop import Learner
-    from agent_r1_async.transport import ZmqTransport
+    from agent_r1_async.wire.buffer_client import BufferClient
+    from agent_r1_async.wire.zmq import ZmqTransport
 
     ctx = mp.get_context("spawn")
     q, stop = ctx.Queue(), ctx.Event()

@@ -28,12 +28,12 @@ import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent_r1_async import messages as m
 from agent_r1_async.buffers.service import BufferService
 from agent_r1_async.buffers.store import GroupStore, StoredGroup
 from agent_r1_async.buffers.sumtree import SumTree
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
-from agent_r1_async.transport import ZmqTransport
+from agent_r1_async.wire import messages as m
+from agent_r1_async.wire.zmq import ZmqTransport
 
 STEPS, GROUP = 4, 4
 

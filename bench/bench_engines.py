@@ -56,7 +56,7 @@ def _engine_main(backend: str, dtype: str, prompts: list[list[int]], max_new: in
     os.dup2(2, 1)  # engine logs go to stderr: stdout keeps only the results table
     import torch
 
-    from agent_r1_async.actors.engine import make_engine
+    from agent_r1_async.actors.engines import make_engine
     from agent_r1_async.config import EngineConfig, RunConfig
     from agent_r1_async.models import resolve_model
 

@@ -27,7 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent_r1_async.report import read_metrics  # noqa: E402
+from agent_r1_async.run.report import read_metrics  # noqa: E402
 
 
 def run_seed(seed: int, overrides: list[str]) -> Path:

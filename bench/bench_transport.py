@@ -40,9 +40,9 @@ import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent_r1_async import messages as m  # light imports only: spawned children re-import
 from agent_r1_async.actors.emitter import BatchEmitter
-from agent_r1_async.transport import ZmqTransport
+from agent_r1_async.wire import messages as m  # light imports only: spawned children re-import
+from agent_r1_async.wire.zmq import ZmqTransport
 
 MODES = ("raw", "transport", "raw_coalesced")
 

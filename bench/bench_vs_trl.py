@@ -80,13 +80,13 @@ def bench_config(seed: int) -> Any:
 def shared_start() -> str:
     """The default launch's warm-start checkpoint (multi-turn demos; cached after the first)."""
     from agent_r1_async.config import load_config
-    from agent_r1_async.sft.warm_start import warm_start
+    from agent_r1_async.run.warm_start import warm_start
 
     return warm_start(load_config(CONFIG, ["logging.wandb_mode=disabled"]), print)
 
 
 def held_out(model_path: str, seed: int, n: int) -> float:
-    from agent_r1_async.evaluate import evaluate
+    from agent_r1_async.run.evaluate import evaluate
 
     cfg = bench_config(seed)
     return float(evaluate(cfg, cfg.env.eval_split, n, model_path=model_path)["mean_return"])

@@ -40,10 +40,10 @@ def _actor_main(backend: str, model_path: str, endpoint: str, n: int, q: Any) ->
     os.dup2(2, 1)  # engine logs go to stderr: stdout keeps only the results table
     import torch
 
-    from agent_r1_async.actors.engine import make_engine
+    from agent_r1_async.actors.engines import make_engine
     from agent_r1_async.config import EngineConfig, RunConfig
-    from agent_r1_async.learner.weights import WeightReceiver
-    from agent_r1_async.transport import ZmqTransport
+    from agent_r1_async.wire.weights import WeightReceiver
+    from agent_r1_async.wire.zmq import ZmqTransport
 
     torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
     dtype = "bfloat16" if backend == "vllm" else "float32"
@@ -104,8 +104,8 @@ def bench_clone(state: dict[str, Any], repeats: int) -> float:
 def bench_engine(backend: str, state: dict[str, Any], n: int) -> dict[str, float]:
     """Median publish→serving latency and its parts for one engine (started once)."""
     from agent_r1_async import models
-    from agent_r1_async.learner.weights import WeightPublisher
-    from agent_r1_async.transport import ZmqTransport
+    from agent_r1_async.wire.weights import WeightPublisher
+    from agent_r1_async.wire.zmq import ZmqTransport
 
     transport = ZmqTransport()
     pub = WeightPublisher(transport)

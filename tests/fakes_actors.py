@@ -8,10 +8,10 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from agent_r1_async import messages as m
-from agent_r1_async.actors.engine import EngineError, GenResult
+from agent_r1_async.actors.engines.base import EngineError, GenResult
 from agent_r1_async.config import RunConfig, config_from_dict
 from agent_r1_async.envs.base import Observation, StepResult, Task
+from agent_r1_async.wire import messages as m
 
 
 class FakeEngine:

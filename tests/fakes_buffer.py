@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent_r1_async.messages import Episode, EpisodeEnd, Group, StepRecord
+from agent_r1_async.wire.messages import Episode, EpisodeEnd, Group, StepRecord
 
 
 class FakeClock:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from agent_r1_async import messages
+from agent_r1_async.wire import messages
 
 
 def make_step(

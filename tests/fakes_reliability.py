@@ -23,10 +23,10 @@ from typing import Any
 import msgspec
 from hypothesis import strategies as st
 
-from agent_r1_async import messages as m
-from agent_r1_async.actors.engine import GenResult
+from agent_r1_async.actors.engines.base import GenResult
 from agent_r1_async.envs.base import Observation, StepResult, Task
 from agent_r1_async.envs.toolenv import Score, ToolEnv
+from agent_r1_async.wire import messages as m
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(TESTS_DIR)
@@ -399,7 +399,7 @@ _BUFFER_MAIN = """
 import sys, threading, msgspec
 from agent_r1_async.buffers.service import BufferService
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
-from agent_r1_async.transport import ZmqTransport
+from agent_r1_async.wire.zmq import ZmqTransport
 buf = msgspec.json.decode(sys.argv[1].encode(), type=BufferConfig)
 algo = msgspec.json.decode(sys.argv[2].encode(), type=AlgorithmConfig)
 service = BufferService(buf, algo, ZmqTransport(), sys.argv[3], sys.argv[4], snapshot_dir=sys.argv[5])

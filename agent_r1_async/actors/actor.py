@@ -36,12 +36,12 @@ import uuid
 from collections.abc import Iterator
 
 from agent_r1_async.actors.emitter import BatchEmitter
-from agent_r1_async.actors.engine import Engine, make_engine
+from agent_r1_async.actors.engines import Engine, make_engine
 from agent_r1_async.actors.rollout import EpisodeIds, Rollout
 from agent_r1_async.actors.stats import StatsReporter
 from agent_r1_async.config import RunConfig
 from agent_r1_async.envs.base import Task
-from agent_r1_async.messages import ActorStats, EpisodeEnd, StepRecord
+from agent_r1_async.wire.messages import ActorStats, EpisodeEnd, StepRecord
 
 log = logging.getLogger(__name__)
 
@@ -111,10 +111,10 @@ class Actor:
 
     async def _main(self, stop: threading.Event, max_groups: int | None) -> None:
         from agent_r1_async.actors.context import make_context_builder
-        from agent_r1_async.buffers.client import BufferClient
         from agent_r1_async.envs.registry import get_env_spec
-        from agent_r1_async.learner.weights import WeightReceiver
         from agent_r1_async.models import load_tokenizer, resolve_model
+        from agent_r1_async.wire.buffer_client import BufferClient
+        from agent_r1_async.wire.weights import WeightReceiver
 
         cfg = self.cfg
         model_path = resolve_model(cfg.model.start_from)

@@ -23,8 +23,8 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-from agent_r1_async.messages import DataMessage, encode, encode_batch
-from agent_r1_async.transport import Pusher
+from agent_r1_async.wire.messages import DataMessage, encode, encode_batch
+from agent_r1_async.wire.transport import Pusher
 
 RETRY_S = 0.005
 MAX_RETRY_S = 0.2

@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent_r1_async.actors.context import ContextBuilder, History
-from agent_r1_async.actors.engine import Engine, GenResult
+from agent_r1_async.actors.engines.base import Engine, GenResult
 from agent_r1_async.actors.stats import ActorCounters
 from agent_r1_async.envs.base import Env, Observation, StepResult, Task
-from agent_r1_async.messages import (
+from agent_r1_async.wire.messages import (
     TRAINABLE_STATUSES,
     EpisodeEnd,
     LogProbs,

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from agent_r1_async.messages import ActorStats
+from agent_r1_async.wire.messages import ActorStats
 
 
 @dataclass

@@ -31,7 +31,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from agent_r1_async.messages import TRAINABLE_STATUSES, Episode, EpisodeEnd, Group, StepRecord
+from agent_r1_async.wire.messages import TRAINABLE_STATUSES, Episode, EpisodeEnd, Group, StepRecord
 
 
 class OpenEpisode(msgspec.Struct, array_like=True, gc=False):

@@ -31,7 +31,7 @@ from agent_r1_async.buffers.rate_limiter import SampleToInsertRatio
 from agent_r1_async.buffers.staleness import AdmissionControl
 from agent_r1_async.buffers.store import GroupStore, StoredGroup, describe
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
-from agent_r1_async.messages import (
+from agent_r1_async.wire.messages import (
     ActorStats,
     BufferStats,
     CreditGrant,

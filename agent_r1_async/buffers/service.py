@@ -2,7 +2,7 @@
 
 Single-threaded event loop (one thread owns both sockets and the `TrajectoryBuffer`):
 
-    wait on both sockets (zmq.Poller; <= 50 ms, or until the next pending deadline)
+    wait on both sockets (the transport's poller; <= 50 ms, or the next pending deadline)
     drain data messages until ~2,000 records -> unpack_data -> buffer.ingest of each record
     drain up to 100 control frames  -> decode_control -> reply (or park a SampleRequest)
     every 0.2 s: buffer.tick() (timeouts); gc.freeze() (if buffer.gc_freeze)
@@ -34,13 +34,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import zmq
-
-from agent_r1_async import messages as m
 from agent_r1_async.buffers.buffer import TrajectoryBuffer
 from agent_r1_async.buffers.snapshot import load_snapshot, save_snapshot
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
-from agent_r1_async.transport import ZmqTransport
+from agent_r1_async.wire import messages as m
+from agent_r1_async.wire.transport import Transport
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +62,7 @@ class BufferService:
         self,
         cfg: BufferConfig,
         algo: AlgorithmConfig,
-        transport,
+        transport: Transport,
         data_endpoint: str = "tcp://127.0.0.1:0",
         control_endpoint: str = "tcp://127.0.0.1:0",
         snapshot_dir: str | None = None,
@@ -85,20 +83,11 @@ class BufferService:
                 if fresh_actors:
                     self.buffer.orphan_all()
         self._clock = clock
-        kw = {"max_message_bytes": cfg.max_frame_bytes}
-        is_zmq = isinstance(transport, ZmqTransport)
-        self._puller = transport.puller(data_endpoint, **(kw if is_zmq else {}))
-        self._server = transport.server(control_endpoint, **kw)
+        self._puller = transport.puller(data_endpoint, max_message_bytes=cfg.max_frame_bytes)
+        self._server = transport.server(control_endpoint, max_message_bytes=cfg.max_frame_bytes)
         self.data_endpoint: str = self._puller.endpoint
         self.control_endpoint: str = self._server.endpoint
-        # Raw zmq sockets, when the transport is ZeroMQ: one poller waits on both.
-        self._data_sock = _zmq_socket(self._puller)
-        self._ctl_sock = _zmq_socket(self._server)
-        self._poller: zmq.Poller | None = None
-        if self._data_sock is not None and self._ctl_sock is not None:
-            self._poller = zmq.Poller()
-            self._poller.register(self._data_sock, zmq.POLLIN)
-            self._poller.register(self._ctl_sock, zmq.POLLIN)
+        self._poller = transport.poller([self._puller, self._server])
         self._parked: list[_Parked] = []
         self._lock = threading.Lock()  # guards the buffer between the loop and metrics()
         self._stop = threading.Event()
@@ -130,7 +119,7 @@ class BufferService:
             next_snapshot += self.cfg.snapshot_interval_s
         try:
             while not stop.is_set() and not self._stop.is_set():
-                self._wait(self._wait_ms())
+                self._poller.wait(self._wait_ms())
                 with self._lock:
                     self._drain_data()
                     self._drain_control()
@@ -180,12 +169,6 @@ class BufferService:
             return _IDLE_WAIT_MS
         soonest = min(p.deadline for p in self._parked) - self._clock()
         return max(0, min(_IDLE_WAIT_MS, int(soonest * 1000) + 1))
-
-    def _wait(self, timeout_ms: int) -> None:
-        if self._poller is not None:
-            self._poller.poll(timeout_ms)
-        else:  # in-process transport: short sleeps, then non-blocking drains
-            time.sleep(min(timeout_ms, 1) / 1000)
 
     def _drain_data(self) -> None:
         budget = _DATA_BURST  # records (a malformed message counts as one)
@@ -293,8 +276,3 @@ class BufferService:
             self._rate = (self.buffer.records - n0) / (now - t0)
             self._rate_mark = (now, self.buffer.records)
 
-
-def _zmq_socket(endpoint_obj: object) -> zmq.Socket | None:
-    """The zmq socket behind a transport object, or None for the in-process transport."""
-    sock = getattr(endpoint_obj, "_sock", None)
-    return sock if isinstance(sock, zmq.Socket) else None

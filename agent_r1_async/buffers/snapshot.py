@@ -14,8 +14,8 @@ import tempfile
 
 import msgspec
 
-from agent_r1_async import messages as m
 from agent_r1_async.buffers.buffer import BufferState
+from agent_r1_async.wire import messages as m
 
 SNAPSHOT_FILE = "buffer.snapshot"
 SNAPSHOT_SCHEMA = 2  # 2: packed token ids and log-probs (messages.SCHEMA_VERSION 2)

@@ -27,7 +27,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from agent_r1_async.buffers.sumtree import SumTree
-from agent_r1_async.messages import Group
+from agent_r1_async.wire.messages import Group
 
 _REBASE_EVERY = 32
 

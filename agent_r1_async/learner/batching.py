@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from agent_r1_async import messages
 from agent_r1_async.learner import advantages as adv
+from agent_r1_async.wire import messages
 
 
 @dataclass

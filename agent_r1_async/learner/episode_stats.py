@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from agent_r1_async.messages import SampleBatch
+from agent_r1_async.wire.messages import SampleBatch
 
 
 def staleness_histogram(batch: SampleBatch, learner_version: int) -> dict[int, int]:

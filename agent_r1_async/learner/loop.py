@@ -23,12 +23,13 @@ from typing import Any
 
 import torch
 
-from agent_r1_async import config, messages, models
+from agent_r1_async import config, models
 from agent_r1_async.learner import advantages as adv
 from agent_r1_async.learner import batching, checkpoint
 from agent_r1_async.learner.episode_stats import episode_stats, staleness_histogram
 from agent_r1_async.learner.trainer import PolicyTrainer
-from agent_r1_async.learner.weights import WeightPublisher
+from agent_r1_async.wire import messages
+from agent_r1_async.wire.weights import WeightPublisher
 
 
 class Learner:

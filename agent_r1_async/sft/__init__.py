@@ -1,5 +1,6 @@
-"""Supervised warm start: demonstrations in the actors' step layout, trained by the learner."""
+"""Supervised warm start (library): demonstrations in the actors' step layout, trained by the
+learner's own trainer. The `sft` command that drives it is `agent_r1_async.run.sft`."""
 
-from agent_r1_async.sft.train import run_sft
+from agent_r1_async.sft.train import train_stage
 
-__all__ = ["run_sft"]
+__all__ = ["train_stage"]

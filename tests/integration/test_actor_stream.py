@@ -14,9 +14,9 @@ from fakes_actors import CreditServer, Stream, actor_config
 from agent_r1_async.actors.actor import Actor, shard_tasks
 from agent_r1_async.config import RunConfig
 from agent_r1_async.envs.base import Task
-from agent_r1_async.learner.weights import WeightPublisher
 from agent_r1_async.models import load_causal_lm, tiny_model_dir
-from agent_r1_async.transport import ZmqTransport
+from agent_r1_async.wire.weights import WeightPublisher
+from agent_r1_async.wire.zmq import ZmqTransport
 
 
 def stream_with_weight_update(

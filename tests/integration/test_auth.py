@@ -15,12 +15,13 @@ import time
 import pytest
 import torch
 
-from agent_r1_async import messages as m
-from agent_r1_async.buffers.client import BufferClient
 from agent_r1_async.buffers.service import BufferService
 from agent_r1_async.config import AlgorithmConfig, BufferConfig, LaunchConfig
-from agent_r1_async.learner.weights import WeightPublisher, WeightReceiver
-from agent_r1_async.transport import CurveKeys, ZmqTransport, tcp_endpoint
+from agent_r1_async.wire import messages as m
+from agent_r1_async.wire.buffer_client import BufferClient
+from agent_r1_async.wire.transport import tcp_endpoint
+from agent_r1_async.wire.weights import WeightPublisher, WeightReceiver
+from agent_r1_async.wire.zmq import CurveKeys, ZmqTransport
 from tests.fakes_buffer import group_records
 
 ALGO = AlgorithmConfig(group_size=2, batch_groups=1)

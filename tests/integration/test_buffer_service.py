@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from agent_r1_async import messages as m
-from agent_r1_async.buffers.client import BufferClient
 from agent_r1_async.buffers.service import BufferService
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
-from agent_r1_async.transport import ZmqTransport
+from agent_r1_async.wire import messages as m
+from agent_r1_async.wire.buffer_client import BufferClient
+from agent_r1_async.wire.zmq import ZmqTransport
 from tests.fakes_buffer import episode_records, group_records
 
 ALGO = AlgorithmConfig(group_size=2, batch_groups=2)
@@ -147,7 +147,7 @@ def test_snapshot_restore_keeps_every_accepted_episode(transport, tmp_path) -> N
 
 
 def test_periodic_snapshot_and_in_process_transport(tmp_path) -> None:
-    from agent_r1_async.transport import InProcTransport
+    from agent_r1_async.wire.inproc import InProcTransport
 
     snap = tmp_path / "snap"
     transport = InProcTransport()

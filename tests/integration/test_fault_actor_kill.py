@@ -5,7 +5,7 @@ Real parts: a Ray actor built exactly as `launch` builds it (`hosts.ActorHost` w
 episodes always take 3 steps of 0.2 s (`fakes_reliability.SlowStepsEnvDef`: the random tiny
 model never calls a tool, so the arithmetic env would end every episode after one step and
 there would be no "mid-episode" to kill),
-the real `BufferService` (in this process) over ZeroMQ, and `launch.Supervisor.check_actors`,
+the real `BufferService` (in this process) over ZeroMQ, and `supervisor.Supervisor.check_actors`,
 the launcher's own restart logic. The test waits until the buffer holds accepted groups *and*
 an episode of the actor that has sent steps but no end, then kills the actor's own pid.
 
@@ -26,10 +26,10 @@ import time
 
 import pytest
 
-from agent_r1_async.buffers.client import BufferClient
 from agent_r1_async.buffers.service import BufferService
 from agent_r1_async.config import RunConfig, config_from_dict
-from agent_r1_async.transport import ZmqTransport
+from agent_r1_async.wire.buffer_client import BufferClient
+from agent_r1_async.wire.zmq import ZmqTransport
 from tests.fakes_reliability import REPO, Ledger, wait_for
 
 pytestmark = pytest.mark.slow
@@ -67,7 +67,7 @@ def _stored_groups(service: BufferService) -> set[str]:
 
 def _supervisor(cfg: RunConfig, ray, actor, run_ref):
     """The launcher's Supervisor, holding just this actor (its restart logic is under test)."""
-    from agent_r1_async.launch import Supervisor
+    from agent_r1_async.run.supervisor import Supervisor
 
     sup = Supervisor.__new__(Supervisor)
     sup.cfg, sup.ray, sup.actors = cfg, ray, [actor]
@@ -78,7 +78,7 @@ def _supervisor(cfg: RunConfig, ray, actor, run_ref):
 def test_actor_killed_mid_episode_is_restarted_and_loses_nothing_accepted() -> None:
     import ray
 
-    from agent_r1_async.hosts import ActorHost
+    from agent_r1_async.run.hosts import ActorHost
 
     cfg = _cfg()
     transport = ZmqTransport()

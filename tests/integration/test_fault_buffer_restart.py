@@ -20,11 +20,11 @@ import signal
 import threading
 import time
 
-from agent_r1_async import messages as m
-from agent_r1_async.buffers.client import BufferClient
 from agent_r1_async.buffers.snapshot import SNAPSHOT_FILE, load_snapshot
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
-from agent_r1_async.transport import ZmqTransport
+from agent_r1_async.wire import messages as m
+from agent_r1_async.wire.buffer_client import BufferClient
+from agent_r1_async.wire.zmq import ZmqTransport
 from tests.fakes_buffer import group_records
 from tests.fakes_reliability import Ledger, free_tcp_endpoint, start_buffer_process, wait_for
 

@@ -21,11 +21,11 @@ import time
 from fakes_actors import CreditServer, Stream
 from fakes_reliability import HANG_STEP, HANG_TOOL, ScriptedToolEngine
 
-from agent_r1_async import messages as m
 from agent_r1_async.actors.actor import Actor
 from agent_r1_async.config import config_from_dict
 from agent_r1_async.models import load_tokenizer, tiny_model_dir
-from agent_r1_async.transport import ZmqTransport
+from agent_r1_async.wire import messages as m
+from agent_r1_async.wire.zmq import ZmqTransport
 
 STEP_TIMEOUT_S = 2.0
 TOOL_TIMEOUT_S = 0.3

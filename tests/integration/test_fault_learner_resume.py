@@ -22,12 +22,12 @@ from __future__ import annotations
 import torch
 
 from agent_r1_async import config
-from agent_r1_async import messages as m
-from agent_r1_async.buffers.client import BufferClient
 from agent_r1_async.buffers.service import BufferService
 from agent_r1_async.learner.loop import Learner
 from agent_r1_async.models import tiny_model_dir
-from agent_r1_async.transport import ZmqTransport
+from agent_r1_async.wire import messages as m
+from agent_r1_async.wire.buffer_client import BufferClient
+from agent_r1_async.wire.zmq import ZmqTransport
 from tests.fakes_buffer import group_records
 from tests.fakes_reliability import Ledger, wait_for
 

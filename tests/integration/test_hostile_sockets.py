@@ -16,12 +16,12 @@ import time
 
 import torch
 
-from agent_r1_async import messages as m
-from agent_r1_async.buffers.client import BufferClient
 from agent_r1_async.buffers.service import BufferService
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
-from agent_r1_async.learner.weights import WeightPublisher, WeightReceiver
-from agent_r1_async.transport import ZmqTransport
+from agent_r1_async.wire import messages as m
+from agent_r1_async.wire.buffer_client import BufferClient
+from agent_r1_async.wire.weights import WeightPublisher, WeightReceiver
+from agent_r1_async.wire.zmq import ZmqTransport
 from tests.fakes_buffer import group_records
 from tests.fakes_reliability import wait_for
 

@@ -14,8 +14,8 @@ import asyncio
 import pytest
 import torch
 
-from agent_r1_async.actors.engine import Engine, GenResult, SamplingSettings
-from agent_r1_async.actors.hf_engine import HFEngine, process_logits
+from agent_r1_async.actors.engines.base import Engine, GenResult, SamplingSettings
+from agent_r1_async.actors.engines.hf import HFEngine, process_logits
 from agent_r1_async.config import EngineConfig, EnvConfig
 from agent_r1_async.envs.registry import get_env_spec
 from agent_r1_async.models import load_causal_lm, load_tokenizer, resolve_model, tiny_model_dir
@@ -100,7 +100,7 @@ def test_hf_engine_fidelity_smollm2():
 )
 def test_vllm_engine_fidelity_smollm2(dtype, max_bound, mean_bound):
     pytest.importorskip("vllm")
-    from agent_r1_async.actors.vllm_engine import VllmEngine
+    from agent_r1_async.actors.engines.vllm import VllmEngine
 
     path = resolve_model("smollm2-135m-instruct")
     reference = load_causal_lm(path, "float32")

@@ -15,7 +15,7 @@ from fakes_actors import actor_config
 from test_actor_stream import check_versions, stream_with_weight_update
 from test_logprob_fidelity import chat_contexts, logprob_gap, reference_logprobs
 
-from agent_r1_async.actors.engine import SamplingSettings
+from agent_r1_async.actors.engines.base import SamplingSettings
 from agent_r1_async.models import load_causal_lm, tiny_model_dir
 
 pytest.importorskip("vllm")
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.vllm
 
 @pytest.fixture(scope="module")
 def engine():
-    from agent_r1_async.actors.vllm_engine import VllmEngine
+    from agent_r1_async.actors.engines.vllm import VllmEngine
 
     cfg = actor_config("vllm").engine
     eng = VllmEngine(cfg, tiny_model_dir(), SamplingSettings(max_new_tokens=64, seed=0), 512)

@@ -8,8 +8,8 @@ from agent_r1_async.actors.actor import Actor, actor_index
 from agent_r1_async.actors.emitter import BatchEmitter
 from agent_r1_async.actors.stats import ActorCounters, StatsReporter
 from agent_r1_async.config import RunConfig
-from agent_r1_async.messages import ActorStats, unpack_data
-from agent_r1_async.transport import InProcTransport
+from agent_r1_async.wire.inproc import InProcTransport
+from agent_r1_async.wire.messages import ActorStats, unpack_data
 
 
 def test_emit_waits_for_a_full_pipe_and_drops_nothing():

@@ -125,8 +125,8 @@ def test_export_and_restore_keep_partial_groups() -> None:
 def test_approx_nbytes_counts_packed_arrays_at_their_item_size() -> None:
     import msgspec
 
-    from agent_r1_async import messages as m
     from agent_r1_async.buffers.assembly import approx_nbytes
+    from agent_r1_async.wire import messages as m
 
     rec = step("e", "g", 0)
     packed = msgspec.structs.replace(

@@ -113,7 +113,7 @@ def test_the_same_errors_come_from_yaml_files_and_set(tmp_path: Path) -> None:
 def test_missing_model_fails_before_ray_starts(
     tmp_path: Path, key: str, value: str, message: str
 ) -> None:
-    from agent_r1_async.launch import launch
+    from agent_r1_async.run.launch import launch
 
     if value == "EMPTY_DIR":
         (tmp_path / "empty").mkdir()

@@ -5,10 +5,10 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from agent_r1_async import messages as m
 from agent_r1_async.buffers.service import BufferService
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
-from agent_r1_async.transport import InProcTransport
+from agent_r1_async.wire import messages as m
+from agent_r1_async.wire.inproc import InProcTransport
 from tests.fakes_buffer import FakeClock, episode_records, step
 
 ALGO = AlgorithmConfig(group_size=2, batch_groups=1)

@@ -100,9 +100,9 @@ def test_flops_params_counts_a_tied_head_once() -> None:
 def test_learner_update_runs_with_the_bench_sleep_trainer() -> None:
     """`Learner(..., trainer=...)` skips model loading; the async bench relies on it."""
     pytest.importorskip("torch")
-    from agent_r1_async import messages as m
     from agent_r1_async.config import AlgorithmConfig, RunConfig
     from agent_r1_async.learner.loop import Learner
+    from agent_r1_async.wire import messages as m
 
     def episode(e: int, reward: float) -> m.Episode:
         step = m.StepRecord(f"e{e}", "g0", "t0", "a0", "x", 0, [5, 6, 7], [8, 9], [-0.5, -0.25],

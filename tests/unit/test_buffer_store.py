@@ -9,7 +9,7 @@ import pytest
 from agent_r1_async.buffers.buffer import TrajectoryBuffer
 from agent_r1_async.buffers.store import GroupStore, describe
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
-from agent_r1_async.messages import Episode, Group
+from agent_r1_async.wire.messages import Episode, Group
 from tests.fakes_buffer import FakeClock, end, group_records, make_group, step
 
 

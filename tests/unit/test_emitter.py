@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from agent_r1_async import messages as m
 from agent_r1_async.actors.emitter import BatchEmitter, SendFailed
-from agent_r1_async.transport import InProcTransport
+from agent_r1_async.wire import messages as m
+from agent_r1_async.wire.inproc import InProcTransport
 
 
 def _stats(i: int) -> m.ActorStats:

@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from agent_r1_async.actors.engine import GenResult, SamplingSettings, compact_versions
-from agent_r1_async.actors.hf_engine import HFEngine, _Row, process_logits
+from agent_r1_async.actors.engines.base import GenResult, SamplingSettings, compact_versions
+from agent_r1_async.actors.engines.hf import HFEngine, _Row, process_logits
 from agent_r1_async.config import EngineConfig
 from agent_r1_async.models import tiny_model_dir
 

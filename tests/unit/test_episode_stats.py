@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agent_r1_async import messages as m
 from agent_r1_async.learner.episode_stats import episode_stats, staleness_histogram
+from agent_r1_async.wire import messages as m
 
 
 def _step(i: int, version: int, n_tokens: int, reward: float, token_versions=()):

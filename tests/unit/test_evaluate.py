@@ -7,8 +7,8 @@ from fakes_actors import FakeEngine, OracleEngine
 
 from agent_r1_async.config import config_from_dict
 from agent_r1_async.envs.registry import get_env_spec
-from agent_r1_async.evaluate import evaluate, format_table
 from agent_r1_async.models import load_tokenizer, tiny_model_dir
+from agent_r1_async.run.evaluate import evaluate, format_table
 
 
 @pytest.fixture(scope="module")

@@ -25,11 +25,11 @@ import torch
 from fakes_reliability import control_frames, data_frames, weights_messages
 from hypothesis import HealthCheck, given, settings
 
-from agent_r1_async import messages as m
 from agent_r1_async.buffers.service import BufferService
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
-from agent_r1_async.learner.weights import WeightPublisher, WeightReceiver
-from agent_r1_async.transport import InProcTransport
+from agent_r1_async.wire import messages as m
+from agent_r1_async.wire.inproc import InProcTransport
+from agent_r1_async.wire.weights import WeightPublisher, WeightReceiver
 from tests.fakes_buffer import group_records
 
 CASES = 10_000
@@ -251,7 +251,7 @@ def test_a_sample_request_cannot_park_forever(timeout_s: float) -> None:
 
 def test_a_weights_header_listing_a_tensor_twice_is_rejected() -> None:
     """Regression: two tensors named "w" decoded into one dict entry (the last one won)."""
-    from agent_r1_async.learner.weights import decode_weights
+    from agent_r1_async.wire.weights import decode_weights
 
     metas = [m.TensorMeta("w", "float32", [1], 4), m.TensorMeta("w", "float32", [2], 8)]
     header = m.encode(m.WeightsHeader(m.SCHEMA_VERSION, 3, metas, 0.0))

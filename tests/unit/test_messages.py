@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_r1_async import messages as m
+from agent_r1_async.wire import messages as m
 
 
 def _step(**kw) -> m.StepRecord:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agent_r1_async import report
+from agent_r1_async.run import report
 
 
 def _write(run_dir: Path, rows: list[dict]) -> None:

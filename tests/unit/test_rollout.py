@@ -11,8 +11,8 @@ from fakes_actors import FakeEngine, ScriptedEnv
 from agent_r1_async.actors.context import FullContext
 from agent_r1_async.actors.rollout import EpisodeIds, Rollout
 from agent_r1_async.envs.base import Task
-from agent_r1_async.messages import EpisodeEnd, StepRecord, decode_data, encode
 from agent_r1_async.models import load_tokenizer, tiny_model_dir
+from agent_r1_async.wire.messages import EpisodeEnd, StepRecord, decode_data, encode
 
 TASK = Task("t1", "What is 2+2?", answer="4")
 

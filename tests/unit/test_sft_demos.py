@@ -8,12 +8,11 @@ import json
 import pytest
 
 from agent_r1_async.actors.context import make_context_builder
-from agent_r1_async.actors.engine import GenResult
+from agent_r1_async.actors.engines.base import GenResult
 from agent_r1_async.actors.rollout import EpisodeIds, Rollout
 from agent_r1_async.config import ContextConfig, EnvConfig, config_from_dict
 from agent_r1_async.envs.arithmetic import SYSTEM_PROMPT
 from agent_r1_async.envs.registry import get_env_spec
-from agent_r1_async.messages import StepRecord
 from agent_r1_async.models import load_tokenizer, tiny_model_dir
 from agent_r1_async.sft.demos import (
     DemoError,
@@ -24,6 +23,7 @@ from agent_r1_async.sft.demos import (
     transcript_demo,
 )
 from agent_r1_async.sft.train import demo_pairs, sft_micro_batches
+from agent_r1_async.wire.messages import StepRecord
 
 EOS = 2  # <|im_end|> in the SmolLM2 tokenizer
 

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from agent_r1_async.transport import InProcTransport, ZmqTransport
+from agent_r1_async.wire.inproc import InProcTransport
+from agent_r1_async.wire.zmq import ZmqTransport
 
 
 @pytest.fixture(params=["zmq", "inproc"])
@@ -151,7 +152,7 @@ def test_zmq_oversized_frame_is_refused():
 
 
 def test_curve_keys_admit_the_run_and_refuse_a_stranger():
-    from agent_r1_async.transport import CurveKeys
+    from agent_r1_async.wire.zmq import CurveKeys
 
     keys = CurveKeys.generate()
     server_side = ZmqTransport(curve=keys)
@@ -189,7 +190,7 @@ def test_curve_keys_admit_the_run_and_refuse_a_stranger():
 def test_zmq_received_frames_are_views_and_decoded_values_outlive_them():
     """The puller hands out views of libzmq's messages (no copy); what `messages` decodes from
     them owns its memory, so it stays intact after the frames are freed and memory reused."""
-    from agent_r1_async import messages as m
+    from agent_r1_async.wire import messages as m
 
     t = ZmqTransport()
     try:

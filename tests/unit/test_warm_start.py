@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from agent_r1_async.config import RunConfig, load_config
-from agent_r1_async.sft import warm_start as ws
+from agent_r1_async.run import warm_start as ws
 
 ROOT = Path(__file__).resolve().parents[2]
 

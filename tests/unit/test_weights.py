@@ -7,14 +7,10 @@ import time
 import pytest
 import torch
 
-from agent_r1_async import messages
-from agent_r1_async.learner.weights import (
-    WeightPublisher,
-    WeightReceiver,
-    decode_weights,
-    write_safetensors,
-)
-from agent_r1_async.transport import ZmqTransport
+from agent_r1_async.actors.engines.vllm import write_safetensors
+from agent_r1_async.wire import messages
+from agent_r1_async.wire.weights import WeightPublisher, WeightReceiver, decode_weights
+from agent_r1_async.wire.zmq import ZmqTransport
 
 
 @pytest.fixture

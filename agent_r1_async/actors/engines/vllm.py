@@ -36,8 +36,15 @@ from typing import Any
 
 import torch
 
-from agent_r1_async.actors.engine import EngineError, GenResult, SamplingSettings, compact_versions
+from agent_r1_async.actors.engines.base import (
+    EngineError,
+    GenResult,
+    SamplingSettings,
+    compact_versions,
+)
 from agent_r1_async.config import EngineConfig
+
+WEIGHTS_FILENAME = "model.safetensors"
 
 
 def _weights_tmp_root() -> str:
@@ -124,8 +131,6 @@ class VllmEngine:
         return await self._on_engine_loop(self._generate(list(context_ids), budget))
 
     async def load_weights(self, version: int, state_dict: dict[str, torch.Tensor]) -> None:
-        from agent_r1_async.learner.weights import write_safetensors
-
         t0 = time.perf_counter()
         # Serialization happens on a worker thread: the engine keeps generating meanwhile.
         dtype = getattr(torch, self.cfg.dtype)
@@ -288,3 +293,31 @@ def _versions_from_spans(spans: list[Any] | None, n: int, fallback: int) -> list
         for i in range(span.start, min(span.end, n)):
             versions[i] = v
     return versions
+
+
+def write_safetensors(state_dict: dict[str, torch.Tensor], directory: str) -> str:
+    """Write `directory/model.safetensors` atomically (temp file + rename); return `directory`.
+
+    The directory is what vLLM's `reload_weights(weights_path=...)` takes. Tensors that share
+    storage (tied embeddings) are written as separate copies.
+    """
+    from safetensors.torch import save_file
+
+    os.makedirs(directory, exist_ok=True)
+    seen: set[int] = set()
+    tensors = {}
+    for k, v in state_dict.items():
+        t = v.detach().to("cpu").contiguous()
+        if t.data_ptr() in seen:
+            t = t.clone()
+        seen.add(t.data_ptr())
+        tensors[k] = t
+    fd, tmp = tempfile.mkstemp(prefix=".weights-", suffix=".tmp", dir=directory)
+    os.close(fd)
+    try:
+        save_file(tensors, tmp)
+        os.replace(tmp, os.path.join(directory, WEIGHTS_FILENAME))
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return directory

@@ -1,111 +1,28 @@
-"""Transport: ZeroMQ sockets behind a tiny interface, plus an in-process twin for tests.
+"""The ZeroMQ transport (the flow-control invariants are in `transport.py`'s docstring).
 
-Six roles, each a small class with the same methods in both implementations:
-
-    Puller  (binds)   <- Pusher  (connects)    data plane, many actors -> one buffer
-    Server  (binds)   <- Client  (connects)    request/reply control (ROUTER <- DEALER)
-    Publisher (binds) -> Subscriber (connects) weights, one learner -> many actors
-
-Frames are bytes-like (bytes, memoryview, bytearray); multipart messages are delivered
-atomically. Nothing here decodes payloads: `messages.py` does, with typed msgspec decoders.
-The receiving sides of PUSH/PULL and PUB/SUB hand out memoryviews of the received messages
-(no copy); the decoders copy what they keep.
-
-Flow-control invariants (ZeroMQ implementation)
-- PUSH/PULL: high-water marks of `hwm` messages on both sides (default 10,000). When the
-  pipe is full, `Pusher.send` blocks up to `timeout_ms` and then returns False; it never drops
-  a message by itself. The caller decides (actors wait and retry: accepted data is not lost).
-- ROUTER/DEALER: `Client.request` sends and waits up to `timeout_ms` for the reply. On a
-  timeout the client socket is closed and re-created (the "lazy pirate" pattern), so a late
-  reply can never be mistaken for the answer to the next request. The server sets
-  ROUTER_MANDATORY: a reply to a peer that has gone raises inside `reply`, which returns False.
-- PUB/SUB: the publisher keeps at most `hwm` frames (default 1,000) per slow subscriber and
-  drops whole messages beyond that. libzmq counts frames, and a weights message is one frame
-  per tensor (~270 for SmolLM2), so the default holds about three versions of a 135M model:
-  a slow actor skips versions (only the newest matters) and memory stays bounded.
-- Receiving sockets set ZMQ_MAXMSGSIZE (`max_message_bytes`): a peer that sends a larger
-  frame is disconnected by libzmq before the frame is buffered.
-- Sockets bind to loopback unless a host is given. Binding to port 0 picks a free port;
-  `.endpoint` is the address peers connect to.
-- Authentication (`curve=CurveKeys`): binding sockets are CurveZMQ servers, connecting
-  sockets are clients. A ZAP authenticator in each binding process admits only the run's
-  client public key, so a peer without the run's keys can neither inject records nor pose as
-  the weight publisher (a subscriber verifies the server key). `launch` generates the keys
-  and hands them to the processes through Ray.
-- Shutdown: `close()` uses a bounded linger (`linger_ms`, default 1 s for senders, 0 for
-  receivers) so queued outgoing messages get a chance to leave but close never hangs.
+CurveZMQ: binding sockets are servers, connecting sockets clients; a ZAP authenticator in each
+binding process admits only the run's client public key.
 """
 
 from __future__ import annotations
 
-import queue
-import threading
 import uuid
 from collections.abc import Sequence
-from typing import Protocol
 
 import msgspec
 import zmq
 import zmq.auth.thread
 
-Frames = Sequence[bytes | memoryview | bytearray]
+from agent_r1_async.wire.transport import (
+    DEFAULT_DATA_HWM,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_PUB_HWM,
+    Frames,
+    Receiver,
+)
 
-DEFAULT_DATA_HWM = 10_000
-DEFAULT_PUB_HWM = 1000
-DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 ZAP_DOMAIN = "agent-r1-async"
 
-
-class Pusher(Protocol):
-    endpoint: str
-
-    def send(self, frames: Frames, timeout_ms: int | None = None) -> bool: ...
-    def close(self) -> None: ...
-
-
-class Puller(Protocol):
-    endpoint: str
-
-    def recv(self, timeout_ms: int | None = None) -> list[memoryview] | None: ...
-    def close(self) -> None: ...
-
-
-class Client(Protocol):
-    endpoint: str
-
-    def request(self, frames: Frames, timeout_ms: int) -> list[bytes] | None: ...
-    def close(self) -> None: ...
-
-
-class Server(Protocol):
-    endpoint: str
-
-    def recv(self, timeout_ms: int | None = None) -> tuple[bytes, list[bytes]] | None: ...
-    def reply(self, peer: bytes, frames: Frames) -> bool: ...
-    def close(self) -> None: ...
-
-
-class Publisher(Protocol):
-    endpoint: str
-
-    def publish(self, frames: Frames) -> None: ...
-    def close(self) -> None: ...
-
-
-class Subscriber(Protocol):
-    endpoint: str
-
-    def recv(self, timeout_ms: int | None = None) -> list[memoryview] | None: ...
-    def close(self) -> None: ...
-
-
-def tcp_endpoint(host: str = "127.0.0.1", port: int = 0) -> str:
-    return f"tcp://{host}:{port}"
-
-
-# --------------------------------------------------------------------------------------
-# ZeroMQ
-# --------------------------------------------------------------------------------------
 
 
 class CurveKeys(msgspec.Struct, frozen=True):
@@ -340,6 +257,20 @@ class ZmqSubscriber(_ZmqSocket):
         return [f.buffer for f in self._sock.recv_multipart(copy=False)]
 
 
+class ZmqPoller:
+    """zmq.Poller over the transport's own receiving sockets."""
+
+    def __init__(self, sockets: Sequence[Receiver]) -> None:
+        self._poller = zmq.Poller()
+        for s in sockets:
+            if not isinstance(s, _ZmqSocket):
+                raise TypeError(f"ZmqPoller waits on ZeroMQ sockets, got {type(s).__name__}")
+            self._poller.register(s._sock, zmq.POLLIN)
+
+    def wait(self, timeout_ms: int) -> bool:
+        return bool(self._poller.poll(timeout_ms))
+
+
 class ZmqTransport:
     """Factory for ZeroMQ sockets sharing one context (CurveZMQ-authenticated with `curve`)."""
 
@@ -376,6 +307,9 @@ class ZmqTransport:
     def subscriber(self, endpoint: str, **kw: int) -> ZmqSubscriber:
         return ZmqSubscriber(self.ctx, endpoint, curve=self.curve, **kw)
 
+    def poller(self, sockets: Sequence[Receiver]) -> ZmqPoller:
+        return ZmqPoller(sockets)
+
     def close(self) -> None:
         if self._auth is not None:
             self._auth.stop()
@@ -383,161 +317,3 @@ class ZmqTransport:
         self.ctx.destroy(linger=0)
 
 
-# --------------------------------------------------------------------------------------
-# In-process twin (unit tests): same interface over thread-safe queues
-# --------------------------------------------------------------------------------------
-
-
-def _copy(frames: Frames) -> list[bytes]:
-    return [bytes(f) for f in frames]
-
-
-class _Hub:
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.queues: dict[str, queue.Queue] = {}
-        self.subscribers: dict[str, list[queue.Queue]] = {}
-        self.servers: dict[str, InProcServer] = {}
-        self.count = 0
-
-    def new_endpoint(self, endpoint: str) -> str:
-        with self.lock:
-            self.count += 1
-            return endpoint if not endpoint.endswith(":0") else f"inproc://ep{self.count}"
-
-
-class _InProcBase:
-    endpoint = ""
-
-    def close(self) -> None:
-        pass
-
-
-class InProcPuller(_InProcBase):
-    def __init__(self, hub: _Hub, endpoint: str, hwm: int = DEFAULT_DATA_HWM) -> None:
-        self.endpoint = hub.new_endpoint(endpoint)
-        self.queue: queue.Queue = queue.Queue(maxsize=hwm)
-        hub.queues[self.endpoint] = self.queue
-
-    def recv(self, timeout_ms: int | None = None) -> list[memoryview] | None:
-        try:
-            msg = self.queue.get(timeout=None if timeout_ms is None else timeout_ms / 1000)
-        except queue.Empty:
-            return None
-        return [memoryview(f) for f in msg]
-
-
-class InProcPusher(_InProcBase):
-    def __init__(self, hub: _Hub, endpoint: str) -> None:
-        self.endpoint = endpoint
-        self.queue: queue.Queue = hub.queues[endpoint]
-
-    def send(self, frames: Frames, timeout_ms: int | None = None) -> bool:
-        try:
-            self.queue.put(
-                _copy(frames), timeout=None if timeout_ms is None else timeout_ms / 1000
-            )
-        except queue.Full:
-            return False
-        return True
-
-
-class InProcServer(_InProcBase):
-    def __init__(self, hub: _Hub, endpoint: str) -> None:
-        self.endpoint = hub.new_endpoint(endpoint)
-        self.queue: queue.Queue = queue.Queue()
-        self.replies: dict[bytes, queue.Queue] = {}
-        hub.queues[self.endpoint] = self.queue
-        hub.servers[self.endpoint] = self
-
-    def recv(self, timeout_ms: int | None = None) -> tuple[bytes, list[bytes]] | None:
-        try:
-            return self.queue.get(timeout=None if timeout_ms is None else timeout_ms / 1000)
-        except queue.Empty:
-            return None
-
-    def reply(self, peer: bytes, frames: Frames) -> bool:
-        q = self.replies.get(peer)
-        if q is None:
-            return False
-        q.put(_copy(frames))
-        return True
-
-
-class InProcClient(_InProcBase):
-    def __init__(self, hub: _Hub, endpoint: str, identity: str | None = None) -> None:
-        self.endpoint = endpoint
-        self._identity = (identity or uuid.uuid4().hex).encode()
-        self._server_queue: queue.Queue = hub.queues[endpoint]
-        self._replies: queue.Queue = queue.Queue()
-        self._hub = hub
-
-    def request(self, frames: Frames, timeout_ms: int) -> list[bytes] | None:
-        # Fresh reply queue per request: a late reply to an earlier one is never read.
-        self._replies = queue.Queue()
-        self._hub.servers[self.endpoint].replies[self._identity] = self._replies
-        self._server_queue.put((self._identity, _copy(frames)))
-        try:
-            return self._replies.get(timeout=timeout_ms / 1000)
-        except queue.Empty:
-            return None
-
-
-class InProcPublisher(_InProcBase):
-    def __init__(self, hub: _Hub, endpoint: str, hwm: int = DEFAULT_PUB_HWM) -> None:
-        self.endpoint = hub.new_endpoint(endpoint)
-        self._hub = hub
-        self._hwm = hwm
-        hub.subscribers.setdefault(self.endpoint, [])
-
-    def publish(self, frames: Frames) -> None:
-        msg = _copy(frames)
-        for q in list(self._hub.subscribers[self.endpoint]):
-            while q.qsize() >= self._hwm:  # drop the oldest, like a PUB at its high-water mark
-                try:
-                    q.get_nowait()
-                except queue.Empty:
-                    break
-            q.put(msg)
-
-
-class InProcSubscriber(_InProcBase):
-    def __init__(self, hub: _Hub, endpoint: str) -> None:
-        self.endpoint = endpoint
-        self.queue: queue.Queue = queue.Queue()
-        hub.subscribers.setdefault(endpoint, []).append(self.queue)
-
-    def recv(self, timeout_ms: int | None = None) -> list[memoryview] | None:
-        try:
-            msg = self.queue.get(timeout=None if timeout_ms is None else timeout_ms / 1000)
-        except queue.Empty:
-            return None
-        return [memoryview(f) for f in msg]
-
-
-class InProcTransport:
-    """Same factory interface as `ZmqTransport`, over in-memory queues (one process)."""
-
-    def __init__(self) -> None:
-        self.hub = _Hub()
-
-    def puller(self, endpoint: str = "inproc://:0", **kw: int) -> InProcPuller:
-        return InProcPuller(self.hub, endpoint, **kw)
-
-    def pusher(self, endpoint: str, **kw: int) -> InProcPusher:
-        return InProcPusher(self.hub, endpoint)
-
-    def server(self, endpoint: str = "inproc://:0", **kw: int) -> InProcServer:
-        return InProcServer(self.hub, endpoint)
-
-    def client(self, endpoint: str, identity: str | None = None) -> InProcClient:
-        return InProcClient(self.hub, endpoint, identity)
-
-    def publisher(self, endpoint: str = "inproc://:0", **kw: int) -> InProcPublisher:
-        return InProcPublisher(self.hub, endpoint, **kw)
-
-    def subscriber(self, endpoint: str, **kw: int) -> InProcSubscriber:
-        return InProcSubscriber(self.hub, endpoint)
-
-    def close(self) -> None:
-        pass

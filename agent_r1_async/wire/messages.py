@@ -84,9 +84,9 @@ class LogProbs(_Packed):
 
 
 if sys.byteorder != "little":  # the wire is little-endian; nothing here byteswaps
-    raise ImportError("agent_r1_async.messages: big-endian hosts are not supported")
+    raise ImportError("agent_r1_async.wire.messages: big-endian hosts are not supported")
 if array("i").itemsize != 4:
-    raise ImportError("agent_r1_async.messages: C int is not 4 bytes on this host")
+    raise ImportError("agent_r1_async.wire.messages: C int is not 4 bytes on this host")
 
 
 def enc_hook(obj: Any) -> Any:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from agent_r1_async.actors.engine import (
+from agent_r1_async.actors.engines.base import (
     EngineError,
     GenResult,
     SamplingSettings,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 
-from agent_r1_async import messages as m
+from agent_r1_async.wire import messages as m
 
 
 class BufferClient:

@@ -19,16 +19,12 @@ counted in `.rejected` and skipped, never raised. Tensors are copied into owned 
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 import time
 
 import numpy as np
 import torch
 
-from agent_r1_async import messages
-
-WEIGHTS_FILENAME = "model.safetensors"
+from agent_r1_async.wire import messages
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -155,31 +151,3 @@ class WeightReceiver:
 
     def close(self) -> None:
         self._sub.close()
-
-
-def write_safetensors(state_dict: dict[str, torch.Tensor], directory: str) -> str:
-    """Write `directory/model.safetensors` atomically (temp file + rename); return `directory`.
-
-    The directory is what vLLM's `reload_weights(weights_path=...)` takes. Tensors that share
-    storage (tied embeddings) are written as separate copies.
-    """
-    from safetensors.torch import save_file
-
-    os.makedirs(directory, exist_ok=True)
-    seen: set[int] = set()
-    tensors = {}
-    for k, v in state_dict.items():
-        t = v.detach().to("cpu").contiguous()
-        if t.data_ptr() in seen:
-            t = t.clone()
-        seen.add(t.data_ptr())
-        tensors[k] = t
-    fd, tmp = tempfile.mkstemp(prefix=".weights-", suffix=".tmp", dir=directory)
-    os.close(fd)
-    try:
-        save_file(tensors, tmp)
-        os.replace(tmp, os.path.join(directory, WEIGHTS_FILENAME))
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    return directory

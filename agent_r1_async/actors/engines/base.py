@@ -13,7 +13,7 @@ Design choices
 - The eos token always ends an action and is kept in `action_ids` (its log-prob is the
   decision to stop). Extra stop strings end an action too (finish_reason "stop").
 
-Build one with `make_engine(cfg, model_path)`; backends import lazily (vLLM is optional).
+Build one with `agent_r1_async.actors.engines.make_engine(cfg, model_path)`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import torch
 
-    from agent_r1_async.config import EngineConfig, RunConfig
+    from agent_r1_async.config import EngineConfig
 
 FINISH_REASONS = ("stop", "length", "abort")
 
@@ -123,23 +123,3 @@ class SamplingSettings:
                 f"context of {context_len} tokens leaves no room in max_model_len {max_model_len}"
             )
         return max(1, min(want, room))
-
-
-def make_engine(
-    cfg: RunConfig, model_path: str, seed: int | None = None, temperature: float | None = None
-) -> Engine:
-    """Build the configured backend (`engine.backend`); `hf` where vLLM is not installed."""
-    seed = cfg.actors.seed if seed is None else seed
-    sampling = SamplingSettings.from_config(cfg.engine, seed=seed, temperature=temperature)
-    if cfg.engine.backend == "vllm":
-        try:
-            import vllm  # noqa: F401
-        except ImportError:
-            pass  # fall through to the transformers engine
-        else:
-            from agent_r1_async.actors.vllm_engine import VllmEngine
-
-            return VllmEngine(cfg.engine, model_path, sampling, cfg.model.max_model_len)
-    from agent_r1_async.actors.hf_engine import HFEngine
-
-    return HFEngine(cfg.engine, model_path, sampling, cfg.model.max_model_len)

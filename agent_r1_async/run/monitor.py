@@ -39,9 +39,11 @@ class MetricsLogger:
         self._console = cfg.logging.console
         self._start = time.monotonic()
         self._wandb: Any = None
+        self._wandb_dir: str | None = None
         mode = wandb_mode(cfg.logging)
         if mode != "disabled":
             self._wandb = self._init_wandb(cfg, mode, resume_id)
+            self._wandb_dir = str(Path(self._wandb.dir).parent)
 
     def _init_wandb(self, cfg: RunConfig, mode: str, resume_id: str | None) -> Any:
         wandb_dir = self.run_dir / "wandb-root"
@@ -67,7 +69,8 @@ class MetricsLogger:
 
     @property
     def wandb_dir(self) -> str | None:
-        return None if self._wandb is None else str(Path(self._wandb.dir).parent)
+        """The W&B run's directory (kept after `close`, for the closing lines)."""
+        return self._wandb_dir
 
     def log(self, metrics: dict[str, Any], step: int, histograms: dict[str, Histogram] | None = None) -> None:
         record: dict[str, Any] = {"update": step, "time": time.monotonic() - self._start}
@@ -122,3 +125,80 @@ def progress_line(m: dict[str, Any]) -> str:
         f"ready {f('buffer/groups_ready', '{:.0f}')} | {f('learner/update_time_s', '{:.1f}')} s/upd | "
         f"idle {f('learner/idle_ratio', '{:.0%}')}"
     )
+
+
+# Learner metric names -> the names a user looks for in W&B.
+_RENAME = {
+    "staleness_mean": "staleness/mean",
+    "staleness_max": "staleness/max",
+    "is_weight_mean": "is_weight/mean",
+    "is_weight_max": "is_weight/max",
+    "mismatch_kl": "is_weight/mismatch_kl",
+    "masked_frac": "is_weight/masked_frac",
+    "idle_frac": "learner/idle_ratio",
+}
+
+
+class ActorRates:
+    """Actor throughput between two metric records, from the actors' cumulative counters.
+
+    An actor's own `tokens_per_s` covers its last stats window (`actors.stats_interval_s`,
+    5 s): a learner-bound actor that waits for admission at that moment reads 0 although it
+    generated a full batch since the last update. Here each actor's rates are the differences
+    of its totals (`tokens_total`, episodes ended) between the reports seen at consecutive
+    records, over the difference of their times; the first record uses the window rates.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[float, int, int]] = {}
+
+    def __call__(self, actor_id: str, stats: dict[str, Any]) -> tuple[float, float]:
+        """(tokens/s, episodes/s) of this actor since its report at the previous record."""
+        now = (float(stats["time"]), int(stats.get("tokens_total", 0)),
+               int(stats["episodes_done"]) + int(stats["episodes_failed"]))
+        prev = self._last.get(actor_id)
+        self._last[actor_id] = now
+        if prev is None or now[0] <= prev[0] or now[1] < prev[1]:  # first, same report, restart
+            return float(stats["tokens_per_s"]), float(stats["episodes_per_s"])
+        dt = now[0] - prev[0]
+        return (now[1] - prev[1]) / dt, (now[2] - prev[2]) / dt
+
+
+def merge_metrics(
+    update: dict[str, Any], buffer: dict[str, Any], rates: ActorRates | None = None
+) -> tuple[dict, dict]:
+    """Flatten learner + buffer + actor metrics into one record and its histograms.
+
+    `rates` (kept across records) turns actor throughput into averages since the previous
+    record; without it the actors' last-window rates are reported.
+    """
+    out: dict[str, Any] = {}
+    for k, v in update["metrics"].items():
+        if "/" in k or k == "version":
+            out[k] = v
+        else:
+            out[_RENAME.get(k, f"learner/{k}")] = v
+    for key in ("groups_ready", "groups_assembling", "episodes_stored", "bytes_stored",
+                "in_flight_groups", "accepted_groups", "sampled_groups", "ingest_records_per_s"):
+        if key in buffer:
+            out[f"buffer/{key}"] = buffer[key]
+    for reason, count in buffer.get("drops", {}).items():
+        out[f"buffer/drops/{reason}"] = count
+    actors = buffer.get("actors", {})
+    if actors:
+        tok_total = eps_total = 0.0
+        for actor_id, stats in actors.items():
+            for k in ("weight_sync_latency_s", "policy_version", "episodes_in_flight",
+                      "gen_time_s", "env_time_s"):
+                out[f"actor/{actor_id}/{k}"] = stats[k]
+            tok, eps = (rates(actor_id, stats) if rates is not None
+                        else (stats["tokens_per_s"], stats["episodes_per_s"]))
+            out[f"actor/{actor_id}/tokens_per_s"] = tok
+            out[f"actor/{actor_id}/episodes_per_s"] = eps
+            tok_total += tok
+            eps_total += eps
+        out["actors/tokens_per_s"] = tok_total
+        out["actors/episodes_per_s"] = eps_total
+        out["actors/weight_sync_latency_s"] = max(s["weight_sync_latency_s"] for s in actors.values())
+    hist = {int(k): int(v) for k, v in update.get("staleness_hist", {}).items()}
+    return out, {"staleness/hist": hist}

@@ -24,7 +24,8 @@ from typing import Any
 
 import msgspec
 
-from agent_r1_async.config import RunConfig
+from agent_r1_async.config import RunConfig, dump_config
+from agent_r1_async.run.child import in_subprocess
 
 _LEARNER_KEYS = ("weight_decay", "betas", "grad_clip", "micro_batch_tokens", "bf16", "seed", "lora")
 _SFT_IGNORED = ("eval_before", "eval_after", "eval_num_tasks", "log_every")
@@ -50,7 +51,7 @@ def warm_start_key(cfg: RunConfig) -> str:
 def warm_start(cfg: RunConfig, console: Callable[[str], None]) -> str:
     """The warm-start checkpoint for `cfg` (trained now unless cached); returns its path."""
     from agent_r1_async.models import build_atomically, cache_dir
-    from agent_r1_async.monitor import MetricsLogger
+    from agent_r1_async.run.monitor import MetricsLogger
     from agent_r1_async.sft.train import train_stage
 
     target = cache_dir() / "warm-start" / warm_start_key(cfg)
@@ -73,3 +74,25 @@ def warm_start(cfg: RunConfig, console: Callable[[str], None]) -> str:
     path = str((build_atomically(target, build) / "checkpoints" / "latest").resolve())
     console(f"[launch] warm start: RL starts from {path}")
     return path
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)
+
+
+def _warm_start_child(cfg: RunConfig) -> str:
+    return warm_start(cfg, _print)
+
+
+def prepare_start(cfg: RunConfig, run_dir: Path) -> RunConfig:
+    """`launch.warm_start`: train (or reuse) the supervised warm start and start RL from it.
+
+    The run's config.yaml then names the checkpoint in `model.init_from`, so `--resume` and
+    the W&B config say where version 0 came from.
+    """
+    if not cfg.launch.warm_start or cfg.model.init_from:
+        return cfg
+    ckpt = in_subprocess(_warm_start_child, cfg)
+    cfg = msgspec.structs.replace(cfg, model=msgspec.structs.replace(cfg.model, init_from=ckpt))
+    (run_dir / "config.yaml").write_text(dump_config(cfg))
+    return cfg

@@ -18,7 +18,8 @@ from typing import Any
 import msgspec
 
 from agent_r1_async.config import RunConfig
-from agent_r1_async.transport import CurveKeys, ZmqTransport, tcp_endpoint
+from agent_r1_async.wire.transport import tcp_endpoint
+from agent_r1_async.wire.zmq import CurveKeys, ZmqTransport
 
 
 def struct_to_dict(obj: Any) -> Any:
@@ -102,10 +103,10 @@ class LearnerHost:
         curve: CurveKeys | None,
     ) -> None:
         _pin_threads(cfg.learner.num_cpus)
-        from agent_r1_async.buffers.client import BufferClient
         from agent_r1_async.learner.checkpoint import latest_checkpoint
         from agent_r1_async.learner.loop import Learner
-        from agent_r1_async.learner.weights import WeightPublisher
+        from agent_r1_async.wire.buffer_client import BufferClient
+        from agent_r1_async.wire.weights import WeightPublisher
 
         self.cfg = cfg
         self.transport = ZmqTransport(curve=curve)

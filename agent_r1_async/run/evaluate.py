@@ -22,15 +22,21 @@ training — and averages:
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 from collections import defaultdict
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from agent_r1_async.config import RunConfig
-from agent_r1_async.messages import TRAINABLE_STATUSES, EpisodeEnd, StepRecord
+from agent_r1_async.run.child import in_subprocess
+from agent_r1_async.wire.messages import TRAINABLE_STATUSES, EpisodeEnd, StepRecord
+
+if TYPE_CHECKING:
+    from agent_r1_async.run.monitor import MetricsLogger
 
 
 class _Tally:
@@ -97,7 +103,7 @@ async def _evaluate(
     cfg: RunConfig, split: str, num_tasks: int, model_path: str | None, engine: Any
 ) -> dict[str, float]:
     from agent_r1_async.actors.context import make_context_builder
-    from agent_r1_async.actors.engine import make_engine
+    from agent_r1_async.actors.engines import make_engine
     from agent_r1_async.actors.rollout import EpisodeIds, Rollout
     from agent_r1_async.envs.registry import get_env_spec
     from agent_r1_async.models import load_tokenizer, resolve_model
@@ -148,7 +154,7 @@ def evaluate_split(cfg: RunConfig, model_path: str, num_tasks: int) -> dict[str,
 
 
 def evaluate_and_log(
-    cfg: RunConfig, model_path: str, label: str, logger: Any, step: int, num_tasks: int,
+    cfg: RunConfig, model_path: str, label: str, logger: MetricsLogger, step: int, num_tasks: int,
     prefix: str, run: Callable[[RunConfig, str, int], dict[str, float]] = evaluate_split,
 ) -> dict[str, Any]:
     """`run(cfg, model_path, num_tasks)` (default: `evaluate_split` here), logged as
@@ -184,3 +190,24 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     lines.append("  ".join("-" * w for w in widths))
     lines += ["  ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
     return "\n".join(lines)
+
+
+EVAL_COLUMNS = ("episodes", "outcome_reward", "success", "em", "f1", "format_ok", "tool_calls")
+"""The held-out metrics the launch prints (those the env reports)."""
+
+
+def held_out(cfg: RunConfig, run_dir: Path, logger: MetricsLogger, label: str, model: str,
+             step: int) -> None:
+    """Evaluate `model` on held-out tasks (eval.in_launch); log it and keep it in eval.json."""
+    row = evaluate_and_log(
+        cfg, model, label, logger, step, cfg.eval.num_tasks, "[launch]",
+        run=lambda c, m, n: in_subprocess(evaluate_split, c, m, n),
+    )
+    result = {k: v for k, v in row.items() if k != "model"}
+    path = run_dir / "eval.json"
+    saved = json.loads(path.read_text()) if path.exists() else {}
+    saved[label] = {**result, "version": step, "checkpoint": model, "split": cfg.env.eval_split}
+    path.write_text(json.dumps(saved, indent=1))
+    rows = [{"model": k, "version": int(v["version"]),
+             **{m: v[m] for m in EVAL_COLUMNS if m in v}} for k, v in saved.items()]
+    print(format_table(rows), flush=True)

@@ -1,0 +1,168 @@
+"""Ray at the edge: start (or join) Ray, place the three roles, keep the actors running.
+
+    Supervisor(cfg, run_dir, resume, curve)
+      ├─ BufferHost   ray actor: PULL records, ROUTER credits/samples, snapshots
+      ├─ LearnerHost  ray actor: samples, optimizes, PUBlishes weights
+      └─ ActorHost×N  ray actors (restarted by Ray up to actors.max_restarts): episodes
+
+Only small control values cross Ray (endpoints, metric dicts); data moves over ZeroMQ.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from agent_r1_async.config import RunConfig
+from agent_r1_async.wire.zmq import CurveKeys
+
+
+def _cpus_needed(cfg: RunConfig) -> float:
+    return cfg.learner.num_cpus + cfg.actors.num_actors * cfg.actors.num_cpus + 0.5
+
+
+def ray_address(cfg: RunConfig, address: str | None) -> str | None:
+    return address or cfg.launch.address or os.environ.get("RAY_ADDRESS") or None
+
+
+def use_cluster_token(address: str | None) -> None:
+    """Ray heads use token auth by default and a driver joining one must opt in to send the
+    token. Ray reads the mode when it is imported: call this before `import ray`."""
+    has_token = os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH") or (
+        Path.home() / ".ray" / "auth_token").exists()
+    if address and has_token and "RAY_AUTH_MODE" not in os.environ:
+        os.environ["RAY_AUTH_MODE"] = "token"
+
+
+def start_ray(cfg: RunConfig, address: str | None) -> None:
+    address = ray_address(cfg, address)
+    use_cluster_token(address)
+    import ray
+
+    env = {"TOKENIZERS_PARALLELISM": "false", "VLLM_CPU_KVCACHE_SPACE": str(cfg.engine.kv_cache_gb)}
+    if address:
+        ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=True)
+        return
+    # Logical CPUs: at least what the processes ask for, so a 2-core box never deadlocks on
+    # placement (they share the cores; the OS schedules them).
+    num_cpus = cfg.launch.num_cpus or max(os.cpu_count() or 1, math.ceil(_cpus_needed(cfg)))
+    ray.init(
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        runtime_env={"env_vars": env},
+        log_to_driver=True,
+        configure_logging=False,
+    )
+
+
+def stop_ray() -> None:
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+class Supervisor:
+    """Starts the processes and keeps the actors' run loops alive."""
+
+    def __init__(self, cfg: RunConfig, run_dir: Path, resume: bool, curve: CurveKeys | None) -> None:
+        import ray
+
+        from agent_r1_async.run.hosts import ActorHost, BufferHost, LearnerHost
+
+        self.cfg = cfg
+        self.ray = ray
+        self.buffer = ray.remote(num_cpus=0.5, max_concurrency=4)(BufferHost).remote(
+            cfg, str(run_dir / "buffer"), curve, resume
+        )
+        self.endpoints: dict[str, str] = ray.get(self.buffer.endpoints.remote())
+        self.learner = ray.remote(
+            num_cpus=cfg.learner.num_cpus, num_gpus=cfg.learner.num_gpus, max_concurrency=2
+        )(LearnerHost).remote(cfg, self.endpoints["control"], str(run_dir), resume, curve)
+        self.endpoints["weights"] = ray.get(self.learner.weights_endpoint.remote())
+        actor_cls = ray.remote(
+            num_cpus=cfg.actors.num_cpus,
+            num_gpus=cfg.actors.num_gpus,
+            max_restarts=cfg.actors.max_restarts,
+            max_concurrency=2,
+        )(ActorHost)
+        self.actors = [
+            actor_cls.remote(cfg, f"actor-{i}", self.endpoints, curve)
+            for i in range(cfg.actors.num_actors)
+        ]
+        self.runs = {a.run.remote(): i for i, a in enumerate(self.actors)}
+        self.restarts = [0] * len(self.actors)
+        if resume:
+            ray.get(self.learner.publish.remote())
+
+    def check_actors(self) -> None:
+        """Re-run the loop of an actor whose process died (Ray restarted it)."""
+        done, _ = self.ray.wait(list(self.runs), timeout=0, num_returns=len(self.runs))
+        for ref in done:
+            i = self.runs.pop(ref)
+            try:
+                self.ray.get(ref)
+                continue  # finished normally (stopped)
+            except self.ray.exceptions.RayActorError as e:
+                reason = f"actor-{i} died: {type(e).__name__}"
+            except Exception as e:  # the actor's loop raised: treat like a crash
+                reason = f"actor-{i} failed: {e!r}"
+            self.restarts[i] += 1
+            if self.restarts[i] > self.cfg.actors.max_restarts:
+                raise RuntimeError(f"{reason}; restarted {self.cfg.actors.max_restarts} times")
+            print(f"[launch] {reason}; restarting its loop ({self.restarts[i]})", file=sys.stderr)
+            self._wait_restarted(i, reason)
+            self.runs[self.actors[i].run.remote()] = i
+
+    def _wait_restarted(self, i: int, reason: str, timeout_s: float = 300.0) -> None:
+        """Block until Ray has brought actor i back (a call submitted while it is restarting
+        fails with ActorUnavailableError, "may or may not have been executed": re-running the
+        loop then would count a second crash, or start a second loop in the same process)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self.ray.get(self.actors[i].pid.remote(), timeout=30)
+                return
+            except (self.ray.exceptions.ActorUnavailableError,
+                    self.ray.exceptions.GetTimeoutError):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{reason}; not back after {timeout_s:.0f} s") from None
+                time.sleep(0.5)
+
+    def version(self) -> int:
+        """The learner's current version (0, or the checkpoint's on resume)."""
+        return int(self.ray.get(self.learner.version.remote()))
+
+    def update(self) -> dict[str, Any]:
+        """One learner update: {"metrics": ..., "staleness_hist": ...} (see LearnerHost)."""
+        ref = self.learner.update.remote()
+        while True:
+            ready, _ = self.ray.wait([ref], timeout=0.5)
+            if ready:
+                return self.ray.get(ref)
+            self.check_actors()
+
+    def buffer_stats(self) -> dict[str, Any]:
+        return self.ray.get(self.buffer.stats.remote())
+
+    def shutdown(self, checkpoint: bool) -> str | None:
+        """Actors first (their aborted-episode records reach the buffer), then the learner's
+        checkpoint, then the buffer's final snapshot."""
+        ray = self.ray
+        path = None
+        for a in self.actors:
+            with contextlib.suppress(Exception):  # a dead actor has nothing left to stop
+                ray.get(a.stop.remote(), timeout=10)
+        ray.wait(list(self.runs), timeout=30, num_returns=len(self.runs))
+        if checkpoint:
+            path = ray.get(self.learner.save_checkpoint.remote())
+        try:
+            ray.get(self.buffer.stop.remote(), timeout=30)
+        except Exception as e:
+            print(f"[launch] buffer stop failed: {e!r}", file=sys.stderr)
+        return path

@@ -1,0 +1,131 @@
+"""Transport: the interface every process talks through (ZeroMQ in `zmq.py`, in-process twin in
+`inproc.py`). Nothing outside `wire/` imports zmq.
+
+Six roles, each a small class with the same methods in both implementations:
+
+    Puller  (binds)   <- Pusher  (connects)    data plane, many actors -> one buffer
+    Server  (binds)   <- Client  (connects)    request/reply control (ROUTER <- DEALER)
+    Publisher (binds) -> Subscriber (connects) weights, one learner -> many actors
+
+A `Poller` waits on several receiving sockets of one transport at once (the buffer's loop
+waits on its data and control sockets together). Frames are bytes-like (bytes, memoryview, bytearray); multipart messages are delivered
+atomically. Nothing here decodes payloads: `messages.py` does, with typed msgspec decoders.
+The receiving sides of PUSH/PULL and PUB/SUB hand out memoryviews of the received messages
+(no copy); the decoders copy what they keep.
+
+Flow-control invariants (ZeroMQ implementation)
+- PUSH/PULL: high-water marks of `hwm` messages on both sides (default 10,000). When the
+  pipe is full, `Pusher.send` blocks up to `timeout_ms` and then returns False; it never drops
+  a message by itself. The caller decides (actors wait and retry: accepted data is not lost).
+- ROUTER/DEALER: `Client.request` sends and waits up to `timeout_ms` for the reply. On a
+  timeout the client socket is closed and re-created (the "lazy pirate" pattern), so a late
+  reply can never be mistaken for the answer to the next request. The server sets
+  ROUTER_MANDATORY: a reply to a peer that has gone raises inside `reply`, which returns False.
+- PUB/SUB: the publisher keeps at most `hwm` frames (default 1,000) per slow subscriber and
+  drops whole messages beyond that. libzmq counts frames, and a weights message is one frame
+  per tensor (~270 for SmolLM2), so the default holds about three versions of a 135M model:
+  a slow actor skips versions (only the newest matters) and memory stays bounded.
+- Receiving sockets set ZMQ_MAXMSGSIZE (`max_message_bytes`): a peer that sends a larger
+  frame is disconnected by libzmq before the frame is buffered.
+- Sockets bind to loopback unless a host is given. Binding to port 0 picks a free port;
+  `.endpoint` is the address peers connect to.
+- Authentication (`curve=CurveKeys`): binding sockets are CurveZMQ servers, connecting
+  sockets are clients. A ZAP authenticator in each binding process admits only the run's
+  client public key, so a peer without the run's keys can neither inject records nor pose as
+  the weight publisher (a subscriber verifies the server key). `launch` generates the keys
+  and hands them to the processes through Ray.
+- Shutdown: `close()` uses a bounded linger (`linger_ms`, default 1 s for senders, 0 for
+  receivers) so queued outgoing messages get a chance to leave but close never hangs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+Frames = Sequence[bytes | memoryview | bytearray]
+
+DEFAULT_DATA_HWM = 10_000
+DEFAULT_PUB_HWM = 1000
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+@runtime_checkable
+class Pusher(Protocol):
+    endpoint: str
+
+    def send(self, frames: Frames, timeout_ms: int | None = None) -> bool: ...
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Puller(Protocol):
+    endpoint: str
+
+    def recv(self, timeout_ms: int | None = None) -> list[memoryview] | None: ...
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Client(Protocol):
+    endpoint: str
+
+    def request(self, frames: Frames, timeout_ms: int) -> list[bytes] | None: ...
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Server(Protocol):
+    endpoint: str
+
+    def recv(self, timeout_ms: int | None = None) -> tuple[bytes, list[bytes]] | None: ...
+    def reply(self, peer: bytes, frames: Frames) -> bool: ...
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Publisher(Protocol):
+    endpoint: str
+
+    def publish(self, frames: Frames) -> None: ...
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Subscriber(Protocol):
+    endpoint: str
+
+    def recv(self, timeout_ms: int | None = None) -> list[memoryview] | None: ...
+    def close(self) -> None: ...
+
+
+Receiver = Puller | Server | Subscriber
+
+
+@runtime_checkable
+class Poller(Protocol):
+    """Waits until one of its sockets has a message (or the timeout passes)."""
+
+    def wait(self, timeout_ms: int) -> bool:
+        """True when a registered socket is readable; False after `timeout_ms`."""
+        ...
+
+
+@runtime_checkable
+class Transport(Protocol):
+    """A factory of sockets sharing one context: what every process is handed."""
+
+    def puller(self, endpoint: str, **kw: int) -> Puller: ...
+    def pusher(self, endpoint: str, **kw: int) -> Pusher: ...
+    def server(self, endpoint: str, **kw: int) -> Server: ...
+    def client(self, endpoint: str, identity: str | None = None) -> Client: ...
+    def publisher(self, endpoint: str, **kw: int) -> Publisher: ...
+    def subscriber(self, endpoint: str, **kw: int) -> Subscriber: ...
+    def poller(self, sockets: Sequence[Receiver]) -> Poller: ...
+    def close(self) -> None: ...
+
+
+def tcp_endpoint(host: str = "127.0.0.1", port: int = 0) -> str:
+    return f"tcp://{host}:{port}"
+
+
