@@ -125,8 +125,9 @@ class CreditServer:
                 if isinstance(msg, m.Hello):
                     reply: m.ControlMessage = m.check_hello(msg)
                 elif isinstance(msg, m.CreditRequest):
+                    ids = [f"fake-{self.granted + i}" for i in range(msg.max_groups)]
                     self.granted += msg.max_groups
-                    reply = m.CreditGrant(msg.actor_id, msg.max_groups, 0)
+                    reply = m.CreditGrant(msg.actor_id, msg.max_groups, 0, group_ids=ids)
                 else:
                     reply = m.ErrorReply(f"unexpected {type(msg).__name__}")
                 self._server.reply(peer, [m.encode(reply)])

@@ -32,7 +32,6 @@ import random
 import re
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 
 from agent_r1_async.actors.emitter import BatchEmitter
@@ -41,6 +40,8 @@ from agent_r1_async.actors.rollout import EpisodeIds, Rollout
 from agent_r1_async.actors.stats import StatsReporter
 from agent_r1_async.config import RunConfig
 from agent_r1_async.envs.base import Task
+from agent_r1_async.envs.registry import EnvSpec, get_env_spec
+from agent_r1_async.wire.buffer_client import BufferClient
 from agent_r1_async.wire.messages import ActorStats, EpisodeEnd, StepRecord
 
 log = logging.getLogger(__name__)
@@ -111,9 +112,7 @@ class Actor:
 
     async def _main(self, stop: threading.Event, max_groups: int | None) -> None:
         from agent_r1_async.actors.context import make_context_builder
-        from agent_r1_async.envs.registry import get_env_spec
         from agent_r1_async.models import load_tokenizer, resolve_model
-        from agent_r1_async.wire.buffer_client import BufferClient
         from agent_r1_async.wire.weights import WeightReceiver
 
         cfg = self.cfg
@@ -186,8 +185,8 @@ class Actor:
                     free = 0
                 if free > 0 and (left is None or left > 0) and time.monotonic() >= next_credit:
                     granted = await self._credits(client, free if left is None else min(free, left))
-                    for _ in range(granted):
-                        running.add(asyncio.create_task(self._group(spec, next(tasks))))
+                    for group_id in granted:
+                        running.add(asyncio.create_task(self._group(spec, next(tasks), group_id)))
                     backoff = _IDLE_S if granted else min(backoff * 2, 1.0)
                     next_credit = 0.0 if granted else time.monotonic() + backoff
                 if time.monotonic() >= next_stats:
@@ -217,20 +216,24 @@ class Actor:
         actor or a resumed run before the current weights arrive)."""
         return self.learner_version - self.engine.version > self.cfg.buffer.max_staleness
 
-    async def _credits(self, client, want: int) -> int:
+    async def _credits(self, client: BufferClient, want: int) -> list[str]:
+        """The group ids the buffer granted (it alone mints them), at most `want`."""
         try:
             grant = await asyncio.to_thread(client.request_credits, want)
         except (TimeoutError, RuntimeError) as e:  # buffer busy or restarting: try again later
             log.warning("%s: credit request failed: %s", self.actor_id, e)
-            return 0
+            return []
         self.learner_version = max(self.learner_version, grant.learner_version)
-        granted = max(0, min(grant.groups, want))
-        self.groups_started += granted
+        if len(grant.group_ids) != grant.groups:
+            log.error("%s: grant of %d groups carries %d ids; ignored", self.actor_id,
+                      grant.groups, len(grant.group_ids))
+            return []
+        granted = grant.group_ids[: max(0, want)]
+        self.groups_started += len(granted)
         return granted
 
-    async def _group(self, spec, task: Task) -> list[EpisodeEnd]:
+    async def _group(self, spec: EnvSpec, task: Task, group_id: str) -> list[EpisodeEnd]:
         g = self.cfg.algorithm.group_size
-        group_id = f"{self.actor_id}-{uuid.uuid4().hex[:12]}"
         return await asyncio.gather(
             *(self.rollout.run(spec.make, task, EpisodeIds.fresh(group_id, g), self.emit)
               for _ in range(g))

@@ -85,18 +85,18 @@ class AdmissionControl:
         return ids
 
     def on_record(self, group_id: str, actor_id: str) -> None:
-        """A record of `group_id` arrived: bind it to a credit (the actor may name its own ids)."""
+        """A record of `group_id` arrived: its credit is now in use.
+
+        Group ids are minted here alone (`grant`) and actors use them as they are. A group id
+        this object never granted (a buffer restarted without a snapshot, a foreign sender) is
+        counted in `unbudgeted` and tracked from now on like a granted one, so it still
+        releases its slot when it completes or is dropped.
+        """
         credit = self._in_flight.get(group_id)
         if credit is not None:
             credit.started = True
             return
-        # An id the buffer did not hand out: spend this actor's oldest unstarted credit on it.
-        for gid, c in self._in_flight.items():
-            if c.actor_id == actor_id and not c.started:
-                del self._in_flight[gid]
-                break
-        else:
-            self.unbudgeted += 1
+        self.unbudgeted += 1
         self._in_flight[group_id] = _Credit(actor_id, self._clock(), started=True)
 
     def on_accepted(self, group_id: str) -> None:

@@ -15,6 +15,7 @@ from agent_r1_async.actors.actor import Actor, shard_tasks
 from agent_r1_async.config import RunConfig
 from agent_r1_async.envs.base import Task
 from agent_r1_async.models import load_causal_lm, tiny_model_dir
+from agent_r1_async.wire.buffer_client import BufferClient
 from agent_r1_async.wire.weights import WeightPublisher
 from agent_r1_async.wire.zmq import ZmqTransport
 
@@ -106,10 +107,25 @@ def test_task_sharding_is_disjoint_and_covers_the_split():
     assert sorted(seen, key=int) == [str(j) for j in range(10)]
 
 
-def test_actor_feeds_the_real_buffer_service():
-    """Credits and data through the real BufferService: every group arrives complete."""
+class _GrantRecordingClient(BufferClient):
+    """The real client, noting the group ids of every grant."""
+
+    granted: list[str] = []
+
+    def request_credits(self, max_groups: int):
+        grant = super().request_credits(max_groups)
+        _GrantRecordingClient.granted.extend(grant.group_ids)
+        return grant
+
+
+def test_actor_feeds_the_real_buffer_service(monkeypatch):
+    """Credits and data through the real BufferService: every group arrives complete, under
+    exactly the group ids the buffer minted in its grants (the buffer is their one owner)."""
+    from agent_r1_async.actors import actor as actor_module
     from agent_r1_async.buffers.service import BufferService
 
+    monkeypatch.setattr(actor_module, "BufferClient", _GrantRecordingClient)
+    _GrantRecordingClient.granted = []
     cfg = actor_config("hf")
     transport = ZmqTransport()
     service = BufferService(cfg.buffer, cfg.algorithm, transport)
@@ -126,3 +142,11 @@ def test_actor_feeds_the_real_buffer_service():
         transport.close()
     assert stats.groups_ready == 3 and stats.episodes_stored == 3 * cfg.algorithm.group_size
     assert stats.drops.get("malformed", 0) == 0
+    batch, _ = service.buffer.try_sample(3, 0)
+    assert batch is not None
+    granted = _GrantRecordingClient.granted
+    assert len(granted) == 3 and len(set(granted)) == 3
+    stored = sorted(g.group_id for g in batch.groups)
+    assert stored == sorted(granted)
+    assert {s.group_id for g in batch.groups for e in g.episodes for s in e.steps} == set(granted)
+    assert service.buffer.admission.unbudgeted == 0

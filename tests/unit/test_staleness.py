@@ -47,13 +47,19 @@ def test_unused_credits_expire_after_the_timeout() -> None:
     assert ctl.in_flight == 1  # the started group is assembly's to expire, not admission's
 
 
-def test_actor_chosen_group_ids_spend_that_actors_oldest_credit() -> None:
+def test_group_ids_are_minted_by_grant_alone() -> None:
     ctl, _, _ = _control()
-    ctl.grant("a0", 2)
-    ctl.on_record("my-own-id", "a0")
+    granted = ctl.grant("a0", 2)
+    ctl.on_record(granted[0], "a0")  # a granted id: its credit is used, nothing new tracked
     assert ctl.in_flight == 2 and ctl.unbudgeted == 0
-    ctl.on_record("stranger-id", "a9")  # no credit at all: accepted anyway, but counted
+    # An id the buffer never minted is not reconciled against a0's other credit: it is
+    # counted and tracked on its own, and a0's unstarted credit stays a0's.
+    ctl.on_record("my-own-id", "a0")
     assert ctl.in_flight == 3 and ctl.unbudgeted == 1
+    ctl.on_accepted("my-own-id")
+    assert (ctl.accepted, ctl.in_flight) == (1, 2)
+    # 12 - accepted 1 - in flight 2 (granted[0] started, granted[1] still unstarted)
+    assert ctl.capacity() == 9
 
 
 def test_version_jump_after_resume_does_not_open_a_flood_of_credits() -> None:
