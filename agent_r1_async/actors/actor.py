@@ -111,7 +111,6 @@ class Actor:
     # ---------------------------------------------------------------- setup / teardown
 
     async def _main(self, stop: threading.Event, max_groups: int | None) -> None:
-        from agent_r1_async.actors.context import make_context_builder
         from agent_r1_async.models import load_tokenizer, resolve_model
         from agent_r1_async.wire.weights import WeightReceiver
 
@@ -125,13 +124,7 @@ class Actor:
         if self.engine is None:
             self.engine = make_engine(cfg, model_path, seed=cfg.actors.seed + self.index)
         tokenizer = load_tokenizer(model_path)
-        self.rollout = Rollout(
-            engine=self.engine, tokenizer=tokenizer,
-            builder=make_context_builder(cfg.context, tokenizer), env_name=spec.name,
-            actor_id=self.actor_id, max_model_len=cfg.model.max_model_len,
-            max_new_tokens=cfg.engine.max_new_tokens, max_turns=cfg.env.max_turns,
-            step_timeout_s=cfg.env.step_timeout_s,
-        )
+        self.rollout = Rollout.from_config(cfg, self.engine, tokenizer, spec.name, self.actor_id)
         self._reporter = StatsReporter(self.actor_id, self.rollout.counters)
         self._pusher = self.transport.pusher(self.data_endpoint)  # type: ignore[attr-defined]
         self._emitter = BatchEmitter(self._pusher)

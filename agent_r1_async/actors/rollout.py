@@ -23,9 +23,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_r1_async.actors.context import ContextBuilder, History
+from agent_r1_async.actors.context import ContextBuilder, History, make_context_builder
 from agent_r1_async.actors.engines.base import Engine, GenResult
 from agent_r1_async.actors.stats import ActorCounters
+from agent_r1_async.config import RunConfig
 from agent_r1_async.envs.base import Env, Observation, StepResult, Task
 from agent_r1_async.wire.messages import (
     TRAINABLE_STATUSES,
@@ -77,10 +78,21 @@ class Rollout:
     env_name: str
     actor_id: str
     max_model_len: int
-    max_new_tokens: int
     max_turns: int
     step_timeout_s: float
     counters: ActorCounters = field(default_factory=ActorCounters)
+
+    @classmethod
+    def from_config(
+        cls, cfg: RunConfig, engine: Engine, tokenizer: Any, env_name: str, actor_id: str
+    ) -> Rollout:
+        """The rollout a run's actors (and its held-out evaluation) use."""
+        return cls(
+            engine=engine, tokenizer=tokenizer,
+            builder=make_context_builder(cfg.context, tokenizer), env_name=env_name,
+            actor_id=actor_id, max_model_len=cfg.model.max_model_len,
+            max_turns=cfg.env.max_turns, step_timeout_s=cfg.env.step_timeout_s,
+        )
 
     async def run(
         self, env: Env | Callable[[], Env], task: Task, ids: EpisodeIds, emit: Emit
@@ -162,10 +174,9 @@ class Rollout:
             raise _EpisodeOver("env_error", f"bad env messages: {type(e).__name__}: {e}") from e
 
     async def _generate(self, context: list[int]) -> GenResult:
-        budget = min(self.max_new_tokens, self.max_model_len - len(context))
         t0 = time.perf_counter()
-        try:
-            gen = await self.engine.generate(context, budget)
+        try:  # the engine caps its token budget by the room left in max_model_len
+            gen = await self.engine.generate(context)
         except Exception as e:
             raise _EpisodeOver("engine_error", f"{type(e).__name__}: {e}") from e
         finally:

@@ -102,7 +102,6 @@ def evaluate(
 async def _evaluate(
     cfg: RunConfig, split: str, num_tasks: int, model_path: str | None, engine: Any
 ) -> dict[str, float]:
-    from agent_r1_async.actors.context import make_context_builder
     from agent_r1_async.actors.engines import make_engine
     from agent_r1_async.actors.rollout import EpisodeIds, Rollout
     from agent_r1_async.envs.registry import get_env_spec
@@ -121,12 +120,7 @@ async def _evaluate(
             )
         engine = make_engine(cfg, path, seed=cfg.launch.seed, temperature=cfg.eval.temperature)
     tokenizer = load_tokenizer(path)
-    rollout = Rollout(
-        engine=engine, tokenizer=tokenizer, builder=make_context_builder(cfg.context, tokenizer),
-        env_name=spec.name, actor_id="eval", max_model_len=cfg.model.max_model_len,
-        max_new_tokens=cfg.engine.max_new_tokens, max_turns=cfg.env.max_turns,
-        step_timeout_s=cfg.env.step_timeout_s,
-    )
+    rollout = Rollout.from_config(cfg, engine, tokenizer, spec.name, "eval")
     tally = _Tally()
     k = cfg.eval.samples_per_task
     try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import ClassVar
 
 from fakes_actors import CreditServer, Stream, actor_config
 
@@ -110,7 +111,7 @@ def test_task_sharding_is_disjoint_and_covers_the_split():
 class _GrantRecordingClient(BufferClient):
     """The real client, noting the group ids of every grant."""
 
-    granted: list[str] = []
+    granted: ClassVar[list[str]] = []
 
     def request_credits(self, max_groups: int):
         grant = super().request_credits(max_groups)

@@ -135,7 +135,7 @@ class ScriptEngine:
 def _rollout_pairs(spec, task, tok, actions, builder) -> list[tuple[list[int], list[int]]]:
     rollout = Rollout(
         engine=ScriptEngine(actions), tokenizer=tok, builder=builder, env_name=spec.name,
-        actor_id="a0", max_model_len=2048, max_new_tokens=128, max_turns=spec.env_cfg.max_turns,
+        actor_id="a0", max_model_len=2048, max_turns=spec.env_cfg.max_turns,
         step_timeout_s=10.0,
     )
     steps: list[StepRecord] = []
