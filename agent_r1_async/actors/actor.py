@@ -43,6 +43,7 @@ from agent_r1_async.envs.base import Task
 from agent_r1_async.envs.registry import EnvSpec, get_env_spec
 from agent_r1_async.wire.buffer_client import BufferClient
 from agent_r1_async.wire.messages import ActorStats, EpisodeEnd, StepRecord
+from agent_r1_async.wire.transport import Transport
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ class Actor:
         self,
         cfg: RunConfig,
         actor_id: str,
-        transport: object,
+        transport: Transport,
         data_endpoint: str,
         control_endpoint: str,
         weights_endpoint: str | None,
@@ -126,7 +127,7 @@ class Actor:
         tokenizer = load_tokenizer(model_path)
         self.rollout = Rollout.from_config(cfg, self.engine, tokenizer, spec.name, self.actor_id)
         self._reporter = StatsReporter(self.actor_id, self.rollout.counters)
-        self._pusher = self.transport.pusher(self.data_endpoint)  # type: ignore[attr-defined]
+        self._pusher = self.transport.pusher(self.data_endpoint)
         self._emitter = BatchEmitter(self._pusher)
         client = BufferClient(self.transport, self.control_endpoint, "actor", self.actor_id)
         receiver = (

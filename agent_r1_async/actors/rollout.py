@@ -31,6 +31,7 @@ from agent_r1_async.envs.base import Env, Observation, StepResult, Task
 from agent_r1_async.wire.messages import (
     TRAINABLE_STATUSES,
     EpisodeEnd,
+    EpisodeStatus,
     LogProbs,
     StepRecord,
     TokenIds,
@@ -42,7 +43,7 @@ Emit = Callable[[StepRecord | EpisodeEnd], Awaitable[None]]
 class _EpisodeOver(Exception):
     """Internal: ends an episode with a status and reason."""
 
-    def __init__(self, status: str, reason: str) -> None:
+    def __init__(self, status: EpisodeStatus, reason: str) -> None:
         super().__init__(reason)
         self.status = status
         self.reason = reason
@@ -63,7 +64,7 @@ class EpisodeIds:
 class _State:
     steps: int = 0
     outcome: float = 0.0
-    status: str = "ok"
+    status: EpisodeStatus = "ok"
     reason: str = ""
     metrics: dict[str, float] = field(default_factory=dict)
 
@@ -225,7 +226,7 @@ class Rollout:
         end = EpisodeEnd(
             episode_id=ids.episode_id, group_id=ids.group_id, task_id=task.task_id,
             actor_id=self.actor_id, env_name=self.env_name, num_steps=st.steps,
-            outcome_reward=float(st.outcome), status=st.status,  # type: ignore[arg-type]
+            outcome_reward=float(st.outcome), status=st.status,
             group_size=ids.group_size, metrics={k: float(v) for k, v in st.metrics.items()},
             error=st.reason, wall_time_s=time.perf_counter() - t0, created_at=time.time(),
         )

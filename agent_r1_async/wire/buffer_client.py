@@ -8,20 +8,27 @@ type -> `RuntimeError` naming it; a schema mismatch on `connect` -> `ConnectionE
 from __future__ import annotations
 
 import uuid
+from typing import Literal, TypeVar, get_args
 
 from agent_r1_async.wire import messages as m
+from agent_r1_async.wire.transport import Transport
+
+Role = Literal["actor", "learner", "monitor"]
+
+
+_R = TypeVar("_R")
 
 
 class BufferClient:
     def __init__(
         self,
-        transport,
+        transport: Transport,
         control_endpoint: str,
-        role: str,
+        role: Role,
         peer_id: str,
         timeout_s: float = 10.0,
     ) -> None:
-        if role not in ("actor", "learner", "monitor"):
+        if role not in get_args(Role):
             raise ValueError(f"role must be 'actor', 'learner' or 'monitor', got {role!r}")
         self.role, self.peer_id, self.timeout_s = role, peer_id, timeout_s
         # A unique socket identity: two clients with the same peer_id must not collide.
@@ -29,7 +36,7 @@ class BufferClient:
 
     def connect(self) -> m.HelloAck:
         """Hello handshake; raises ConnectionError on a schema mismatch or no answer."""
-        hello = m.Hello(m.SCHEMA_VERSION, self.role, self.peer_id)  # type: ignore[arg-type]
+        hello = m.Hello(m.SCHEMA_VERSION, self.role, self.peer_id)
         try:
             ack = self._call(hello, m.HelloAck, self.timeout_s)
         except (TimeoutError, RuntimeError) as e:
@@ -55,7 +62,7 @@ class BufferClient:
     def close(self) -> None:
         self._client.close()
 
-    def _call(self, req, reply_type: type, timeout_s: float):
+    def _call(self, req: m.ControlMessage, reply_type: type[_R], timeout_s: float) -> _R:
         frames = self._client.request([m.encode(req)], timeout_ms=int(timeout_s * 1000))
         if frames is None:
             raise TimeoutError(f"no reply to {type(req).__name__} within {timeout_s:.1f} s")

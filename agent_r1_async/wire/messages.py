@@ -31,7 +31,7 @@ from __future__ import annotations
 import sys
 from array import array
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
@@ -375,8 +375,10 @@ class WeightsHeader(_Wire, tag="weights"):
 # --------------------------------------------------------------------------------------
 
 _encoder = msgspec.msgpack.Encoder(enc_hook=enc_hook)
-_data_decoder = msgspec.msgpack.Decoder(DataFrame, dec_hook=dec_hook)
-_control_decoder = msgspec.msgpack.Decoder(ControlMessage, dec_hook=dec_hook)
+_data_decoder: msgspec.msgpack.Decoder[DataFrame] = msgspec.msgpack.Decoder(DataFrame, dec_hook=dec_hook)
+_control_decoder: msgspec.msgpack.Decoder[ControlMessage] = msgspec.msgpack.Decoder(
+    ControlMessage, dec_hook=dec_hook
+)
 _weights_decoder = msgspec.msgpack.Decoder(WeightsHeader)
 
 
@@ -390,7 +392,10 @@ def encode_batch(encoded: list[bytes]) -> bytes:
     return _encoder.encode(_RawBatch([msgspec.Raw(b) for b in encoded]))
 
 
-def _decode(decoder: msgspec.msgpack.Decoder, frame: bytes | memoryview) -> object:
+_T = TypeVar("_T")
+
+
+def _decode(decoder: msgspec.msgpack.Decoder[_T], frame: bytes | memoryview) -> _T:
     try:
         return decoder.decode(frame)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
@@ -401,7 +406,7 @@ def _decode(decoder: msgspec.msgpack.Decoder, frame: bytes | memoryview) -> obje
 
 def decode_data(frame: bytes | memoryview) -> DataFrame:
     """Decode a data-plane frame or raise `WireError`."""
-    return _decode(_data_decoder, frame)  # type: ignore[return-value]
+    return _decode(_data_decoder, frame)
 
 
 def unpack_data(frames: Sequence[bytes | memoryview]) -> Sequence[DataMessage]:
@@ -418,17 +423,17 @@ def unpack_data(frames: Sequence[bytes | memoryview]) -> Sequence[DataMessage]:
         if not msg.items:
             raise WireError("empty batch")
         return msg.items
-    return (msg,)  # type: ignore[return-value]
+    return (msg,)
 
 
 def decode_control(frame: bytes | memoryview) -> ControlMessage:
     """Decode a control-plane frame or raise `WireError`."""
-    return _decode(_control_decoder, frame)  # type: ignore[return-value]
+    return _decode(_control_decoder, frame)
 
 
 def decode_weights_header(frame: bytes | memoryview) -> WeightsHeader:
     """Decode a weights header frame or raise `WireError` (also on a schema mismatch)."""
-    header: WeightsHeader = _decode(_weights_decoder, frame)  # type: ignore[assignment]
+    header = _decode(_weights_decoder, frame)
     if header.schema_version != SCHEMA_VERSION:
         raise WireError(
             f"weights schema version {header.schema_version}, expected {SCHEMA_VERSION}"

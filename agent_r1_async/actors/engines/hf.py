@@ -51,6 +51,16 @@ def process_logits(logits: torch.Tensor, temperature: float, top_p: float) -> to
 
 
 @dataclass
+class _LoopBound:
+    """Asyncio objects bound to the event loop the engine is used from."""
+
+    loop: asyncio.AbstractEventLoop
+    wakeup: asyncio.Event
+    lock: asyncio.Lock
+    server: asyncio.Task
+
+
+@dataclass
 class _Request:
     context_ids: list[int]
     budget: int
@@ -94,10 +104,7 @@ class HFEngine:
         self.version = 0
         self._generator = torch.Generator().manual_seed(sampling.seed)
         self._pending: list[_Request] = []
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._wakeup: asyncio.Event | None = None
-        self._lock: asyncio.Lock | None = None
-        self._server: asyncio.Task | None = None
+        self._bound: _LoopBound | None = None
         self._closed = False
 
     # ---------------------------------------------------------------- public API
@@ -107,26 +114,26 @@ class HFEngine:
             raise EngineError("engine is closed")
         if not context_ids:
             raise EngineError("empty context")
-        self._ensure_server()
+        bound = self._ensure_server()
         budget = self.sampling.budget(max_new_tokens, len(context_ids), self.max_model_len)
         req = _Request(list(context_ids), budget, asyncio.get_running_loop().create_future())
         self._pending.append(req)
-        self._wakeup.set()  # type: ignore[union-attr]
+        bound.wakeup.set()
         return await req.future
 
     async def load_weights(self, version: int, state_dict: dict[str, torch.Tensor]) -> None:
         """Load a full state dict between batches; `version` is served from the next batch."""
-        self._ensure_server()
-        async with self._lock:  # type: ignore[union-attr]
+        async with self._ensure_server().lock:
             await asyncio.to_thread(self._load_state_dict, state_dict)
             self.version = version
 
     async def close(self) -> None:
         self._closed = True
-        if self._server is not None and not self._server.done():
-            self._server.cancel()
+        server = None if self._bound is None else self._bound.server
+        if server is not None and not server.done():
+            server.cancel()
             with contextlib.suppress(asyncio.CancelledError, RuntimeError):
-                await self._server
+                await server
         for req in self._pending:
             if not req.future.done():
                 req.future.set_exception(EngineError("engine closed"))
@@ -134,28 +141,29 @@ class HFEngine:
 
     # ---------------------------------------------------------------- batching
 
-    def _ensure_server(self) -> None:
+    def _ensure_server(self) -> _LoopBound:
         loop = asyncio.get_running_loop()
-        if self._loop is loop and self._server is not None and not self._server.done():
-            return
+        bound = self._bound
+        if bound is not None and bound.loop is loop and not bound.server.done():
+            return bound
         # First use, or a new event loop (evaluate() runs its own): fresh loop-bound state.
-        self._loop = loop
-        self._wakeup = asyncio.Event()
-        self._lock = asyncio.Lock()
         self._pending = [r for r in self._pending if not r.future.done()]
-        self._server = loop.create_task(self._serve(), name="hf-engine")
+        wakeup, lock = asyncio.Event(), asyncio.Lock()
+        server = loop.create_task(self._serve(wakeup, lock), name="hf-engine")
+        self._bound = _LoopBound(loop, wakeup, lock, server)
+        return self._bound
 
-    async def _serve(self) -> None:
+    async def _serve(self, wakeup: asyncio.Event, lock: asyncio.Lock) -> None:
         while True:
-            await self._wakeup.wait()  # type: ignore[union-attr]
-            self._wakeup.clear()  # type: ignore[union-attr]
+            await wakeup.wait()
+            wakeup.clear()
             while self._pending:
                 batch = self._pending[: self.max_batch]
                 del self._pending[: self.max_batch]
-                await self._run_batch(batch)
+                await self._run_batch(batch, lock)
 
-    async def _run_batch(self, batch: list[_Request]) -> None:
-        async with self._lock:  # type: ignore[union-attr]
+    async def _run_batch(self, batch: list[_Request], lock: asyncio.Lock) -> None:
+        async with lock:
             version = self.version
             try:
                 rows = await asyncio.to_thread(
