@@ -8,6 +8,10 @@
 - CLI overrides: `--set a.b.c=value`, where value is parsed as YAML (`--set buffer.alpha=0.6`).
 
 Load with `load_config(path, overrides)`; every file in `configs/` is parsed by a test.
+
+Why one module over ~400 lines: it is the run's whole schema, one documented field a line;
+splitting the sections across files would scatter what a user reads to write a config, and
+the sections share the loading and error-naming code below.
 """
 
 from __future__ import annotations

@@ -24,6 +24,9 @@ Message families
   `SampleRequest`, `VersionUpdate`, `StatsRequest` and their replies.
 - Weights (learner -> actors, PUB/SUB): a `WeightsHeader` frame followed by one raw frame per
   tensor, in header order.
+
+Why one module over ~400 lines: the schema is read as a whole (field order is the format),
+and a single module keeps every tagged union and its decoder beside the structs it covers.
 """
 
 from __future__ import annotations
