@@ -377,6 +377,8 @@ _EXTERNAL = re.compile(r"^[a-z][a-z0-9+.-]*:", re.I)  # https:, mailto:, ...
 _QUOTED_PATH = re.compile(
     r"`((?:agent_r1_async|tests|bench|configs|docs|examples|scripts)/[\w./-]*?\.\w+)(?:::[^`]*)?`"
 )
+_QUOTED_MODULE = re.compile(r"`((?:wire|actors|buffers|learner|envs|sft|run)/[\w./-]*?\.py)`")
+"""A module path relative to the package (`run/launch.py`), as docs/architecture.md writes them."""
 
 
 def documents() -> list[Path]:
@@ -433,11 +435,30 @@ def test_document_links_stay_inside_the_repository_and_resolve() -> None:
 
 
 def test_repository_paths_quoted_in_the_documents_exist() -> None:
-    """A module path in backticks (`agent_r1_async/wire/messages.py`, `tests/unit/x.py::test`)
-    names a file that exists: a move must update the documents that point at it."""
+    """A path in backticks (`agent_r1_async/wire/messages.py`, `tests/unit/x.py::test`, or
+    `run/launch.py` inside the package) names a file that exists: a move must update the
+    documents that point at it."""
     problems = []
     for doc in documents():
-        for path in sorted(set(_QUOTED_PATH.findall(doc.read_text()))):
-            if not (ROOT / path).exists():
+        text = doc.read_text()
+        quoted = [(p, ROOT / p) for p in _QUOTED_PATH.findall(text)]
+        quoted += [(p, ROOT / PACKAGE / p) for p in _QUOTED_MODULE.findall(text)]
+        for path, where in sorted(set(quoted)):
+            if not where.exists():
                 problems.append(f"{doc.relative_to(ROOT)}: `{path}` does not exist")
     assert not problems, "\n".join(problems)
+
+
+def test_the_architecture_document_names_every_wire_message() -> None:
+    """Each struct of the wire schema has its row in docs/architecture.md ("Messages")."""
+    tree = ast.parse((ROOT / PACKAGE / "wire" / "messages.py").read_text())
+    structs = [
+        c.name for c in tree.body
+        if isinstance(c, ast.ClassDef) and not c.name.startswith("_")
+        and any(isinstance(b, ast.Name) and b.id == "_Wire" for b in c.bases)
+    ]
+    assert {"StepRecord", "CreditGrant", "WeightsHeader", "Group"} <= set(structs)
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    messages_section = text[text.index("## Messages"):text.index("## Who owns what")]
+    missing = [name for name in structs if f"`{name}`" not in messages_section]
+    assert not missing, f"docs/architecture.md, section Messages, does not describe {missing}"
