@@ -60,7 +60,10 @@ def preflight(cfg: RunConfig) -> None:
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt  # SIGTERM stops as gracefully as Ctrl-C
+    """SIGTERM stops as gracefully as Ctrl-C. `ray.init` replaces the process's SIGTERM
+    handler with one that kills Ray's processes and exits at once (no checkpoint, no final
+    snapshot), so launch installs this one again after Ray starts."""
+    raise KeyboardInterrupt
 
 
 def _say(line: str) -> None:
@@ -120,6 +123,7 @@ def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None
         if cfg.eval.in_launch and not resume:
             held_out(cfg, run_dir, logger, "before", cfg.model.start_from, step=0)
         start_ray(cfg, address)
+        signal.signal(signal.SIGTERM, _raise_interrupt)  # ray.init installed its own handler
         # Keys travel to the processes as Ray task arguments; they never touch a ZMQ socket.
         joined = ray_address(cfg, address) is not None
         curve = CurveKeys.generate() if cfg.launch.curve or joined else None

@@ -152,3 +152,37 @@ def test_launch_joins_a_separate_ray_head_with_two_actors(tmp_path: Path):
             os.killpg(head.pid, signal.SIGKILL)
             head.wait(timeout=30)
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_launch_as_gracefully_as_ctrl_c(tmp_path: Path):
+    """SIGTERM after the first update: exit 130 with the final checkpoint and buffer snapshot
+    written (ray.init replaces the driver's SIGTERM handler; launch must take it back)."""
+    proc = subprocess.Popen(
+        [*CLI, "launch", "--config", str(ROOT / "configs/tiny.yaml"),
+         "--set", f"launch.run_root={tmp_path}", "--set", "learner.total_updates=1000",
+         "--set", "learner.checkpoint_every=1000"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(tmp_path), cwd=ROOT,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        metrics = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            found = list(tmp_path.glob("tiny-*/metrics.jsonl"))
+            if found and found[0].read_text().strip():
+                metrics = found[0]
+                break
+            time.sleep(0.5)
+        assert metrics is not None, "no update within 300 s"
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, out[-3000:]
+    assert "[launch] stopping: checkpoint and buffer snapshot" in out
+    run_dir = metrics.parent
+    latest = (run_dir / "checkpoints" / "latest").resolve()
+    assert latest.name.startswith("step-") and int(latest.name.removeprefix("step-")) >= 1
+    assert (run_dir / "buffer" / "buffer.snapshot").stat().st_size > 0
