@@ -239,7 +239,7 @@ def attention_implementation(device: str, flash_attention: bool = True) -> tuple
     if not flash_attention:
         return "sdpa", "learner.flash_attention is off"
     if importlib.util.find_spec("flash_attn") is None:
-        return "sdpa", "flash-attn is not installed (no prebuilt wheel for this torch/CUDA)"
+        return "sdpa", "flash-attn is not installed: no prebuilt wheel for this torch/CUDA"
     return "flash_attention_2", "flash-attn installed"
 
 
