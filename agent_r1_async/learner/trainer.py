@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import importlib.util
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -70,11 +69,10 @@ class PolicyTrainer:
         self.device = resolve_device(self.lcfg.device)
         self.model_path = model_path
         self.params = PPOLossParams.from_config(cfg.algorithm)
-        kwargs: dict[str, Any] = {}
-        if (self.lcfg.flash_attention and self.device.type == "cuda"
-                and importlib.util.find_spec("flash_attn") is not None):
-            kwargs["attn_implementation"] = "flash_attention_2"
-        model = models.load_causal_lm(model_path, dtype=cfg.model.dtype, **kwargs)
+        self.attn_implementation, _ = models.attention_implementation(
+            str(self.device), self.lcfg.flash_attention)
+        model = models.load_causal_lm(model_path, dtype=cfg.model.dtype,
+                                      attn_implementation=self.attn_implementation)
         model.config.use_cache = False
         if self.lcfg.gradient_checkpointing:
             model.gradient_checkpointing_enable()

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_r1_async.config import ConfigError, RunConfig, dump_config
+from agent_r1_async.models import attention_implementation
 from agent_r1_async.run.evaluate import held_out
 from agent_r1_async.run.monitor import ActorRates, MetricsLogger, merge_metrics, progress_line
 from agent_r1_async.run.run_dir import make_run_dir
@@ -113,6 +114,8 @@ def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None
     preflight(cfg)
     run_dir = _open_run_dir(cfg, resume)
     _say(f"run directory: {run_dir}")
+    attn, why = attention_implementation(cfg.learner.device, cfg.learner.flash_attention)
+    _say(f"learner attention: {attn} ({why})")
     logger = MetricsLogger(cfg, run_dir, resume_id=_wandb_id(run_dir, resume))
     sup: Supervisor | None = None
     ckpt, version, stop_reason = None, 0, "interrupted"
