@@ -99,18 +99,20 @@ def test_stop_aborts_in_flight_episodes_with_one_end_each():
     import threading
     import time
 
-    from fakes_actors import CreditServer, FakeEngine, Stream, actor_config
-
     from agent_r1_async.models import tiny_model_dir
+    from tests.fakes.checks import Stream
+    from tests.fakes.engine import FakeEngine
+    from tests.fakes.services import actor_config, buffer_service
 
     cfg = actor_config("hf")
     cfg.model.name_or_path = tiny_model_dir()
     transport = _RecordingTransport()
     sink = transport.puller()
-    credits = CreditServer(transport)
+    credits = buffer_service(transport, algo=cfg.algorithm, start=True)
     # Two groups (4 one-step episodes) finish; every later request hangs until cancelled.
-    engine = FakeEngine([28, 29], hang_from=4)
-    actor = Actor(cfg, "actor-0", transport, sink.endpoint, credits.endpoint, None, engine)
+    engine = FakeEngine.repeating([28, 29], hang_from=4)
+    actor = Actor(cfg, "actor-0", transport, sink.endpoint, credits.control_endpoint, None,
+                  engine)
     stop = threading.Event()
     thread = threading.Thread(target=actor.run, args=(stop,), daemon=True)
     stream = Stream()
@@ -130,7 +132,7 @@ def test_stop_aborts_in_flight_episodes_with_one_end_each():
             received += stream.add(frames)
     finally:
         stop.set()
-        credits.close()
+        credits.stop()
     statuses = sorted(e[0].status for e in stream.ends.values())
     assert statuses == ["aborted"] * 4 + ["ok"] * 4  # the episodes running at stop said so
     stream.check(cfg.algorithm.group_size)  # and still: one end each, contiguous steps
@@ -144,19 +146,19 @@ def test_stop_aborts_in_flight_episodes_with_one_end_each():
 def test_shutdown_flush_is_bounded_when_the_buffer_stops_reading(monkeypatch):
     import threading
 
-    from fakes_actors import CreditServer, FakeEngine, actor_config
-
     from agent_r1_async.actors import actor as actor_mod
     from agent_r1_async.models import tiny_model_dir
+    from tests.fakes.engine import FakeEngine
+    from tests.fakes.services import actor_config, buffer_service
 
     monkeypatch.setattr(actor_mod, "_FLUSH_TIMEOUT_S", 0.5)
     cfg = actor_config("hf")
     cfg.model.name_or_path = tiny_model_dir()
     transport = _RecordingTransport(full=True)  # the buffer stopped reading
     sink = transport.puller()
-    credits = CreditServer(transport)
-    actor = Actor(cfg, "actor-0", transport, sink.endpoint, credits.endpoint, None,
-                  FakeEngine([28, 29]))
+    credits = buffer_service(transport, algo=cfg.algorithm, start=True)
+    actor = Actor(cfg, "actor-0", transport, sink.endpoint, credits.control_endpoint, None,
+                  FakeEngine.repeating([28, 29]))
     stop = threading.Event()
     thread = threading.Thread(target=actor.run, args=(stop,), daemon=True)
     try:
@@ -167,6 +169,6 @@ def test_shutdown_flush_is_bounded_when_the_buffer_stops_reading(monkeypatch):
         assert not thread.is_alive()  # stopped after the bounded flush, not stuck on it
     finally:
         stop.set()
-        credits.close()
+        credits.stop()
     assert actor.sent == 0 and actor._emitter.queued > 0  # nothing reached the pipe
     assert transport.events == ["close"]  # and the pusher was still closed
