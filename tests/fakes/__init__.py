@@ -8,6 +8,7 @@ so a unit test does not pay for hypothesis or a tokenizer it never uses):
     services.py  the real BufferService for tests, a buffer in a subprocess, run configs
     checks.py    what a stream of actor records / a ledger of sampled groups must satisfy
     clock.py     a settable clock and version source
+    transport.py an in-process transport that records what its pushers send (Transport)
     hostile.py   hypothesis strategies for hostile frames
 
 `tests/unit/test_protocols.py` checks every fake here against the Protocol it stands in for.

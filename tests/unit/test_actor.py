@@ -10,6 +10,7 @@ from agent_r1_async.actors.stats import ActorCounters, StatsReporter
 from agent_r1_async.config import RunConfig
 from agent_r1_async.wire.inproc import InProcTransport
 from agent_r1_async.wire.messages import ActorStats, unpack_data
+from tests.fakes.transport import RecordingTransport
 
 
 def test_emit_waits_for_a_full_pipe_and_drops_nothing():
@@ -67,34 +68,6 @@ def test_actor_index_from_id():
     assert actor_index("actor-12") == 12 and actor_index("solo") == 0
 
 
-class _RecordingPusher:
-    """Notes each send and the close, in order; `full` refuses every send (a pipe that stays
-    full: the buffer stopped reading)."""
-
-    def __init__(self, inner, events: list[str], full: bool = False) -> None:
-        self.inner, self.events, self.endpoint, self.full = inner, events, inner.endpoint, full
-
-    def send(self, frames, timeout_ms=None) -> bool:
-        ok = not self.full and self.inner.send(frames, timeout_ms)
-        if ok:
-            self.events.append("send")
-        return ok
-
-    def close(self) -> None:
-        self.events.append("close")
-        self.inner.close()
-
-
-class _RecordingTransport(InProcTransport):
-    def __init__(self, full: bool = False) -> None:
-        super().__init__()
-        self.events: list[str] = []
-        self.full = full
-
-    def pusher(self, endpoint: str, **kw: int) -> _RecordingPusher:
-        return _RecordingPusher(super().pusher(endpoint, **kw), self.events, self.full)
-
-
 def test_stop_aborts_in_flight_episodes_with_one_end_each():
     import threading
     import time
@@ -106,7 +79,7 @@ def test_stop_aborts_in_flight_episodes_with_one_end_each():
 
     cfg = actor_config("hf")
     cfg.model.name_or_path = tiny_model_dir()
-    transport = _RecordingTransport()
+    transport = RecordingTransport()
     sink = transport.puller()
     credits = buffer_service(transport, algo=cfg.algorithm, start=True)
     # Two groups (4 one-step episodes) finish; every later request hangs until cancelled.
@@ -154,7 +127,7 @@ def test_shutdown_flush_is_bounded_when_the_buffer_stops_reading(monkeypatch):
     monkeypatch.setattr(actor_mod, "_FLUSH_TIMEOUT_S", 0.5)
     cfg = actor_config("hf")
     cfg.model.name_or_path = tiny_model_dir()
-    transport = _RecordingTransport(full=True)  # the buffer stopped reading
+    transport = RecordingTransport(full=True)  # the buffer stopped reading
     sink = transport.puller()
     credits = buffer_service(transport, algo=cfg.algorithm, start=True)
     actor = Actor(cfg, "actor-0", transport, sink.endpoint, credits.control_endpoint, None,
