@@ -1,4 +1,5 @@
-"""An in-process transport whose pushers note every send and close (and can refuse sends)."""
+"""Transport fakes: an in-process transport whose pushers note every send and close (and can
+refuse sends), and a pusher whose socket is gone."""
 
 from __future__ import annotations
 
@@ -33,6 +34,18 @@ class RecordingPusher:
     def close(self) -> None:
         self.events.append("close")
         self.inner.close()
+
+
+class BrokenPusher:
+    """Every send raises, as a closed ZeroMQ socket does."""
+
+    endpoint = "broken"
+
+    def send(self, frames: Frames, timeout_ms: int | None = None) -> bool:
+        raise RuntimeError("socket closed")
+
+    def close(self) -> None:
+        pass
 
 
 class RecordingTransport:

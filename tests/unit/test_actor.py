@@ -10,6 +10,7 @@ from agent_r1_async.actors.stats import ActorCounters, StatsReporter
 from agent_r1_async.config import RunConfig
 from agent_r1_async.wire.inproc import InProcTransport
 from agent_r1_async.wire.messages import ActorStats, unpack_data
+from tests.fakes.clock import FakeClock
 from tests.fakes.transport import RecordingTransport
 
 
@@ -47,18 +48,18 @@ def test_emit_waits_for_a_full_pipe_and_drops_nothing():
 
 
 def test_stats_reporter_rates_over_the_window():
-    now = [100.0]
+    clock = FakeClock(100.0)
     counters = ActorCounters()
-    rep = StatsReporter("a0", counters, clock=lambda: now[0], wall_clock=lambda: 5.0)
+    rep = StatsReporter("a0", counters, clock=clock, wall_clock=lambda: 5.0)
     counters.tokens, counters.episodes_done, counters.episodes_failed = 400, 3, 1
     counters.gen_time_s, counters.env_time_s, counters.in_flight = 6.0, 2.0, 5
-    now[0] = 102.0
+    clock.t = 102.0
     s = rep.report(policy_version=3)
     # 400 tokens and 4 ended episodes in 2 s -> 200 tok/s, 2 episodes/s
     assert (s.tokens_per_s, s.episodes_per_s, s.policy_version) == (200.0, 2.0, 3)
     assert (s.gen_time_s, s.env_time_s, s.episodes_in_flight) == (6.0, 2.0, 5)
     counters.tokens += 50
-    now[0] = 103.0
+    clock.t = 103.0
     s = rep.report(policy_version=3)
     assert s.tokens_per_s == 50.0 and s.episodes_per_s == 0.0 and s.gen_time_s == 0.0
     assert s.episodes_done == 3 and s.tokens_total == 450  # totals stay totals

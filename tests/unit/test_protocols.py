@@ -45,7 +45,7 @@ from agent_r1_async.wire.buffer_client import BufferClient
 from tests.fakes import envs
 from tests.fakes.engine import FakeEngine
 from tests.fakes.learner import FakeSource, RecordingSource
-from tests.fakes.transport import RecordingPusher, RecordingTransport
+from tests.fakes.transport import BrokenPusher, RecordingPusher, RecordingTransport
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -63,7 +63,7 @@ def _bench_sleep_trainer() -> type:
 # (Protocol, implementations): every real class and every fake that stands in for it.
 SEAMS: list[tuple[type, list[type]]] = [
     (transport.Transport, [zmq.ZmqTransport, inproc.InProcTransport, RecordingTransport]),
-    (transport.Pusher, [zmq.ZmqPusher, inproc.InProcPusher, RecordingPusher]),
+    (transport.Pusher, [zmq.ZmqPusher, inproc.InProcPusher, RecordingPusher, BrokenPusher]),
     (transport.Puller, [zmq.ZmqPuller, inproc.InProcPuller]),
     (transport.Client, [zmq.ZmqClient, inproc.InProcClient]),
     (transport.Server, [zmq.ZmqServer, inproc.InProcServer]),
