@@ -63,6 +63,8 @@ class ScriptedEnv:
 # --------------------------------------------------------------------------------------
 # Tools and a domain for ToolEnv
 # --------------------------------------------------------------------------------------
+
+
 class EchoTool:
     name = "echo"
     description = "Echo the text back."
