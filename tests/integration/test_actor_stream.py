@@ -10,8 +10,6 @@ import threading
 import time
 from typing import ClassVar
 
-from fakes_actors import CreditServer, Stream, actor_config
-
 from agent_r1_async.actors.actor import Actor, shard_tasks
 from agent_r1_async.config import RunConfig
 from agent_r1_async.envs.base import Task
@@ -19,18 +17,25 @@ from agent_r1_async.models import load_causal_lm, tiny_model_dir
 from agent_r1_async.wire.buffer_client import BufferClient
 from agent_r1_async.wire.weights import WeightPublisher
 from agent_r1_async.wire.zmq import ZmqTransport
+from tests.fakes.checks import Stream
+from tests.fakes.services import actor_config, buffer_service
 
 
 def stream_with_weight_update(
     cfg: RunConfig, max_groups: int, timeout_s: float, engine=None, new_version: int = 1
 ) -> Stream:
-    """Run an actor in a thread; publish `new_version` after the first step records arrive."""
+    """Run an actor in a thread; publish `new_version` after the first step records arrive.
+
+    Credits come from the real buffer service; the records go to the test's own sink (so
+    the buffer never sees a group complete: its staleness budget must cover `max_groups`).
+    """
     transport = ZmqTransport()
     sink = transport.puller("tcp://127.0.0.1:0")
-    credits = CreditServer(transport)
+    credits = buffer_service(transport, algo=cfg.algorithm, start=True)
     publisher = WeightPublisher(transport)
     actor = Actor(
-        cfg, "actor-0", transport, sink.endpoint, credits.endpoint, publisher.endpoint, engine
+        cfg, "actor-0", transport, sink.endpoint, credits.control_endpoint, publisher.endpoint,
+        engine,
     )
     errors: list[BaseException] = []
 
@@ -61,13 +66,14 @@ def stream_with_weight_update(
         thread.join(timeout=30)
     finally:
         sink.close()
-        credits.close()
+        granted = credits.metrics().in_flight_groups  # granted, never completed here
+        credits.stop()
         publisher.close()
         transport.close()
     assert not errors, errors
     assert published_at is not None, "no step record arrived before the actor finished"
-    assert actor.groups_started == max_groups and credits.granted >= max_groups
-    stream.published_at = published_at  # type: ignore[attr-defined]
+    assert actor.groups_started == max_groups and granted >= max_groups
+    stream.published_at = published_at
     return stream
 
 
@@ -78,7 +84,7 @@ def check_versions(stream: Stream, old: int = 0, new: int = 1) -> None:
         assert s.policy_version in (old, new) and set(s.token_versions) <= {old, new}
         if s.policy_version == new or new in s.token_versions:
             # Tokens of the new version exist only after it was published.
-            assert t >= stream.published_at  # type: ignore[attr-defined]
+            assert stream.published_at is not None and t >= stream.published_at
         if s.token_versions:  # an action spanning the update: old tokens first, then new
             assert s.token_versions == sorted(s.token_versions)
     assert stream.stats and stream.stats[-1].policy_version == new
@@ -123,14 +129,12 @@ def test_actor_feeds_the_real_buffer_service(monkeypatch):
     """Credits and data through the real BufferService: every group arrives complete, under
     exactly the group ids the buffer minted in its grants (the buffer is their one owner)."""
     from agent_r1_async.actors import actor as actor_module
-    from agent_r1_async.buffers.service import BufferService
 
     monkeypatch.setattr(actor_module, "BufferClient", _GrantRecordingClient)
     _GrantRecordingClient.granted = []
     cfg = actor_config("hf")
     transport = ZmqTransport()
-    service = BufferService(cfg.buffer, cfg.algorithm, transport)
-    service.start()
+    service = buffer_service(transport, algo=cfg.algorithm, start=True)
     try:
         actor = Actor(cfg, "actor-0", transport, service.data_endpoint, service.control_endpoint, None)
         actor.run(max_groups=3)

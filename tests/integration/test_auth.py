@@ -15,16 +15,15 @@ import time
 import pytest
 import torch
 
-from agent_r1_async.buffers.service import BufferService
-from agent_r1_async.config import AlgorithmConfig, BufferConfig, LaunchConfig
+from agent_r1_async.config import LaunchConfig
 from agent_r1_async.wire import messages as m
 from agent_r1_async.wire.buffer_client import BufferClient
 from agent_r1_async.wire.transport import tcp_endpoint
 from agent_r1_async.wire.weights import WeightPublisher, WeightReceiver
 from agent_r1_async.wire.zmq import CurveKeys, ZmqTransport
-from tests.fakes_buffer import group_records
+from tests.fakes.records import group_records
+from tests.fakes.services import buffer_service
 
-ALGO = AlgorithmConfig(group_size=2, batch_groups=1)
 WEIGHTS = {"w": torch.arange(12, dtype=torch.float32).reshape(3, 4)}
 
 
@@ -46,7 +45,7 @@ def keys_and_peers():
 
 def test_sockets_bind_to_loopback_by_default() -> None:
     transport = ZmqTransport()
-    service = BufferService(BufferConfig(snapshot_interval_s=0.0), ALGO, transport)
+    service = buffer_service(transport)
     publisher = WeightPublisher(transport)
     try:
         for endpoint in (service.data_endpoint, service.control_endpoint, publisher.endpoint):
@@ -61,9 +60,7 @@ def test_sockets_bind_to_loopback_by_default() -> None:
 
 def test_a_peer_without_the_key_cannot_inject_trajectories(keys_and_peers) -> None:
     _, server, honest, intruders = keys_and_peers
-    service = BufferService(BufferConfig(snapshot_interval_s=0.0, spi_tolerance=100.0),
-                            ALGO, server)
-    service.start()
+    service = buffer_service(server, start=True)
     try:
         for name, t in intruders.items():
             pusher = t.pusher(service.data_endpoint)

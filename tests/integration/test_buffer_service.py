@@ -7,18 +7,14 @@ import time
 
 import pytest
 
-from agent_r1_async.buffers.service import BufferService
-from agent_r1_async.config import AlgorithmConfig, BufferConfig
+from agent_r1_async.config import AlgorithmConfig
 from agent_r1_async.wire import messages as m
 from agent_r1_async.wire.buffer_client import BufferClient
 from agent_r1_async.wire.zmq import ZmqTransport
-from tests.fakes_buffer import episode_records, group_records
+from tests.fakes.records import episode_records, group_records
+from tests.fakes.services import buffer_service, wait_for
 
 ALGO = AlgorithmConfig(group_size=2, batch_groups=2)
-
-
-def _cfg(**kw) -> BufferConfig:
-    return BufferConfig(**{"spi_tolerance": 100.0, "snapshot_interval_s": 0.0, **kw})
 
 
 @pytest.fixture
@@ -37,15 +33,8 @@ def _push(transport, endpoint: str, records) -> None:
         pusher.close()
 
 
-def _wait_for(pred, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
-
-
 def test_records_in_batches_out_and_garbage_is_counted(transport) -> None:
-    service = BufferService(_cfg(max_reuse=1), ALGO, transport)
+    service = buffer_service(transport, algo=ALGO, max_reuse=1)
     service.start()
     actor = BufferClient(transport, service.control_endpoint, "actor", "a0", timeout_s=5.0)
     learner = BufferClient(transport, service.control_endpoint, "learner", "L", timeout_s=5.0)
@@ -73,7 +62,7 @@ def test_records_in_batches_out_and_garbage_is_counted(transport) -> None:
         assert batch.ready and sorted(g.group_id for g in batch.groups) == sorted(grant.group_ids)
         assert len(batch.is_weights) == 2 and max(batch.is_weights) == 1.0
         learner.set_version(1)
-        _wait_for(lambda: service.metrics().drops.get("malformed", 0) >= 4)  # other connection
+        wait_for(lambda: service.metrics().drops.get("malformed", 0) >= 4)  # other connection
         stats = learner.stats()
         assert stats.learner_version == 1 and stats.sampled_groups == 2
         assert stats.accepted_groups == 2 and stats.in_flight_groups == 0
@@ -93,7 +82,7 @@ def test_records_in_batches_out_and_garbage_is_counted(transport) -> None:
 
 
 def test_schema_mismatch_is_refused(transport) -> None:
-    service = BufferService(_cfg(), ALGO, transport)
+    service = buffer_service(transport, algo=ALGO)
     service.start()
     raw = transport.client(service.control_endpoint)
     try:
@@ -107,7 +96,7 @@ def test_schema_mismatch_is_refused(transport) -> None:
 
 def test_snapshot_restore_keeps_every_accepted_episode(transport, tmp_path) -> None:
     snap = str(tmp_path / "snap")
-    first = BufferService(_cfg(max_reuse=1), ALGO, transport, snapshot_dir=snap)
+    first = buffer_service(transport, algo=ALGO, snapshot_dir=snap, max_reuse=1)
     first.start()
     try:
         # Three complete groups, and one group with one episode ended and one mid-way.
@@ -115,12 +104,12 @@ def test_snapshot_restore_keeps_every_accepted_episode(transport, tmp_path) -> N
         records += episode_records("g3-e0", "g3", group_size=2)
         records += episode_records("g3-e1", "g3", group_size=2)[:1]
         _push(transport, first.data_endpoint, records)
-        _wait_for(lambda: first.metrics().groups_ready == 3)
+        wait_for(lambda: first.metrics().groups_ready == 3)
     finally:
         first.stop()  # writes the snapshot
     assert first.metrics().groups_assembling == 1
 
-    second = BufferService(_cfg(max_reuse=1), ALGO, transport, snapshot_dir=snap)
+    second = buffer_service(transport, algo=ALGO, snapshot_dir=snap, max_reuse=1)
     second.start()
     learner = BufferClient(transport, second.control_endpoint, "learner", "L", timeout_s=5.0)
     try:
@@ -151,16 +140,17 @@ def test_periodic_snapshot_and_in_process_transport(tmp_path) -> None:
 
     snap = tmp_path / "snap"
     transport = InProcTransport()
-    service = BufferService(_cfg(snapshot_interval_s=0.05), ALGO, transport, snapshot_dir=str(snap))
+    service = buffer_service(transport, algo=ALGO, snapshot_dir=str(snap),
+                             snapshot_interval_s=0.05)
     service.start()
     learner = BufferClient(transport, service.control_endpoint, "learner", "L", timeout_s=5.0)
     try:
         learner.connect()
         _push(transport, service.data_endpoint, group_records("g0", [0.0, 1.0]))
-        _wait_for(lambda: service.metrics().groups_ready == 1)
-        _wait_for((snap / "buffer.snapshot").exists)
+        wait_for(lambda: service.metrics().groups_ready == 1)
+        wait_for((snap / "buffer.snapshot").exists)
         first = (snap / "buffer.snapshot").stat().st_mtime_ns
-        _wait_for(lambda: (snap / "buffer.snapshot").stat().st_mtime_ns != first)  # rewritten
+        wait_for(lambda: (snap / "buffer.snapshot").stat().st_mtime_ns != first)  # rewritten
         batch = learner.sample(1, learner_version=0, timeout_s=1.0)
         assert [g.group_id for g in batch.groups] == ["g0"]
     finally:
@@ -173,4 +163,4 @@ def test_unreadable_snapshot_is_a_clear_error(transport, tmp_path) -> None:
 
     (tmp_path / "buffer.snapshot").write_bytes(b"\x00 not a snapshot")
     with pytest.raises(SnapshotError, match="not a readable buffer snapshot"):
-        BufferService(_cfg(), ALGO, transport, snapshot_dir=str(tmp_path))
+        buffer_service(transport, algo=ALGO, snapshot_dir=str(tmp_path))

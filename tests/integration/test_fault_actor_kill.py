@@ -2,7 +2,7 @@
 
 Real parts: a Ray actor built exactly as `launch` builds it (`hosts.ActorHost` wrapped with
 `ray.remote(max_restarts=...)`, the tiny model, the transformers engine), with an env whose
-episodes always take 3 steps of 0.2 s (`fakes_reliability.SlowStepsEnvDef`: the random tiny
+episodes always take 3 steps of 0.2 s (`tests.fakes.envs.SlowStepsEnvDef`: the random tiny
 model never calls a tool, so the arithmetic env would end every episode after one step and
 there would be no "mid-episode" to kill),
 the real `BufferService` (in this process) over ZeroMQ, and `supervisor.Supervisor.check_actors`,
@@ -30,7 +30,8 @@ from agent_r1_async.buffers.service import BufferService
 from agent_r1_async.config import RunConfig, config_from_dict
 from agent_r1_async.wire.buffer_client import BufferClient
 from agent_r1_async.wire.zmq import ZmqTransport
-from tests.fakes_reliability import REPO, Ledger, wait_for
+from tests.fakes.checks import Ledger
+from tests.fakes.services import REPO, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +42,7 @@ def _cfg() -> RunConfig:
     return config_from_dict({
         "model": {"name_or_path": "tiny-random-llama", "max_model_len": 512},
         "engine": {"backend": "hf", "dtype": "float32", "max_new_tokens": 32},
-        "env": {"name": "tests.fakes_reliability:SlowStepsEnvDef", "max_turns": 3},
+        "env": {"name": "tests.fakes.envs:SlowStepsEnvDef", "max_turns": 3},
         "actors": {"num_actors": 1, "groups_in_flight": 2, "stats_interval_s": 0.5,
                    "max_restarts": 1, "num_cpus": 1},
         "algorithm": {"group_size": 2, "batch_groups": 1},

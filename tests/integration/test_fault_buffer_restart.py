@@ -25,8 +25,9 @@ from agent_r1_async.config import AlgorithmConfig, BufferConfig
 from agent_r1_async.wire import messages as m
 from agent_r1_async.wire.buffer_client import BufferClient
 from agent_r1_async.wire.zmq import ZmqTransport
-from tests.fakes_buffer import group_records
-from tests.fakes_reliability import Ledger, free_tcp_endpoint, start_buffer_process, wait_for
+from tests.fakes.checks import Ledger
+from tests.fakes.records import group_records
+from tests.fakes.services import free_tcp_endpoint, start_buffer_process, wait_for
 
 SNAPSHOT_S = 0.3
 

@@ -1,6 +1,6 @@
 """A hung env step and a hung tool inside a real actor loop: timeouts end (only) what hangs.
 
-One actor runs six groups at once on `fakes_reliability:HangingEnvDef` (a ToolEnv): the env of
+One actor runs six groups at once on `tests.fakes.envs:HangingEnvDef` (a ToolEnv): the env of
 task "hang-step" never answers a step, the tool of task "hang-tool" never returns, the four
 "ok-*" tasks behave. The engine is scripted (a tool call, then the answer) so the test needs
 no model weights, only the tiny model's tokenizer. Every record goes over real ZeroMQ.
@@ -18,14 +18,15 @@ from __future__ import annotations
 import threading
 import time
 
-from fakes_actors import CreditServer, Stream
-from fakes_reliability import HANG_STEP, HANG_TOOL, ScriptedToolEngine
-
 from agent_r1_async.actors.actor import Actor
 from agent_r1_async.config import config_from_dict
 from agent_r1_async.models import load_tokenizer, tiny_model_dir
 from agent_r1_async.wire import messages as m
 from agent_r1_async.wire.zmq import ZmqTransport
+from tests.fakes.checks import Stream
+from tests.fakes.engine import FakeEngine
+from tests.fakes.envs import ANSWER, HANG_STEP, HANG_TOOL, TOOL_CALL
+from tests.fakes.services import buffer_service
 
 STEP_TIMEOUT_S = 2.0
 TOOL_TIMEOUT_S = 0.3
@@ -35,7 +36,7 @@ def test_hung_step_times_out_and_hung_tool_fails_one_call_without_blocking_other
     cfg = config_from_dict({
         "model": {"name_or_path": "tiny-random-llama", "max_model_len": 512},
         "engine": {"backend": "hf", "max_new_tokens": 64},
-        "env": {"name": "fakes_reliability:HangingEnvDef", "max_turns": 2,
+        "env": {"name": "tests.fakes.envs:HangingEnvDef", "max_turns": 2,
                 "tool_timeout_s": TOOL_TIMEOUT_S, "step_timeout_s": STEP_TIMEOUT_S},
         "actors": {"groups_in_flight": 6, "stats_interval_s": 0.5},
         "algorithm": {"group_size": 2},
@@ -43,9 +44,11 @@ def test_hung_step_times_out_and_hung_tool_fails_one_call_without_blocking_other
     tokenizer = load_tokenizer(tiny_model_dir())
     transport = ZmqTransport()
     sink = transport.puller("tcp://127.0.0.1:0")
-    credits = CreditServer(transport)
-    actor = Actor(cfg, "actor-0", transport, sink.endpoint, credits.endpoint, None,
-                  engine=ScriptedToolEngine(tokenizer))
+    credits = buffer_service(transport, algo=cfg.algorithm, start=True)
+    # Every task: turn 0 calls the lookup tool, turn 1 answers.
+    engine = FakeEngine.by_turn(tokenizer, {"": [TOOL_CALL, ANSWER]}, delay_s=0.01)
+    actor = Actor(cfg, "actor-0", transport, sink.endpoint, credits.control_endpoint, None,
+                  engine=engine)
     errors: list[BaseException] = []
 
     def run() -> None:
@@ -73,7 +76,7 @@ def test_hung_step_times_out_and_hung_tool_fails_one_call_without_blocking_other
         thread.join(10)
     finally:
         sink.close()
-        credits.close()
+        credits.stop()
         transport.close()
     assert not errors, errors
     stream.check(group_size=2)  # contiguous steps, one end per episode, whole groups

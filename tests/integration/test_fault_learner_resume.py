@@ -28,23 +28,10 @@ from agent_r1_async.models import tiny_model_dir
 from agent_r1_async.wire import messages as m
 from agent_r1_async.wire.buffer_client import BufferClient
 from agent_r1_async.wire.zmq import ZmqTransport
-from tests.fakes_buffer import group_records
-from tests.fakes_reliability import Ledger, wait_for
-
-
-class RecordingSource:
-    """The learner's sample source (a BufferClient) with a ledger of what it handed out."""
-
-    def __init__(self, client: BufferClient, ledger: Ledger) -> None:
-        self.client, self.ledger = client, ledger
-
-    def sample(self, num_groups: int, learner_version: int, timeout_s: float) -> m.SampleBatch:
-        batch = self.client.sample(num_groups, learner_version, timeout_s)
-        self.ledger.add(batch)
-        return batch
-
-    def set_version(self, version: int) -> None:
-        self.client.set_version(version)
+from tests.fakes.checks import Ledger
+from tests.fakes.learner import RecordingSource
+from tests.fakes.records import group_records
+from tests.fakes.services import wait_for
 
 
 def _cfg() -> config.RunConfig:

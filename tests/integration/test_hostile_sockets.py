@@ -16,16 +16,13 @@ import time
 
 import torch
 
-from agent_r1_async.buffers.service import BufferService
-from agent_r1_async.config import AlgorithmConfig, BufferConfig
 from agent_r1_async.wire import messages as m
 from agent_r1_async.wire.buffer_client import BufferClient
 from agent_r1_async.wire.weights import WeightPublisher, WeightReceiver
 from agent_r1_async.wire.zmq import ZmqTransport
-from tests.fakes_buffer import group_records
-from tests.fakes_reliability import wait_for
+from tests.fakes.records import group_records
+from tests.fakes.services import buffer_service, wait_for
 
-ALGO = AlgorithmConfig(group_size=2, batch_groups=1)
 FLOOD = 20_000
 MAX_FRAME = 1 << 16
 
@@ -43,16 +40,9 @@ def _garbage(rng: random.Random, n: int) -> list[list[bytes]]:
     return [rng.choice(kinds)() for _ in range(n)]
 
 
-def _service(transport: ZmqTransport) -> BufferService:
-    cfg = BufferConfig(snapshot_interval_s=0.0, spi_tolerance=100.0, max_frame_bytes=MAX_FRAME)
-    service = BufferService(cfg, ALGO, transport)
-    service.start()
-    return service
-
-
 def test_data_socket_counts_a_flood_and_keeps_serving() -> None:
     transport = ZmqTransport()
-    service = _service(transport)
+    service = buffer_service(transport, start=True, max_frame_bytes=MAX_FRAME)
     flooder = transport.pusher(service.data_endpoint)
     honest = transport.pusher(service.data_endpoint)
     learner = BufferClient(transport, service.control_endpoint, "learner", "L", timeout_s=5.0)
@@ -94,7 +84,7 @@ def test_data_socket_counts_a_flood_and_keeps_serving() -> None:
 
 def test_control_socket_counts_a_flood_and_answers_an_honest_peer() -> None:
     transport = ZmqTransport()
-    service = _service(transport)
+    service = buffer_service(transport, start=True, max_frame_bytes=MAX_FRAME)
     n = 5_000
     frames = [f for f in _garbage(random.Random(1), n)]
     flooder = transport.client(service.control_endpoint)

@@ -18,7 +18,7 @@ from agent_r1_async.learner.loop import Learner
 from agent_r1_async.models import tiny_model_dir
 from agent_r1_async.wire.weights import WeightPublisher, WeightReceiver
 from agent_r1_async.wire.zmq import ZmqTransport
-from tests.fakes_learner import FakeSource
+from tests.fakes.learner import FakeSource
 
 VOCAB = 49152
 

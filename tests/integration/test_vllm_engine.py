@@ -11,12 +11,12 @@ import asyncio
 import msgspec
 import pytest
 import torch
-from fakes_actors import actor_config
 from test_actor_stream import check_versions, stream_with_weight_update
 from test_logprob_fidelity import chat_contexts, logprob_gap, reference_logprobs
 
 from agent_r1_async.actors.engines.base import SamplingSettings
 from agent_r1_async.models import load_causal_lm, tiny_model_dir
+from tests.fakes.services import actor_config
 
 pytest.importorskip("vllm")
 pytestmark = pytest.mark.vllm

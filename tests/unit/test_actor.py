@@ -10,6 +10,8 @@ from agent_r1_async.actors.stats import ActorCounters, StatsReporter
 from agent_r1_async.config import RunConfig
 from agent_r1_async.wire.inproc import InProcTransport
 from agent_r1_async.wire.messages import ActorStats, unpack_data
+from tests.fakes.clock import FakeClock
+from tests.fakes.transport import RecordingTransport
 
 
 def test_emit_waits_for_a_full_pipe_and_drops_nothing():
@@ -46,18 +48,18 @@ def test_emit_waits_for_a_full_pipe_and_drops_nothing():
 
 
 def test_stats_reporter_rates_over_the_window():
-    now = [100.0]
+    clock = FakeClock(100.0)
     counters = ActorCounters()
-    rep = StatsReporter("a0", counters, clock=lambda: now[0], wall_clock=lambda: 5.0)
+    rep = StatsReporter("a0", counters, clock=clock, wall_clock=lambda: 5.0)
     counters.tokens, counters.episodes_done, counters.episodes_failed = 400, 3, 1
     counters.gen_time_s, counters.env_time_s, counters.in_flight = 6.0, 2.0, 5
-    now[0] = 102.0
+    clock.t = 102.0
     s = rep.report(policy_version=3)
     # 400 tokens and 4 ended episodes in 2 s -> 200 tok/s, 2 episodes/s
     assert (s.tokens_per_s, s.episodes_per_s, s.policy_version) == (200.0, 2.0, 3)
     assert (s.gen_time_s, s.env_time_s, s.episodes_in_flight) == (6.0, 2.0, 5)
     counters.tokens += 50
-    now[0] = 103.0
+    clock.t = 103.0
     s = rep.report(policy_version=3)
     assert s.tokens_per_s == 50.0 and s.episodes_per_s == 0.0 and s.gen_time_s == 0.0
     assert s.episodes_done == 3 and s.tokens_total == 450  # totals stay totals
@@ -67,50 +69,24 @@ def test_actor_index_from_id():
     assert actor_index("actor-12") == 12 and actor_index("solo") == 0
 
 
-class _RecordingPusher:
-    """Notes each send and the close, in order; `full` refuses every send (a pipe that stays
-    full: the buffer stopped reading)."""
-
-    def __init__(self, inner, events: list[str], full: bool = False) -> None:
-        self.inner, self.events, self.endpoint, self.full = inner, events, inner.endpoint, full
-
-    def send(self, frames, timeout_ms=None) -> bool:
-        ok = not self.full and self.inner.send(frames, timeout_ms)
-        if ok:
-            self.events.append("send")
-        return ok
-
-    def close(self) -> None:
-        self.events.append("close")
-        self.inner.close()
-
-
-class _RecordingTransport(InProcTransport):
-    def __init__(self, full: bool = False) -> None:
-        super().__init__()
-        self.events: list[str] = []
-        self.full = full
-
-    def pusher(self, endpoint: str, **kw: int) -> _RecordingPusher:
-        return _RecordingPusher(super().pusher(endpoint, **kw), self.events, self.full)
-
-
 def test_stop_aborts_in_flight_episodes_with_one_end_each():
     import threading
     import time
 
-    from fakes_actors import CreditServer, FakeEngine, Stream, actor_config
-
     from agent_r1_async.models import tiny_model_dir
+    from tests.fakes.checks import Stream
+    from tests.fakes.engine import FakeEngine
+    from tests.fakes.services import actor_config, buffer_service
 
     cfg = actor_config("hf")
     cfg.model.name_or_path = tiny_model_dir()
-    transport = _RecordingTransport()
+    transport = RecordingTransport()
     sink = transport.puller()
-    credits = CreditServer(transport)
+    credits = buffer_service(transport, algo=cfg.algorithm, start=True)
     # Two groups (4 one-step episodes) finish; every later request hangs until cancelled.
-    engine = FakeEngine([28, 29], hang_from=4)
-    actor = Actor(cfg, "actor-0", transport, sink.endpoint, credits.endpoint, None, engine)
+    engine = FakeEngine.repeating([28, 29], hang_from=4)
+    actor = Actor(cfg, "actor-0", transport, sink.endpoint, credits.control_endpoint, None,
+                  engine)
     stop = threading.Event()
     thread = threading.Thread(target=actor.run, args=(stop,), daemon=True)
     stream = Stream()
@@ -130,7 +106,7 @@ def test_stop_aborts_in_flight_episodes_with_one_end_each():
             received += stream.add(frames)
     finally:
         stop.set()
-        credits.close()
+        credits.stop()
     statuses = sorted(e[0].status for e in stream.ends.values())
     assert statuses == ["aborted"] * 4 + ["ok"] * 4  # the episodes running at stop said so
     stream.check(cfg.algorithm.group_size)  # and still: one end each, contiguous steps
@@ -144,19 +120,19 @@ def test_stop_aborts_in_flight_episodes_with_one_end_each():
 def test_shutdown_flush_is_bounded_when_the_buffer_stops_reading(monkeypatch):
     import threading
 
-    from fakes_actors import CreditServer, FakeEngine, actor_config
-
     from agent_r1_async.actors import actor as actor_mod
     from agent_r1_async.models import tiny_model_dir
+    from tests.fakes.engine import FakeEngine
+    from tests.fakes.services import actor_config, buffer_service
 
     monkeypatch.setattr(actor_mod, "_FLUSH_TIMEOUT_S", 0.5)
     cfg = actor_config("hf")
     cfg.model.name_or_path = tiny_model_dir()
-    transport = _RecordingTransport(full=True)  # the buffer stopped reading
+    transport = RecordingTransport(full=True)  # the buffer stopped reading
     sink = transport.puller()
-    credits = CreditServer(transport)
-    actor = Actor(cfg, "actor-0", transport, sink.endpoint, credits.endpoint, None,
-                  FakeEngine([28, 29]))
+    credits = buffer_service(transport, algo=cfg.algorithm, start=True)
+    actor = Actor(cfg, "actor-0", transport, sink.endpoint, credits.control_endpoint, None,
+                  FakeEngine.repeating([28, 29]))
     stop = threading.Event()
     thread = threading.Thread(target=actor.run, args=(stop,), daemon=True)
     try:
@@ -167,6 +143,6 @@ def test_shutdown_flush_is_bounded_when_the_buffer_stops_reading(monkeypatch):
         assert not thread.is_alive()  # stopped after the bounded flush, not stuck on it
     finally:
         stop.set()
-        credits.close()
+        credits.stop()
     assert actor.sent == 0 and actor._emitter.queued > 0  # nothing reached the pipe
     assert transport.events == ["close"]  # and the pusher was still closed

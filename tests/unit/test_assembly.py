@@ -1,7 +1,8 @@
 """Assembly: steps -> episodes -> groups, with every dropped record counted by reason."""
 
 from agent_r1_async.buffers.assembly import Assembler
-from tests.fakes_buffer import FakeClock, end, episode_records, step
+from tests.fakes.clock import FakeClock
+from tests.fakes.records import end, episode_records, step
 
 
 def _asm(group_wait_s: float = 120.0, min_eps: int = 2, timeout: float = 600.0, grace: float = 5.0):

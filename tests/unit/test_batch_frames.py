@@ -6,19 +6,18 @@ import msgspec
 import pytest
 
 from agent_r1_async.buffers.service import BufferService
-from agent_r1_async.config import AlgorithmConfig, BufferConfig
 from agent_r1_async.wire import messages as m
 from agent_r1_async.wire.inproc import InProcTransport
-from tests.fakes_buffer import FakeClock, episode_records, step
+from agent_r1_async.wire.transport import Pusher
+from tests.fakes.clock import FakeClock
+from tests.fakes.records import episode_records, step
+from tests.fakes.services import buffer_service
 
-ALGO = AlgorithmConfig(group_size=2, batch_groups=1)
 
-
-def _service() -> tuple[BufferService, object]:
-    cfg = BufferConfig(spi_tolerance=1e6, snapshot_interval_s=0.0, gc_freeze=False,
-                       min_group_episodes=2)
+def _service() -> tuple[BufferService, Pusher]:
+    """The real service, not started (the test drives `_drain_data`), and a pusher to it."""
     transport = InProcTransport()
-    service = BufferService(cfg, ALGO, transport, clock=FakeClock())
+    service = buffer_service(transport, clock=FakeClock())
     return service, transport.pusher(service.data_endpoint)
 
 

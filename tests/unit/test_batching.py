@@ -7,7 +7,7 @@ import torch
 
 from agent_r1_async.learner import advantages as adv
 from agent_r1_async.learner import batching
-from tests.fakes_learner import make_batch, make_episode, make_step
+from tests.fakes.records import episode, sample_batch, step
 
 PAD = 0
 
@@ -19,13 +19,14 @@ def _two_step_batch():
     A step 1: context [11, 12, 21, 22, 31] action [23]         (31 is tool output; version 4)
     B step 0: context [11, 12]            action [24, 25, 26]  (version 4, per-token 4,4,5)
     """
-    a0 = make_step("A", "g", 0, [11, 12], [21, 22], version=3, behavior_logprobs=[-0.1, -0.2],
-                   process_reward=0.5)
-    a1 = make_step("A", "g", 1, [11, 12, 21, 22, 31], [23], version=4, behavior_logprobs=[-0.3])
-    b0 = make_step("B", "g", 0, [11, 12], [24, 25, 26], version=4,
-                   behavior_logprobs=[-0.4, -0.5, -0.6], token_versions=[4, 4, 5])
+    a0 = step("A", "g", 0, context_ids=[11, 12], action_ids=[21, 22], version=3,
+              behavior_logprobs=[-0.1, -0.2], process_reward=0.5)
+    a1 = step("A", "g", 1, context_ids=[11, 12, 21, 22, 31], action_ids=[23], version=4,
+              behavior_logprobs=[-0.3])
+    b0 = step("B", "g", 0, context_ids=[11, 12], action_ids=[24, 25, 26], version=4,
+              behavior_logprobs=[-0.4, -0.5, -0.6], token_versions=[4, 4, 5])
     # Steps arrive out of order: batching sorts them by step_index.
-    return make_batch([[make_episode("A", "g", [a1, a0], 1.0), make_episode("B", "g", [b0], 0.0)]])
+    return sample_batch([[episode("A", "g", [a1, a0], 1.0), episode("B", "g", [b0], 0.0)]])
 
 
 def _rows():
@@ -93,16 +94,17 @@ def test_micro_batch_plan_respects_token_budget():
 
 
 def test_failed_episodes_are_dropped_and_bad_steps_rejected():
-    ok = make_episode("A", "g", [make_step("A", "g", 0, [1], [2])], 1.0)
-    bad = make_episode("B", "g", [make_step("B", "g", 0, [1], [2])], 0.0, status="env_error")
-    groups = batching.trainable_groups(make_batch([[ok, bad]]))
+    ok = episode("A", "g", [step("A", "g", 0, context_ids=[1], action_ids=[2])], 1.0)
+    bad = episode("B", "g", [step("B", "g", 0, context_ids=[1], action_ids=[2])], 0.0,
+                  status="env_error")
+    groups = batching.trainable_groups(sample_batch([[ok, bad]]))
     assert [e.end.episode_id for g, _ in groups for e in g.episodes] == ["A"]
-    short = make_step("C", "g", 0, [1], [2, 3], behavior_logprobs=[-1.0])
-    groups = batching.trainable_groups(make_batch([[make_episode("C", "g", [short], 1.0)]]))
+    short = step("C", "g", 0, context_ids=[1], action_ids=[2, 3], behavior_logprobs=[-1.0])
+    groups = batching.trainable_groups(sample_batch([[episode("C", "g", [short], 1.0)]]))
     with pytest.raises(ValueError, match="1 behavior_logprobs for 2 action tokens"):
         batching.build_rows(groups, [[[0.0]]], [[[1.0]]])
-    empty_ctx = make_step("D", "g", 0, [], [2])
-    groups = batching.trainable_groups(make_batch([[make_episode("D", "g", [empty_ctx], 1.0)]]))
+    empty_ctx = step("D", "g", 0, context_ids=[], action_ids=[2])
+    groups = batching.trainable_groups(sample_batch([[episode("D", "g", [empty_ctx], 1.0)]]))
     with pytest.raises(ValueError, match="empty context_ids"):
         batching.build_rows(groups, [[[0.0]]], [[[1.0]]])
 

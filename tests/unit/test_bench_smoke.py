@@ -103,23 +103,15 @@ def test_learner_update_runs_with_the_bench_sleep_trainer() -> None:
     from agent_r1_async.config import AlgorithmConfig, RunConfig
     from agent_r1_async.learner.loop import Learner
     from agent_r1_async.wire import messages as m
+    from tests.fakes.learner import FakeSource
+    from tests.fakes.records import episode, sample_batch, step
 
-    def episode(e: int, reward: float) -> m.Episode:
-        step = m.StepRecord(f"e{e}", "g0", "t0", "a0", "x", 0, [5, 6, 7], [8, 9], [-0.5, -0.25],
-                            policy_version=0, done=True)
-        return m.Episode([step], m.EpisodeEnd(f"e{e}", "g0", "t0", "a0", "x", 1, reward, "ok", 2))
+    def one_step(e: int, reward: float) -> m.Episode:
+        s = step(f"e{e}", "g0", 0, context_ids=[5, 6, 7], action_ids=[8, 9],
+                 behavior_logprobs=[-0.5, -0.25], done=True)
+        return episode(f"e{e}", "g0", [s], reward)
 
-    class Source:
-        version = -1
-
-        def sample(self, num_groups: int, learner_version: int, timeout_s: float) -> m.SampleBatch:
-            group = m.Group("g0", "t0", "x", [episode(0, 1.0), episode(1, 0.0)])
-            return m.SampleBatch([group], [1.0], learner_version)
-
-        def set_version(self, version: int) -> None:
-            self.version = version
-
-    source = Source()
+    source = FakeSource(batch=sample_batch([[one_step(0, 1.0), one_step(1, 0.0)]]))
     cfg = RunConfig(algorithm=AlgorithmConfig(group_size=2, batch_groups=1))
     trainer = load("bench_async_vs_sync").SleepTrainer(0.0)
     learner = Learner(cfg, None, source, None, None, trainer=trainer)

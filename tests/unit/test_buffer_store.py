@@ -10,7 +10,8 @@ from agent_r1_async.buffers.buffer import TrajectoryBuffer
 from agent_r1_async.buffers.store import GroupStore, describe
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
 from agent_r1_async.wire.messages import Episode, Group
-from tests.fakes_buffer import FakeClock, end, group_records, make_group, step
+from tests.fakes.clock import FakeClock
+from tests.fakes.records import end, group_records, make_group, step
 
 
 def _store(mode: str = "prioritized", alpha: float = 1.0, beta: float = 0.5, **kw) -> GroupStore:
@@ -29,7 +30,7 @@ def test_importance_weights_hand_derived() -> None:
     store = _store()
     store.set_version(1)
     for gid, rewards, version in [("g0", [0, 0], 1), ("g1", [0, 2], 1), ("g2", [0, 14], 0)]:
-        assert store.insert(describe(make_group(gid, rewards, version), nbytes=10))
+        assert store.insert(describe(make_group(gid, rewards, version=version), nbytes=10))
     picked, weights, evicted = store.sample(3)
     by_id = {e.group.group_id: w for e, w in zip(picked, weights, strict=True)}
     assert by_id["g0"] == pytest.approx(1.0, abs=1e-12)

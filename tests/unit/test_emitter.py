@@ -9,6 +9,7 @@ import pytest
 from agent_r1_async.actors.emitter import BatchEmitter, SendFailed
 from agent_r1_async.wire import messages as m
 from agent_r1_async.wire.inproc import InProcTransport
+from tests.fakes.transport import BrokenPusher
 
 
 def _stats(i: int) -> m.ActorStats:
@@ -176,18 +177,8 @@ def test_flush_waits_for_a_full_pipe():
     assert [_times(f) for f in frames] == [[0.0, 1.0], [2.0, 3.0]]
 
 
-class _BrokenPusher:
-    endpoint = "broken"
-
-    def send(self, frames, timeout_ms=None) -> bool:
-        raise RuntimeError("socket closed")
-
-    def close(self) -> None:
-        pass
-
-
 def test_a_failed_send_in_the_loop_turn_fails_later_emits_check_and_flush():
-    em = BatchEmitter(_BrokenPusher())
+    em = BatchEmitter(BrokenPusher())
 
     async def main() -> None:
         await em.emit(_stats(0))  # accepted; the send fails in the loop callback
@@ -204,7 +195,7 @@ def test_a_failed_send_in_the_loop_turn_fails_later_emits_check_and_flush():
 
 
 def test_a_failed_inline_send_raises_from_emit():
-    em = BatchEmitter(_BrokenPusher(), max_batch=2)
+    em = BatchEmitter(BrokenPusher(), max_batch=2)
 
     async def main() -> None:
         await em.emit(_stats(0))
@@ -230,9 +221,9 @@ def test_an_unencodable_message_raises_at_emit_and_is_not_queued():
 
 def test_limits_are_checked():
     with pytest.raises(ValueError, match="max_batch"):
-        BatchEmitter(_BrokenPusher(), max_batch=8, max_queued=4)
+        BatchEmitter(BrokenPusher(), max_batch=8, max_queued=4)
     with pytest.raises(ValueError, match="max_batch"):
-        BatchEmitter(_BrokenPusher(), max_batch=0)
+        BatchEmitter(BrokenPusher(), max_batch=0)
 
 
 def test_a_failure_to_build_the_frame_fails_the_emitter_instead_of_losing_messages():

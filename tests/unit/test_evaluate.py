@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from fakes_actors import FakeEngine, OracleEngine
 
 from agent_r1_async.config import config_from_dict
 from agent_r1_async.envs.registry import get_env_spec
 from agent_r1_async.models import load_tokenizer, tiny_model_dir
 from agent_r1_async.run.evaluate import evaluate, format_table
+from tests.fakes.engine import FakeEngine
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,8 @@ def cfg():
 def test_oracle_engine_scores_perfectly(cfg):
     spec = get_env_spec(cfg.env)
     tasks = spec.tasks("dev")[:4]
-    engine = OracleEngine(load_tokenizer(tiny_model_dir()), {t.prompt: spec.oracle(t) for t in tasks})
+    oracles = {t.prompt: spec.oracle(t) for t in tasks}
+    engine = FakeEngine.by_turn(load_tokenizer(tiny_model_dir()), oracles)
     result = evaluate(cfg, "dev", 4, engine=engine)
     assert result["episodes"] == 8.0  # 4 tasks x 2 samples
     assert result["outcome_reward"] == 1.0 and result["failed_rate"] == 0.0
@@ -37,7 +38,7 @@ def test_oracle_engine_scores_perfectly(cfg):
 
 
 def test_junk_engine_scores_zero(cfg):
-    result = evaluate(cfg, "dev", 3, engine=FakeEngine([28, 29, 30]))
+    result = evaluate(cfg, "dev", 3, engine=FakeEngine.repeating([28, 29, 30]))
     assert result["outcome_reward"] == 0.0 and result["episodes"] == 6.0
     assert result["mean_return"] == 0.0
     assert result["mean_action_tokens"] == 3.0  # every action is the 3 scripted tokens

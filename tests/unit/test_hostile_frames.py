@@ -22,30 +22,28 @@ from typing import Any
 import msgspec
 import pytest
 import torch
-from fakes_reliability import control_frames, data_frames, weights_messages
 from hypothesis import HealthCheck, given, settings
 
 from agent_r1_async.buffers.service import BufferService
-from agent_r1_async.config import AlgorithmConfig, BufferConfig
 from agent_r1_async.wire import messages as m
 from agent_r1_async.wire.inproc import InProcTransport
 from agent_r1_async.wire.weights import WeightPublisher, WeightReceiver
-from tests.fakes_buffer import group_records
+from tests.fakes.hostile import control_frames, data_frames, weights_messages
+from tests.fakes.records import group_records
+from tests.fakes.services import buffer_service
 
 CASES = 10_000
 PROPERTY = settings(
     max_examples=CASES, deadline=None, derandomize=True, database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-ALGO = AlgorithmConfig(group_size=2, batch_groups=1)
 REFUSALS = ("malformed", "unexpected_message", "invalid_request")
 
 
-def _service(**overrides: Any) -> tuple[BufferService, InProcTransport]:
-    cfg = BufferConfig(spi_tolerance=1e6, snapshot_interval_s=0.0, gc_freeze=False,
-                       min_group_episodes=2, **overrides)
+def _service(**buffer: Any) -> tuple[BufferService, InProcTransport]:
+    """The real service, not started: each case goes through the loop's own parts."""
     transport = InProcTransport()
-    return BufferService(cfg, ALGO, transport), transport
+    return buffer_service(transport, **buffer), transport
 
 
 def _stored_steps_are_sane(service: BufferService) -> None:

@@ -13,7 +13,7 @@ from agent_r1_async.envs import registry
 from agent_r1_async.envs.base import Task
 from agent_r1_async.envs.registry import UnknownEnvError, get_env_spec, list_envs, register_env
 from agent_r1_async.envs.toolenv import ToolEnv
-from tests.fakes_envs import FakeDomain
+from tests.fakes.envs import FakeDomain
 
 
 class EchoArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -102,7 +102,7 @@ def test_entry_point_from_a_dist_info_on_sys_path(tmp_path, monkeypatch, clean_r
     (tmp_path / "fake_env_plugin.py").write_text(
         textwrap.dedent("""
         from agent_r1_async.envs.base import Task
-        from tests.fakes_envs import FakeDomain
+        from tests.fakes.envs import FakeDomain
         from agent_r1_async.envs.toolenv import ToolEnv
 
         class PluginEnv:

@@ -6,13 +6,14 @@ import asyncio
 import itertools
 
 import pytest
-from fakes_actors import FakeEngine, ScriptedEnv
 
 from agent_r1_async.actors.context import FullContext
 from agent_r1_async.actors.rollout import EpisodeIds, Rollout
 from agent_r1_async.envs.base import Task
 from agent_r1_async.models import load_tokenizer, tiny_model_dir
 from agent_r1_async.wire.messages import EpisodeEnd, StepRecord, decode_data, encode
+from tests.fakes.engine import FakeEngine
+from tests.fakes.envs import ScriptedEnv
 
 TASK = Task("t1", "What is 2+2?", answer="4")
 
@@ -44,7 +45,7 @@ def _run(rollout: Rollout, env: ScriptedEnv) -> tuple[EpisodeEnd, list]:
 def test_ok_episode_emits_contiguous_steps_then_one_end(tokenizer):
     hello = tokenizer.encode("hello", add_special_tokens=False)
     eos = tokenizer.eos_token_id
-    engine = FakeEngine([*hello, eos])
+    engine = FakeEngine.repeating([*hello, eos])
     env = ScriptedEnv(turns=3)
     end, sent = _run(_rollout(tokenizer, engine), env)
     steps = [m for m in sent if isinstance(m, StepRecord)]
@@ -66,32 +67,32 @@ def test_ok_episode_emits_contiguous_steps_then_one_end(tokenizer):
 
 
 def test_env_exception_ends_only_that_episode(tokenizer):
-    end, sent = _run(_rollout(tokenizer, FakeEngine([5, 6])), ScriptedEnv(turns=3, raise_on=1))
+    end, sent = _run(_rollout(tokenizer, FakeEngine.repeating([5, 6])), ScriptedEnv(turns=3, raise_on=1))
     assert end.status == "env_error" and "scripted env failure at 1" in end.error
     assert end.num_steps == 1  # step 0 was emitted; step 1 never existed
     assert [type(m).__name__ for m in sent] == ["StepRecord", "EpisodeEnd"]
 
 
 def test_env_reset_failure_sends_an_end_with_zero_steps(tokenizer):
-    end, sent = _run(_rollout(tokenizer, FakeEngine([5])), ScriptedEnv(raise_on=-1))
+    end, sent = _run(_rollout(tokenizer, FakeEngine.repeating([5])), ScriptedEnv(raise_on=-1))
     assert end.status == "env_error" and end.num_steps == 0 and len(sent) == 1
 
 
 def test_step_timeout(tokenizer):
-    rollout = _rollout(tokenizer, FakeEngine([5]), step_timeout_s=0.05)
+    rollout = _rollout(tokenizer, FakeEngine.repeating([5]), step_timeout_s=0.05)
     end, sent = _run(rollout, ScriptedEnv(turns=3, hang_on=0))
     assert end.status == "timeout" and "step_timeout_s=0.05" in end.error
     assert end.num_steps == 0 and len(sent) == 1
 
 
 def test_engine_failure(tokenizer):
-    end, _ = _run(_rollout(tokenizer, FakeEngine([5], fail_on_call=1)), ScriptedEnv(turns=3))
+    end, _ = _run(_rollout(tokenizer, FakeEngine.repeating([5], fail_on_call=1)), ScriptedEnv(turns=3))
     assert end.status == "engine_error" and "scripted engine failure" in end.error
     assert end.num_steps == 1
 
 
 def test_full_context_truncates_and_the_engine_owns_the_budget(tokenizer):
-    engine = FakeEngine(list(range(100, 140)))  # 40 tokens per action
+    engine = FakeEngine.repeating(list(range(100, 140)))  # 40 tokens per action
     rollout = _rollout(tokenizer, engine, max_model_len=100)
     end, sent = _run(rollout, ScriptedEnv(turns=4))
     # The rollout asks for the engine's own budget (capped there by the room left in
@@ -104,13 +105,13 @@ def test_full_context_truncates_and_the_engine_owns_the_budget(tokenizer):
 
 
 def test_env_that_never_ends_is_cut_at_max_turns(tokenizer):
-    end, sent = _run(_rollout(tokenizer, FakeEngine([5]), max_turns=2), ScriptedEnv(never_done=True))
+    end, sent = _run(_rollout(tokenizer, FakeEngine.repeating([5]), max_turns=2), ScriptedEnv(never_done=True))
     assert end.status == "truncated" and end.num_steps == 2
     assert sent[1].done  # the last step says done so the buffer can close the episode
 
 
 def test_counters_track_tokens_and_outcomes(tokenizer):
-    rollout = _rollout(tokenizer, FakeEngine([5, 6, 7]))
+    rollout = _rollout(tokenizer, FakeEngine.repeating([5, 6, 7]))
     _run(rollout, ScriptedEnv(turns=2))
     _run(rollout, ScriptedEnv(turns=2, raise_on=0))
     c = rollout.counters

@@ -8,7 +8,6 @@ import json
 import pytest
 
 from agent_r1_async.actors.context import make_context_builder
-from agent_r1_async.actors.engines.base import GenResult
 from agent_r1_async.actors.rollout import EpisodeIds, Rollout
 from agent_r1_async.config import ContextConfig, EnvConfig, config_from_dict
 from agent_r1_async.envs.arithmetic import SYSTEM_PROMPT
@@ -24,6 +23,7 @@ from agent_r1_async.sft.demos import (
 )
 from agent_r1_async.sft.train import demo_pairs, sft_micro_batches
 from agent_r1_async.wire.messages import StepRecord
+from tests.fakes.engine import FakeEngine
 
 EOS = 2  # <|im_end|> in the SmolLM2 tokenizer
 
@@ -114,27 +114,9 @@ def test_oracle_episode_layout_is_the_chat_template_and_masks_cover_exactly_the_
     assert mb.num_action_tokens == len(s0.action_ids) + len(s1.action_ids)
 
 
-class ScriptEngine:
-    """A fake engine that "samples" exactly the given action ids, one list per call."""
-
-    def __init__(self, actions: list[list[int]]) -> None:
-        self.actions = list(actions)
-        self.version = 0
-
-    async def generate(self, context_ids, max_new_tokens=None) -> GenResult:
-        ids = self.actions.pop(0)
-        return GenResult(ids, [-0.1] * len(ids), "stop", 0)
-
-    async def load_weights(self, version, state_dict) -> None:
-        pass
-
-    async def close(self) -> None:
-        pass
-
-
 def _rollout_pairs(spec, task, tok, actions, builder) -> list[tuple[list[int], list[int]]]:
     rollout = Rollout(
-        engine=ScriptEngine(actions), tokenizer=tok, builder=builder, env_name=spec.name,
+        engine=FakeEngine.scripted(actions), tokenizer=tok, builder=builder, env_name=spec.name,
         actor_id="a0", max_model_len=2048, max_turns=spec.env_cfg.max_turns,
         step_timeout_s=10.0,
     )

@@ -3,7 +3,7 @@
 import pytest
 
 from agent_r1_async.buffers.staleness import AdmissionControl
-from tests.fakes_buffer import FakeClock, FakeVersion
+from tests.fakes.clock import FakeClock, FakeVersion
 
 
 def _control(max_staleness: int = 2, batch_groups: int = 4, timeout: float = 600.0):

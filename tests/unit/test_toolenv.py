@@ -18,7 +18,7 @@ from agent_r1_async.envs.toolenv import (
     tool_call_text,
     tool_prompt,
 )
-from tests.fakes_envs import TASK, EchoTool, FakeDomain, SleepTool
+from tests.fakes.envs import TASK, EchoTool, FakeDomain, SleepTool
 
 
 def call(name: str, args: str) -> str:
