@@ -1,12 +1,21 @@
 """Client of the buffer's control socket (actors ask for credits, learners sample).
 
 One request at a time over a DEALER (the transport's `Client`, lazy-pirate on timeouts).
-Failures are explicit: no answer -> `TimeoutError`; an `ErrorReply` or a reply of the wrong
-type -> `RuntimeError` naming it; a schema mismatch on `connect` -> `ConnectionError`.
+A request that gets no reply within its timeout is sent again, up to `retries` times, after a
+growing pause (`backoff_s`, doubling, at most 5 s); every lost reply is counted in
+`.timeouts`. One slow or lost reply therefore costs a retry, not the caller's thread.
+Resending is safe for every request: Hello, StatsRequest and VersionUpdate are idempotent; a
+SampleRequest replaces the peer's parked one; a CreditRequest whose grant was lost leaves
+credits the buffer expires after `buffer.grant_timeout_s`.
+
+Failures are explicit: no answer after the retries -> `TimeoutError`; an `ErrorReply` or a
+reply of the wrong type -> `RuntimeError` naming it; a schema mismatch on `connect` ->
+`ConnectionError`.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Literal, TypeVar, get_args
 
@@ -27,10 +36,15 @@ class BufferClient:
         role: Role,
         peer_id: str,
         timeout_s: float = 10.0,
+        retries: int = 3,
+        backoff_s: float = 0.5,
     ) -> None:
         if role not in get_args(Role):
             raise ValueError(f"role must be 'actor', 'learner' or 'monitor', got {role!r}")
         self.role, self.peer_id, self.timeout_s = role, peer_id, timeout_s
+        self.retries, self.backoff_s = retries, backoff_s
+        self.timeouts = 0
+        """Requests that got no reply in time (each one retried or raised)."""
         # A unique socket identity: two clients with the same peer_id must not collide.
         self._client = transport.client(control_endpoint, f"{peer_id}-{uuid.uuid4().hex[:8]}")
 
@@ -63,9 +77,19 @@ class BufferClient:
         self._client.close()
 
     def _call(self, req: m.ControlMessage, reply_type: type[_R], timeout_s: float) -> _R:
-        frames = self._client.request([m.encode(req)], timeout_ms=int(timeout_s * 1000))
-        if frames is None:
-            raise TimeoutError(f"no reply to {type(req).__name__} within {timeout_s:.1f} s")
+        frame = m.encode(req)
+        for attempt in range(self.retries + 1):
+            frames = self._client.request([frame], timeout_ms=int(timeout_s * 1000))
+            if frames is not None:
+                break
+            self.timeouts += 1
+            if attempt < self.retries:
+                time.sleep(min(self.backoff_s * 2**attempt, 5.0))
+        else:
+            raise TimeoutError(
+                f"no reply to {type(req).__name__} within {timeout_s:.1f} s "
+                f"({self.retries + 1} tries)"
+            )
         if len(frames) != 1:
             raise RuntimeError(f"reply to {type(req).__name__} has {len(frames)} frames")
         reply = m.decode_control(frames[0])

@@ -67,7 +67,7 @@ def test_a_peer_without_the_key_cannot_inject_trajectories(keys_and_peers) -> No
             for rec in group_records(f"evil-{name}", [0.0, 1.0]):
                 pusher.send([m.encode(rec)], timeout_ms=200)  # queued locally, never delivered
             client = BufferClient(t, service.control_endpoint, "actor", f"evil-{name}",
-                                  timeout_s=0.5)
+                                  timeout_s=0.5, retries=0)
             with pytest.raises(ConnectionError):  # no Hello ever reaches the service
                 client.connect()
             client.close()
