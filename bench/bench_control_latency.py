@@ -29,7 +29,6 @@ from agent_r1_async.wire import messages as m
 from agent_r1_async.wire.buffer_client import BufferClient
 from agent_r1_async.wire.zmq import ZmqTransport
 
-
 GROUP = 2  # episodes per group (AlgorithmConfig.group_size below)
 
 
