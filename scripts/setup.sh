@@ -8,6 +8,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
+# bubblewrap isolates the `python` tool (envs/tools/bwrap.py). Installed when missing and
+# apt-get can (root); elsewhere only a note: nothing else needs it, and that tool then
+# refuses to start unless env.args.sandbox: unsafe_inprocess.
+if ! command -v bwrap >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; } \
+      >/dev/null || echo "setup: could not install bubblewrap; the python tool will refuse to run"
+  else
+    echo "setup: bubblewrap (bwrap) not installed; the python tool will refuse to run" \
+      "(install the bubblewrap package)"
+  fi
+fi
 STAMP=.venv/.setup-stamp
 want=$(cat pyproject.toml scripts/setup.sh scripts/constraints.txt | sha256sum | cut -d' ' -f1)
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && [ -x .venv/bin/agent-r1-async ]; then
