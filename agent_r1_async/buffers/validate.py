@@ -16,7 +16,7 @@ each with a reason key the buffer counts (`drops["invalid_record/<reason>"]`):
 | `version`       | policy_version outside [0, learner version + 1] (2^62 crashed W&B)   |
 | `token_versions`| a token version outside that range (2^64-1 crashed the learner)      |
 | `reward`        | a reward that is not finite or beyond ±1e6 (±1e200 overflowed)       |
-| `logprob`       | a log-prob that is not finite or outside [-1e4, 0]                    |
+| `logprob`       | a log-prob that is not finite or outside [-1e4, 0] (+1e-6 rounding)   |
 | `timing`        | a time, count or metric that is not finite or absurd                 |
 
 The same bounds keep `ActorStats` sane (`invalid_stats/<reason>`).
@@ -37,6 +37,8 @@ MAX_ABS_REWARD = 1e6
 of a group's returns stay finite in float64."""
 MIN_LOGPROB = -1e4
 """Smallest log-prob accepted (exp(-1e4) is 0 in float64 already)."""
+MAX_LOGPROB = 1e-6
+"""Largest log-prob accepted: 0, plus room for an engine's float32 rounding."""
 MAX_SECONDS = 1e7
 """Largest duration accepted (about 4 months)."""
 MAX_COUNT = 1 << 40
@@ -73,7 +75,7 @@ def _logprobs_bad(values: Any) -> bool:
         return False
     v = np.asarray(values, dtype=np.float64)
     lo, hi = v.min(), v.max()  # NaN propagates: the comparison below is then False
-    return not (lo >= MIN_LOGPROB and hi <= 0.0)
+    return not (lo >= MIN_LOGPROB and hi <= MAX_LOGPROB)
 
 
 def _reward_bad(x: float) -> bool:
