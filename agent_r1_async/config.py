@@ -207,10 +207,18 @@ class BufferConfig(_Section):
     """Move stored records out of the cyclic GC's scans (gc.freeze, ~2x ingest); off if the process relies on cycle collection."""
     vocab_size: int = 0
     """Token ids must be in [0, vocab_size): a step with any other id is dropped as invalid (0 = the policy model's config.json vocab_size, read at launch)."""
+    max_model_len: int = 0
+    """A step's context + action tokens must fit in this (0 = model.max_model_len, filled at launch)."""
+    max_steps: int = 0
+    """step_index must be below this and num_steps at most this (0 = env.max_turns, filled at launch)."""
+    max_actors: int = 0
+    """ActorStats are kept for at most this many actor ids, the rest counted (0 = actors.num_actors, filled at launch; 256 if unset)."""
 
     def __post_init__(self) -> None:
         _require(self.max_staleness >= 0, "buffer.max_staleness", "must be >= 0")
         _require(self.vocab_size >= 0, "buffer.vocab_size", "must be >= 0 (0 = the model's)")
+        for key in ("max_model_len", "max_steps", "max_actors"):
+            _require(getattr(self, key) >= 0, f"buffer.{key}", "must be >= 0 (0 = from the run)")
         _require(0 <= self.alpha <= 1, "buffer.alpha", "must be in [0, 1]")
         _require(0 <= self.beta <= 1, "buffer.beta", "must be in [0, 1]")
         _require(0 < self.freshness_decay <= 1, "buffer.freshness_decay", "must be in (0, 1]")

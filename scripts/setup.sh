@@ -26,6 +26,20 @@ fi
 case "$KIND" in cpu|gpu) ;; *) echo "setup: AGENT_R1_ASYNC_SETUP must be cpu or gpu, not '$KIND'" >&2; exit 2;; esac
 exec 3>&1  # the dry-run plan goes to the original stdout, past any redirection of a step
 run() { if [ "$DRY" = 1 ]; then echo "+ $*" >&3; else "$@"; fi; }
+# bubblewrap isolates the `python` tool (envs/tools/bwrap.py). Installed when missing and
+# apt-get can (root); elsewhere only a note: nothing else needs it, and that tool then
+# refuses to start unless env.args.sandbox: unsafe_inprocess.
+if [ "$DRY" = 1 ]; then
+  echo "+ apt-get install -y bubblewrap (only if bwrap is missing and this runs as root)" >&3
+elif ! command -v bwrap >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; } \
+      >/dev/null || echo "setup: could not install bubblewrap; the python tool will refuse to run"
+  else
+    echo "setup: bubblewrap (bwrap) not installed; the python tool will refuse to run" \
+      "(install the bubblewrap package)"
+  fi
+fi
 STAMP=.venv/.setup-stamp
 want=$( (cat pyproject.toml scripts/setup.sh scripts/constraints.txt; echo "$KIND") | sha256sum | cut -d' ' -f1)
 if [ "$DRY" = 0 ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && [ -x .venv/bin/agent-r1-async ]; then

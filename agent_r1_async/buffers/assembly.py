@@ -22,14 +22,12 @@ that `buffer.max_bytes` bounds the process memory, not the socket traffic.
 
 from __future__ import annotations
 
-import math
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-import numpy as np
 
 from agent_r1_async.wire.messages import TRAINABLE_STATUSES, Episode, EpisodeEnd, Group, StepRecord
 
@@ -75,40 +73,6 @@ def approx_nbytes(msg: StepRecord | EpisodeEnd) -> int:
             + _field_nbytes(msg.action_ids, _BYTES_PER_ID)
             + _field_nbytes(msg.token_versions, _BYTES_PER_ID)
             + _field_nbytes(msg.behavior_logprobs, _BYTES_PER_FLOAT))
-
-
-def _ids_outside(ids: Any, vocab_size: int) -> bool:
-    """Whether any token id is negative or >= vocab_size (vectorized: ~1 µs for 600 ids)."""
-    if not len(ids):
-        return False
-    v = np.asarray(ids)  # a packed TokenIds is viewed, not copied
-    return bool(v.min() < 0 or v.max() >= vocab_size)
-
-
-def validate_record(msg: StepRecord | EpisodeEnd, vocab_size: int = 0) -> str:
-    """Why a decoded record is unusable ("" if it is fine): shapes the learner relies on, and
-    token ids inside the model's vocabulary when `vocab_size` is known (an id beyond it would
-    crash the learner's embedding lookup)."""
-    if isinstance(msg, EpisodeEnd):
-        if msg.group_size < 1 or msg.num_steps < 0:
-            return f"episode_end {msg.episode_id!r}: group_size {msg.group_size}, num_steps {msg.num_steps}"
-        if not math.isfinite(msg.outcome_reward):  # a NaN would poison priorities and losses
-            return f"episode_end {msg.episode_id!r}: outcome_reward {msg.outcome_reward}"
-        return ""
-    n = len(msg.action_ids)
-    if msg.step_index < 0:
-        return f"step {msg.episode_id!r}: negative step_index {msg.step_index}"
-    # sum() is NaN/inf iff some term is (or they overflow): one C pass, not a Python loop.
-    if not (math.isfinite(msg.process_reward) and math.isfinite(sum(msg.behavior_logprobs))):
-        return f"step {msg.episode_id!r}: non-finite process_reward or behavior_logprobs"
-    if len(msg.behavior_logprobs) != n:
-        return f"step {msg.episode_id!r}: {len(msg.behavior_logprobs)} logprobs for {n} actions"
-    if msg.token_versions and len(msg.token_versions) != n:
-        return f"step {msg.episode_id!r}: {len(msg.token_versions)} token_versions for {n} actions"
-    if vocab_size and (_ids_outside(msg.context_ids, vocab_size)
-                       or _ids_outside(msg.action_ids, vocab_size)):
-        return f"step {msg.episode_id!r}: token id outside [0, {vocab_size})"
-    return ""
 
 
 def episode_nbytes(episode: Episode) -> int:
@@ -173,6 +137,9 @@ class Assembler:
     def nbytes(self) -> int:
         return sum(g.nbytes for g in self._groups.values())
 
+    def has_group(self, group_id: str) -> bool:
+        return group_id in self._groups
+
     def drain(self) -> tuple[list[ReadyGroup], list[str]]:
         """Groups that became ready, and ids of groups dropped, since the last call."""
         ready, dropped = self._ready, self._dropped
@@ -200,6 +167,30 @@ class Assembler:
             self._add_step(grp, ep, msg, nbytes)
         else:
             self._add_end(grp, ep, msg, now, nbytes)
+        return new_group
+
+    def reject(self, msg: StepRecord | EpisodeEnd, now: float, group_size: int = 0) -> bool:
+        """A record of this episode was refused at ingest: the episode can never be whole, so
+        it is dropped now ("rejected_episode") instead of holding its group, and the group's
+        credit, until `episode_timeout_s`. `group_size`: a trusted size hint (0 = none).
+        Returns True if it opened the group (the caller tracks its credit)."""
+        if msg.episode_id in self._closed or msg.group_id in self._closed:
+            return False
+        grp = self._groups.get(msg.group_id)
+        new_group = grp is None
+        if grp is None:
+            grp = self._groups[msg.group_id] = _Grp(msg.task_id, msg.env_name, now, now)
+        if grp.group_size == 0 and group_size > 0:
+            grp.group_size = group_size
+        ep = grp.open.get(msg.episode_id)
+        if ep is None:
+            if msg.episode_id in self._episodes:  # same episode id under another group id
+                self.drops["inconsistent_record"] += 1
+                self._check_group(msg.group_id, grp, now)
+                return new_group
+            ep = grp.open[msg.episode_id] = self._episodes[msg.episode_id] = _Ep(msg.group_id, now)
+        ep.last_seen = grp.last_seen = now
+        self._finish(grp, ep, msg.episode_id, None, "rejected_episode")
         return new_group
 
     def _add_step(self, grp: _Grp, ep: _Ep, rec: StepRecord, nbytes: int) -> None:

@@ -15,21 +15,18 @@ in-flight groups), so accepted data is never dropped for lack of memory.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 from collections.abc import Callable
 
 import msgspec
 
-from agent_r1_async.buffers.assembly import (
-    Assembler,
-    OpenGroup,
-    episode_nbytes,
-    validate_record,
-)
+from agent_r1_async.buffers.assembly import Assembler, OpenGroup, episode_nbytes
 from agent_r1_async.buffers.rate_limiter import SampleToInsertRatio
 from agent_r1_async.buffers.staleness import AdmissionControl
 from agent_r1_async.buffers.store import GroupStore, StoredGroup, describe
+from agent_r1_async.buffers.validate import RecordBounds, check_record, check_stats
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
 from agent_r1_async.wire.messages import (
     ActorStats,
@@ -40,6 +37,11 @@ from agent_r1_async.wire.messages import (
     SampleBatch,
     StepRecord,
 )
+
+log = logging.getLogger(__name__)
+
+_DEFAULT_MAX_ACTORS = 256
+"""ActorStats kept when `buffer.max_actors` is 0 (unknown: not filled at launch)."""
 
 
 class StoredState(msgspec.Struct, array_like=True, gc=False):
@@ -72,6 +74,8 @@ class TrajectoryBuffer:
         self.cfg = cfg
         self.version = 0
         self._clock = clock
+        self._max_group_size = algo.group_size
+        self._max_actors = cfg.max_actors or _DEFAULT_MAX_ACTORS
         self.admission = AdmissionControl(
             cfg.max_staleness,
             algo.batch_groups,
@@ -110,17 +114,52 @@ class TrajectoryBuffer:
 
     # ---- data in ------------------------------------------------------------------------
 
+    def bounds(self) -> RecordBounds:
+        """The run's own bounds at this moment (versions move with the learner)."""
+        c = self.cfg
+        return RecordBounds(c.vocab_size, c.max_model_len, c.max_steps, self._max_group_size,
+                            self.version + 1)
+
     def ingest(self, msg: StepRecord | EpisodeEnd | ActorStats) -> None:
         self.records += 1
         if isinstance(msg, ActorStats):
-            self.actor_stats[msg.actor_id] = msg
+            self._ingest_stats(msg)
             return
-        if validate_record(msg, self.cfg.vocab_size):
-            self.drops["invalid_record"] += 1
-            return
-        if self.assembler.add(msg, self._clock()):
+        reason, detail = check_record(msg, self.bounds())
+        if reason:
+            self._refuse(msg, reason, detail)
+        elif self.assembler.add(msg, self._clock()):
             self.admission.on_record(msg.group_id, msg.actor_id)
         self._collect()
+
+    def _refuse(self, msg: StepRecord | EpisodeEnd, reason: str, detail: str) -> None:
+        """Count a refused record; its episode can never be whole, so when its group holds a
+        credit (granted or assembling) the episode is dropped now and a group left with
+        nothing to wait for releases its credit at once (not after episode_timeout_s)."""
+        self.drops["invalid_record"] += 1
+        self.drops[f"invalid_record/{reason}"] += 1
+        if self.drops["invalid_record"] <= 10 or self.drops["invalid_record"] % 1000 == 0:
+            log.warning("buffer: record refused (%d so far): %s", self.drops["invalid_record"],
+                        detail)
+        if not (self.assembler.has_group(msg.group_id) or self.admission.holds(msg.group_id)):
+            return  # a group nobody granted: nothing to release, nothing to remember
+        # The group's size, so that it waits for its other episodes: the refused end's own
+        # (when that field passed), else the run's (every actor runs algorithm.group_size).
+        size = self._max_group_size
+        if isinstance(msg, EpisodeEnd) and reason != "group_size":
+            size = msg.group_size
+        if self.assembler.reject(msg, self._clock(), size):
+            self.admission.on_record(msg.group_id, msg.actor_id)
+
+    def _ingest_stats(self, msg: ActorStats) -> None:
+        """Keep sane reports of at most `max_actors` actor ids (each id is a metrics key)."""
+        reason = check_stats(msg, self.bounds())
+        if reason:
+            self.drops[f"invalid_stats/{reason}"] += 1
+        elif msg.actor_id in self.actor_stats or len(self.actor_stats) < self._max_actors:
+            self.actor_stats[msg.actor_id] = msg
+        else:
+            self.drops["actor_stats_overflow"] += 1
 
     def tick(self) -> None:
         """Apply timeouts; call a few times per second."""

@@ -22,6 +22,12 @@ loop. `buffer.records` counts records (the items of a Batch each), not frames. A
 SampleRequest's wait is finite and capped (`_MAX_PARK_S`), and each peer has at most one
 parked request. Replies go out with ROUTER_MANDATORY: a reply to a peer that left is dropped.
 
+The thread never dies silently: each part of the loop (wait, data, control, tick, parked,
+snapshot) runs under a guard that counts an exception (`drops["loop_error/<part>"]`) and logs
+it with its traceback; a part that fails `_MAX_CONSECUTIVE_ERRORS` times in a row is broken
+for good, and then the service stops (final snapshot) and calls `on_fatal` (the buffer's
+host exits its process, which supervision sees); `failure` holds the exception.
+
 Run: `BufferService(cfg.buffer, cfg.algorithm, ZmqTransport()).start()`; actors PUSH
 `messages.encode(record)` (or `messages.encode_batch` of several encoded records) to
 `.data_endpoint`; learners and actors use `BufferClient` on `.control_endpoint`.
@@ -52,6 +58,11 @@ _TICK_S = 0.2
 _IDLE_WAIT_MS = 50
 _MAX_PARK_S = 3600.0  # longest a SampleRequest may wait; the learner asks again after it
 _MAX_PARKED = 256  # parked requests at once (one per peer identity; bounds a flood)
+_MAX_CONSECUTIVE_ERRORS = 50  # a part failing this often in a row is broken, not unlucky
+
+
+class _Broken(Exception):
+    """A loop part failed _MAX_CONSECUTIVE_ERRORS times in a row."""
 
 
 @dataclass
@@ -72,10 +83,16 @@ class BufferService:
         snapshot_dir: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         fresh_actors: bool = False,
+        on_fatal: Callable[[BaseException], None] | None = None,
     ) -> None:
         """`fresh_actors`: the actors of the restored snapshot are gone (a relaunch), so their
-        open episodes and credits are released at once instead of after their timeouts."""
+        open episodes and credits are released at once instead of after their timeouts.
+        `on_fatal`: called (from the service thread, after shutdown) when the loop is broken
+        for good; the default only logs."""
         self.cfg = cfg
+        self.on_fatal = on_fatal
+        self.failure: BaseException | None = None
+        self._errors_in_a_row: dict[str, int] = {}
         self.buffer = TrajectoryBuffer(cfg, algo, clock)
         self.snapshot_dir = snapshot_dir
         self.restored = False
@@ -123,29 +140,62 @@ class BufferService:
             next_snapshot += self.cfg.snapshot_interval_s
         try:
             while not stop.is_set() and not self._stop.is_set():
-                self._poller.wait(self._wait_ms())
+                self._guarded("wait", self._wait)
                 with self._lock:
-                    self._drain_data()
-                    self._drain_control()
+                    self._guarded("data", self._drain_data)
+                    self._guarded("control", self._drain_control)
                     now = self._clock()
                     if now >= next_tick:
-                        if self.cfg.gc_freeze:
-                            # Stored records are acyclic (freed by refcount); keeping millions
-                            # of their lists out of every full GC scan doubles ingest speed.
-                            gc.freeze()
-                        self.buffer.tick()
-                        self._update_rate(now)
                         next_tick = now + _TICK_S
-                    self._serve_parked(now)
+                        self._guarded("tick", self._tick, now)
+                    self._guarded("parked", self._serve_parked, now)
                     if (
                         self.snapshot_dir
                         and self.cfg.snapshot_interval_s > 0
                         and now >= next_snapshot
                     ):
-                        save_snapshot(self.snapshot_dir, self.buffer.state())
                         next_snapshot = now + self.cfg.snapshot_interval_s
+                        self._guarded("snapshot", self._save_snapshot)
+        except _Broken as e:
+            self.failure = e.__cause__ or e
         finally:
             self._shutdown()
+        if self.failure is not None:
+            log.critical("buffer: service loop stopped: %s", self.failure)
+            if self.on_fatal is not None:
+                self.on_fatal(self.failure)
+
+    def alive(self) -> bool:
+        """The service thread runs and its loop is not broken."""
+        return self._thread is not None and self._thread.is_alive() and self.failure is None
+
+    def _guarded(self, part: str, fn: Callable[..., object], *args: object) -> None:
+        """Run one loop part; an exception is counted and logged, never a dead thread."""
+        try:
+            fn(*args)
+        except Exception as e:
+            self.buffer.drops[f"loop_error/{part}"] += 1
+            n = self._errors_in_a_row[part] = self._errors_in_a_row.get(part, 0) + 1
+            log.exception("buffer: loop part %r failed (%d in a row)", part, n)
+            if n >= _MAX_CONSECUTIVE_ERRORS:
+                raise _Broken(f"loop part {part!r} failed {n} times in a row") from e
+        else:
+            self._errors_in_a_row[part] = 0
+
+    def _wait(self) -> None:
+        self._poller.wait(self._wait_ms())
+
+    def _tick(self, now: float) -> None:
+        if self.cfg.gc_freeze:
+            # Stored records are acyclic (freed by refcount); keeping millions of their lists
+            # out of every full GC scan doubles ingest speed.
+            gc.freeze()
+        self.buffer.tick()
+        self._update_rate(now)
+
+    def _save_snapshot(self) -> None:
+        assert self.snapshot_dir is not None
+        save_snapshot(self.snapshot_dir, self.buffer.state())
 
     def _shutdown(self) -> None:
         with self._lock:

@@ -84,6 +84,10 @@ class AdmissionControl:
             self._in_flight[gid] = _Credit(actor_id, now)
         return ids
 
+    def holds(self, group_id: str) -> bool:
+        """Whether `group_id` holds a credit now (granted or tracked, not yet done)."""
+        return group_id in self._in_flight
+
     def on_record(self, group_id: str, actor_id: str) -> None:
         """A record of `group_id` arrived: its credit is now in use.
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from agent_r1_async.config import RunConfig
+from agent_r1_async.config import BufferConfig, RunConfig
 from agent_r1_async.wire.transport import tcp_endpoint
 from agent_r1_async.wire.zmq import CurveKeys, ZmqTransport
 
@@ -55,6 +55,27 @@ def advertised(endpoint: str, bind_host: str) -> str:
     return f"tcp://{ip}:{port}"
 
 
+def _exit_broken_buffer(exc: BaseException) -> None:
+    """The buffer's loop is broken for good (its final snapshot is written): end this process
+    so that supervision sees a dead buffer, instead of a live process serving nothing."""
+    import sys
+
+    print(f"buffer: service loop broken ({type(exc).__name__}: {exc}); exiting", file=sys.stderr,
+          flush=True)
+    os._exit(70)
+
+
+def buffer_bounds(cfg: RunConfig) -> BufferConfig:
+    """`cfg.buffer` with the ingest bounds left at 0 taken from the run: lengths from
+    `model.max_model_len`, step indices from `env.max_turns`, actor ids from
+    `actors.num_actors` (see buffers/validate.py)."""
+    b = cfg.buffer
+    return msgspec.structs.replace(
+        b, max_model_len=b.max_model_len or cfg.model.max_model_len,
+        max_steps=b.max_steps or cfg.env.max_turns,
+        max_actors=b.max_actors or cfg.actors.num_actors)
+
+
 class BufferHost:
     def __init__(
         self, cfg: RunConfig, snapshot_dir: str | None, curve: CurveKeys | None, resume: bool
@@ -65,6 +86,7 @@ class BufferHost:
         if cfg.buffer.vocab_size == 0:  # range-check token ids against the policy's vocabulary
             cfg = msgspec.structs.replace(cfg, buffer=msgspec.structs.replace(
                 cfg.buffer, vocab_size=model_vocab_size(cfg.model.name_or_path)))
+        cfg = msgspec.structs.replace(cfg, buffer=buffer_bounds(cfg))
         self.cfg = cfg
         self.transport = ZmqTransport(curve=curve)
         host = cfg.launch.bind_host
@@ -76,6 +98,7 @@ class BufferHost:
             control_endpoint=tcp_endpoint(host),
             snapshot_dir=snapshot_dir,
             fresh_actors=resume,  # a relaunch starts new actors: the old ones' credits are void
+            on_fatal=_exit_broken_buffer,
         )
         self.service.start()
 

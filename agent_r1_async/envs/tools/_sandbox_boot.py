@@ -6,7 +6,8 @@ Not imported by the parent: `python_exec.py` reads this file's text and runs it 
 1. hard limits: rlimits with soft == hard (CPU gets hard = soft + 1 so SIGXCPU comes first);
 2. `SIGXFSZ` ignored, so a write past RLIMIT_FSIZE raises OSError(EFBIG) instead of killing;
 3. unaudited dangerous functions are removed from `os`/`posix` and `_thread` (speed bumps,
-   see python_exec.py for what `_imp` can undo), `_posixsubprocess.fork_exec` is replaced;
+   see python_exec.py for what `_imp` can undo), `_posixsubprocess.fork_exec` is replaced,
+   `pidfd_send_signal` is removed;
 4. the audit hook is installed (it can never be removed);
 5. `main.py` runs as a fresh `__main__` module; an uncaught MemoryError exits with
    EXIT_MEMORY so the parent can tell "out of memory" from an ordinary error.
@@ -14,6 +15,9 @@ Not imported by the parent: `python_exec.py` reads this file's text and runs it 
 The hook is a closure built by `_make_hook`: every name it uses at call time (builtins, os
 functions, the sandbox root) is a closure cell captured here, never a global lookup, so code
 that patches `builtins`, `os.path` or this module's globals cannot change its decisions.
+That does not make it a boundary: the hook's frame (and so its closure's mutable deny tables)
+is reachable from the `__traceback__` of any refusal. In `bwrap` mode it is defense in depth
+only (clear refusals for honest mistakes); the OS namespaces are the boundary.
 """
 
 import json
@@ -55,28 +59,28 @@ _DENY_IMPORTS = frozenset({
     "_posixsubprocess", "_ctypes", "_sqlite3", "_dbm", "_gdbm", "readline", "_posixshmem",
     "_multiprocessing", "_xxsubinterpreters", "_xxinterpchannels", "syslog", "_ssl",
 })
-# Events whose listed argument positions are paths that must lie inside the sandbox root,
-# and the position of their dir_fd argument (None: the event has none).
+# Events whose path arguments must lie inside the sandbox root: (path position, position of
+# that path's dir_fd or None). rename/link carry a dir_fd per path (src_dir_fd, dst_dir_fd).
 _PATH_EVENTS = {
-    "os.remove": ((0,), 1),
-    "os.rmdir": ((0,), 1),
-    "os.mkdir": ((0,), 2),
-    "os.rename": ((0, 1), 2),
-    "os.link": ((0, 1), 2),
-    "os.symlink": ((1,), 2),  # the link's target text is harmless; its location is not
-    "os.chmod": ((0,), 2),
-    "os.chown": ((0,), 3),
-    "os.utime": ((0,), 3),
-    "os.truncate": ((0,), None),
-    "os.setxattr": ((0,), None),
-    "os.removexattr": ((0,), None),
-    "os.chflags": ((0,), None),
-    "os.lchflags": ((0,), None),
-    "shutil.rmtree": ((0,), 1),
-    "shutil.copyfile": ((1,), None),
-    "shutil.copymode": ((1,), None),
-    "shutil.copystat": ((1,), None),
-    "shutil.move": ((0, 1), None),
+    "os.remove": ((0, 1),),
+    "os.rmdir": ((0, 1),),
+    "os.mkdir": ((0, 2),),
+    "os.rename": ((0, 2), (1, 3)),
+    "os.link": ((0, 2), (1, 3)),
+    "os.symlink": ((1, 2),),  # the link's target text is harmless; its location is not
+    "os.chmod": ((0, 2),),
+    "os.chown": ((0, 3),),
+    "os.utime": ((0, 3),),
+    "os.truncate": ((0, None),),
+    "os.setxattr": ((0, None),),
+    "os.removexattr": ((0, None),),
+    "os.chflags": ((0, None),),
+    "os.lchflags": ((0, None),),
+    "shutil.rmtree": ((0, 1),),
+    "shutil.copyfile": ((1, None),),
+    "shutil.copymode": ((1, None),),
+    "shutil.copystat": ((1, None),),
+    "shutil.move": ((0, None), (1, None)),
 }
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
@@ -182,9 +186,8 @@ def _make_hook(root: str, max_files: int):
             if args[0] != own_pid:
                 refuse(event, "signalling other processes is disabled")
         elif event in _path_events:
-            positions, fd_pos = _path_events[event]
-            dir_fd = args[fd_pos] if fd_pos is not None and fd_pos < _len(args) else None
-            for i in positions:
+            for i, fd_pos in _path_events[event]:
+                dir_fd = args[fd_pos] if fd_pos is not None and fd_pos < _len(args) else None
                 if not inside(args[i], dir_fd):
                     refuse(event, "changing files outside the sandbox directory is disabled")
             if event == "os.mkdir":
@@ -230,11 +233,16 @@ def _neuter_modules() -> None:
     import posix
 
     for mod in (os, posix):
-        for name in ("mknod", "mkfifo", "memfd_create", "chroot"):  # not audited in 3.11
+        for name in ("mknod", "mkfifo", "memfd_create", "chroot", "pidfd_open"):  # unaudited
             if hasattr(mod, name):
                 delattr(mod, name)
             if name in os.__all__:
                 os.__all__.remove(name)
+    import _signal
+
+    for mod in (signal, _signal):  # not audited: signals any process it can name
+        if hasattr(mod, "pidfd_send_signal"):
+            delattr(mod, "pidfd_send_signal")
     _thread.start_new_thread = _thread.start_new = _refuse_threads
     _posixsubprocess.fork_exec = _refuse_fork_exec
 

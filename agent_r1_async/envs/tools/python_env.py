@@ -21,6 +21,7 @@ from agent_r1_async.envs.base import Task
 from agent_r1_async.envs.registry import register_env
 from agent_r1_async.envs.toolenv import Score, Shaping, ToolCall, ToolEnv, tool_call_text
 from agent_r1_async.envs.tools.python_exec import (
+    SANDBOX_MODES,
     PythonExecTool,
     SandboxLimits,
     format_exec_result,
@@ -43,6 +44,9 @@ class PythonToolArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     wall_s: float = 5.0
     """Wall-clock seconds per tool call (must stay below env.tool_timeout_s)."""
     memory_mb: int = 512
+    sandbox: str = "bwrap"
+    """`bwrap` (OS isolation; needs bubblewrap) or `unsafe_inprocess` (rlimits and a Python
+    audit hook only: NOT a security boundary, accepted only when asked for here)."""
     valid_call_reward: float = 0.1
     invalid_call_penalty: float = -0.1
 
@@ -144,8 +148,15 @@ class PythonToolEnv:
                                    memory_mb=args.memory_mb)
         except ValueError as e:
             raise ConfigError(f"env.args: {e}") from None
+        if args.sandbox not in SANDBOX_MODES:
+            raise ConfigError(f"env.args.sandbox: must be one of {', '.join(SANDBOX_MODES)}, "
+                              f"got {args.sandbox!r}")
+        try:
+            tool = PythonExecTool(limits, sandbox=args.sandbox)
+        except RuntimeError as e:  # bwrap missing or not working: the message says what to do
+            raise ConfigError(f"env.args.sandbox: {e}") from None
         self.args, self.env_cfg = args, env_cfg
-        self.domain = PythonDomain(PythonExecTool(limits))
+        self.domain = PythonDomain(tool)
         self.shaping = Shaping(valid_call=args.valid_call_reward,
                                invalid_call=args.invalid_call_penalty)
 

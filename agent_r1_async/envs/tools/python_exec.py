@@ -1,43 +1,31 @@
-"""`python` tool: run agent-written Python in a fresh, limited subprocess.
+"""`python` tool: run agent-written Python in a fresh, isolated subprocess.
 
-Each call writes the code to `main.py` in a fresh temp dir and runs
-`[unshare -rn] <this python> -I -S -c <_sandbox_boot.py> <config>` there, with a minimal
-environment (PATH, LANG, HOME=TMPDIR=the temp dir: nothing inherited), stdin from /dev/null,
-in its own session (process group); the dir is removed afterwards. Never `exec` in-process.
+Two modes (`sandbox`, from the python env's `env.args.sandbox`):
 
-What IS guaranteed (enforced by the kernel, not by Python code the agent could tamper with):
-- a separate process: a crash, hang or leak cannot touch the caller's interpreter;
-- CPU time (RLIMIT_CPU, SIGXCPU then SIGKILL one second later), address space (RLIMIT_AS),
-  size of any one written file (RLIMIT_FSIZE), open files (RLIMIT_NOFILE), no core dumps;
-  all set with soft == hard before the agent's code runs. A non-root user cannot raise a
-  hard limit; root could, so the audit hook also refuses `resource.setrlimit/prlimit` and,
-  where a user namespace is used, the kernel refuses it too;
-- a wall-clock limit: on expiry the child's own process group (and nothing else) gets SIGKILL;
-- output limits: at most `max_output_bytes` of stdout (the head) and of stderr (the tail)
-  are kept, the rest marked truncated, and the group is killed once `kill_after_bytes` have been read;
-- with the network namespace layer (`unshare -rn`, probed once; used when it works without
-  privileges): no network at all, not even loopback to the host's services;
-- with the privilege drop (when the caller is root and the interpreter is runnable as
-  `nobody`): no write access to files owned by others, no signals to other users' processes,
-  no device nodes, and RLIMIT_NPROC binds (no fork, no threads).
-  `PythonExecTool.layers` says which layers this machine gave.
+`bwrap` (the default): OS isolation by bubblewrap, see `bwrap.py` for exactly what it gives.
+The code runs as `nobody` (uid 65534 on the host, never root), in its own user, pid, network
+and mount namespaces, on a read-only system with only `/usr`, the interpreter and a
+size-limited tmpfs visible; no process it starts outlives the call. Where bwrap is missing or
+does not work the tool refuses to start, with an error saying how to install it.
 
-What is NOT guaranteed (best effort, defense in depth): the audit hook installed by the
-bootstrap refuses sockets, process creation (subprocess, os.system/exec/spawn/fork,
-posix_spawn), ctypes and C modules that reach files or processes behind its back (sqlite3,
-dbm, readline, shared memory, sub-interpreters), writes/renames/removals/links/chmods whose
-real path (symlinks resolved) is outside the temp dir, reads of other processes' /proc
-entries, signals to other processes, tracing/profiling, heap walking (gc.get_referrers...) and
-new code objects. Audit hooks are not a security boundary: code that corrupts interpreter
-memory (a C-level exploit) can bypass all of it, and `_imp.create_builtin` can rebuild the
-`os` functions the bootstrap deletes (mknod, mkfifo, memfd_create, chroot: not audited in
-3.11). A path-like object whose `__fspath__` answers differently on each call can also race
-the write check (exact str/bytes paths cannot). Reads are not restricted; `/tmp` and
-`/dev/shm` stay writable for the kernel, so "no writes outside the temp dir" rests on the hook.
-Without the privilege drop, RLIMIT_NPROC does not bind for root, so fork and threads rest on
-the hook (and on `_thread.start_new_thread` being replaced). Disk use is bounded by
-`max_files` x `file_mb` (counted by the hook). Only the standard library can be imported
-(`-S`: no site-packages).
+`unsafe_inprocess`: the weaker mode, accepted only when the config asks for it. The code runs
+in a plain subprocess (`[unshare -rn] <this python> -I -S`, dropped to `nobody` when that
+works) whose only barrier beyond rlimits is the Python audit hook of `_sandbox_boot.py`. An
+audit hook is NOT a security boundary: its own locals are reachable from any refusal's
+`__traceback__`, several calls are not audited (`signal.pidfd_send_signal`, `_imp` tricks),
+and when the caller is root and `nobody` cannot run the interpreter the code runs as root.
+Use it only on machines where a hostile program costs nothing.
+
+In both modes the bootstrap (`_sandbox_boot.py`) runs first and sets, with soft == hard (an
+unprivileged process cannot raise them): CPU seconds (RLIMIT_CPU, SIGXCPU then SIGKILL one
+second later), address space (RLIMIT_AS), size of one written file (RLIMIT_FSIZE), open files
+(RLIMIT_NOFILE), processes (RLIMIT_NPROC: binds for uid 65534, not for root), no core dumps;
+and installs the audit hook (in `bwrap` mode only as defense in depth: friendlier refusals,
+not a boundary). The parent enforces a wall-clock limit (SIGKILL to the child's process group;
+bwrap's namespace init then takes every process of the call with it) and output limits (the
+head of stdout and the tail of stderr, at most `max_output_bytes` each, kept; the group is
+killed once `kill_after_bytes` have been read). The environment is minimal (PATH, LANG,
+HOME=TMPDIR=the work dir), stdin is /dev/null. Only the standard library can be imported.
 """
 
 from __future__ import annotations
@@ -54,10 +42,15 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from agent_r1_async.envs.tools import bwrap
+
+SANDBOX_MODES = ("bwrap", "unsafe_inprocess")
+"""`bwrap`: OS isolation (the default); `unsafe_inprocess`: rlimits + audit hook only."""
 EXIT_MEMORY = 86
 """Exit status the bootstrap uses for an uncaught MemoryError (see _sandbox_boot.py)."""
 _BOOT_SOURCE = (Path(__file__).parent / "_sandbox_boot.py").read_text(encoding="utf-8")
@@ -86,10 +79,15 @@ class SandboxLimits:
     """Total output read before the process is killed as a flood."""
     max_code_bytes: int = 100_000
     """Longer code is not run."""
+    max_processes: int = 8
+    """RLIMIT_NPROC in `bwrap` mode (its namespace init counts as one)."""
+    disk_mb: int = 64
+    """Size of the sandbox's tmpfs (`bwrap` mode): all the code may write, in memory."""
 
     def __post_init__(self) -> None:
         for name in ("cpu_s", "memory_mb", "file_mb", "max_files", "max_open_files",
-                     "max_output_bytes", "kill_after_bytes", "max_code_bytes"):
+                     "max_output_bytes", "kill_after_bytes", "max_code_bytes", "max_processes",
+                     "disk_mb"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"SandboxLimits.{name} must be a positive int, got {value!r}")
@@ -268,13 +266,22 @@ class PythonExecTool:
         self,
         limits: SandboxLimits = SandboxLimits(),
         *,
+        sandbox: str = "bwrap",
         use_namespaces: bool | None = None,
         drop_privileges: bool | None = None,
         workdir_root: str | None = None,
     ) -> None:
-        self.limits = limits
-        self.plan = launch_plan(use_namespaces, drop_privileges)
-        self.layers = self.plan.layers
+        """`sandbox`: one of SANDBOX_MODES. The other keywords apply to `unsafe_inprocess`."""
+        if sandbox not in SANDBOX_MODES:
+            raise ValueError(f"sandbox must be one of {SANDBOX_MODES}, got {sandbox!r}")
+        self.limits, self.sandbox = limits, sandbox
+        self.bwrap: bwrap.BwrapPlan | None = None
+        if sandbox == "bwrap":
+            self.bwrap = bwrap.bwrap_plan()  # RuntimeError saying how to get bwrap
+            self.layers: tuple[str, ...] = ("bwrap", "netns", "nobody")
+        else:
+            self.plan = launch_plan(use_namespaces, drop_privileges)
+            self.layers = self.plan.layers
         self.workdir_root = workdir_root
 
     async def call(self, code: str) -> dict[str, Any]:  # type: ignore[override]
@@ -284,14 +291,35 @@ class PythonExecTool:
         if len(code.encode("utf-8", errors="surrogatepass")) > self.limits.max_code_bytes:
             return _result("error", None, "", f"code longer than "
                            f"{self.limits.max_code_bytes} bytes; not run", False, 0.0)
+        if self.bwrap is not None:
+            return await self._run_bwrap(code, self.bwrap)
         tmp = tempfile.mkdtemp(prefix="pyexec-", dir=self.workdir_root)
         try:
-            return await self._run(code, tmp)
+            return await self._run_inprocess(code, tmp)
         finally:
             _rmtree(tmp)
 
-    async def _run(self, code: str, tmp: str) -> dict[str, Any]:
-        lim, plan = self.limits, self.plan
+    def _boot_cfg(self, root: str, nproc: int) -> str:
+        lim = self.limits
+        return json.dumps({"root": root, "cpu_s": lim.cpu_s, "memory_bytes": lim.memory_mb << 20,
+                           "file_bytes": lim.file_mb << 20, "max_open_files": lim.max_open_files,
+                           "nproc": nproc, "max_files": lim.max_files})
+
+    async def _run_bwrap(self, code: str, plan: bwrap.BwrapPlan) -> dict[str, Any]:
+        # a path unique per call: nothing the code writes there exists on the host
+        workdir = f"/tmp/pyexec-{uuid.uuid4().hex[:12]}"
+        fd = bwrap.code_fd(code)
+        try:
+            cmd = [*bwrap.bwrap_args(plan, workdir, fd, self.limits.disk_mb << 20),
+                   plan.interpreter, "-I", "-S", "-c", _BOOT_SOURCE,
+                   self._boot_cfg(workdir, self.limits.max_processes)]
+            return await self._supervise(cmd, None, _base_env(workdir),
+                                         bwrap.popen_kwargs(plan, fd), signal_base=128)
+        finally:
+            os.close(fd)
+
+    async def _run_inprocess(self, code: str, tmp: str) -> dict[str, Any]:
+        plan = self.plan
         main = os.path.join(tmp, "main.py")
         with open(main, "w", encoding="utf-8", errors="surrogatepass") as f:
             f.write(code)
@@ -300,15 +328,21 @@ class PythonExecTool:
             for p in (tmp, main):
                 os.chown(p, plan.uid, plan.gid if plan.gid is not None else -1)
             kw = {"user": plan.uid, "group": plan.gid, "extra_groups": []}
-        cfg = {"root": os.path.realpath(tmp), "cpu_s": lim.cpu_s,
-               "memory_bytes": lim.memory_mb << 20, "file_bytes": lim.file_mb << 20,
-               "max_open_files": lim.max_open_files, "nproc": 1, "max_files": lim.max_files}
+        cmd = [*plan.prefix, sys.executable, "-I", "-S", "-c", _BOOT_SOURCE,
+               self._boot_cfg(os.path.realpath(tmp), 1)]
+        return await self._supervise(cmd, tmp, _base_env(tmp), kw, signal_base=None)
+
+    async def _supervise(self, cmd: list[str], cwd: str | None, env: dict[str, str],
+                         kw: dict[str, Any], *, signal_base: int | None) -> dict[str, Any]:
+        """Start `cmd`, drain its output within the limits, kill its group on time-out.
+
+        `signal_base`: bwrap reports a child killed by signal N as exit status 128 + N.
+        """
+        lim = self.limits
         start = time.monotonic()
         proc = await asyncio.create_subprocess_exec(
-            *plan.prefix, sys.executable, "-I", "-S", "-c", _BOOT_SOURCE, json.dumps(cfg),
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, cwd=tmp, env=_base_env(tmp),
-            start_new_session=True, **kw,
+            *cmd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, cwd=cwd, env=env, start_new_session=True, **kw,
         )
         out = _Output(lim, lambda: _kill_group(proc))
         assert proc.stdout is not None and proc.stderr is not None
@@ -326,6 +360,8 @@ class PythonExecTool:
             if not work.done():  # cancelled by the caller (e.g. ToolEnv's timeout)
                 _kill_group(proc)
                 await asyncio.wait({work}, timeout=1.0)  # reap it before the dir goes
+        if signal_base is not None and signal_base < rc < signal_base + 65:
+            rc = signal_base - rc  # 128 + N -> -N, as for a direct child
         stdout, t1 = _text(so, so_n, tail=False)
         stderr, t2 = _text(se, se_n, tail=True)
         status = _status(rc, timed_out, out.flooded)
@@ -363,5 +399,5 @@ def format_exec_result(result: dict[str, Any]) -> str:
     return "\n".join(parts) if parts else "[no output]"
 
 
-__all__ = ["EXIT_MEMORY", "LaunchPlan", "PythonExecTool", "SandboxLimits",
+__all__ = ["EXIT_MEMORY", "SANDBOX_MODES", "LaunchPlan", "PythonExecTool", "SandboxLimits",
            "format_exec_result", "launch_plan"]
