@@ -23,11 +23,10 @@ needs_vllm = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def engine():
-    from fakes_actors import actor_config
-
     from agent_r1_async.actors.engines.base import SamplingSettings
     from agent_r1_async.actors.engines.vllm import VllmEngine
     from agent_r1_async.models import tiny_model_dir
+    from tests.fakes.services import actor_config
 
     cfg = actor_config("vllm").engine  # float32, eager: the CPU tests' settings, on CUDA
     eng = VllmEngine(cfg, tiny_model_dir(), SamplingSettings(max_new_tokens=64, seed=0), 512)

@@ -20,7 +20,7 @@ from agent_r1_async.config import AlgorithmConfig, BufferConfig
 from agent_r1_async.wire import messages as m
 from agent_r1_async.wire.buffer_client import BufferClient
 from agent_r1_async.wire.zmq import ZmqTransport
-from tests.fakes_buffer import episode_records, group_records
+from tests.fakes.records import episode_records, group_records
 
 
 @pytest.fixture

@@ -12,7 +12,8 @@ import pytest
 from agent_r1_async.buffers.buffer import TrajectoryBuffer
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
 from agent_r1_async.wire.messages import ActorStats, EpisodeEnd, StepRecord, TokenIds
-from tests.fakes_buffer import FakeClock, end, group_records, step
+from tests.fakes.clock import FakeClock
+from tests.fakes.records import end, group_records, step
 
 # The run's bounds: vocabulary 1000, max_model_len 512, env.max_turns 4, group_size 2.
 BOUNDS = {"vocab_size": 1000, "max_model_len": 512, "max_steps": 4}
