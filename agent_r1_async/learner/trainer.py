@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from agent_r1_async import config, models
 from agent_r1_async.learner.batching import MicroBatch
-from agent_r1_async.learner.losses import PPOLossParams, ppo_loss, value_loss
+from agent_r1_async.learner.losses import ppo_loss, value_loss
 
 
 def resolve_device(name: str) -> torch.device:
@@ -69,7 +69,6 @@ class PolicyTrainer:
         self.algo = cfg.algorithm
         self.device = resolve_device(self.lcfg.device)
         self.model_path = model_path
-        self.params = PPOLossParams.from_config(cfg.algorithm)
         kwargs: dict[str, Any] = {}
         if (self.lcfg.flash_attention and self.device.type == "cuda"
                 and importlib.util.find_spec("flash_attn") is not None):
@@ -165,18 +164,18 @@ class PolicyTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         rows = sum(mb.steps for mb in mbs)
         tokens = sum(mb.num_action_tokens for mb in mbs)
-        denom = tokens if self.params.loss_agg == "token-mean" else rows
+        denom = tokens if self.algo.loss_agg == "token-mean" else rows
         sums: dict[str, float] = {}
         w_max = 0.0
         for mb in mbs:
             out = self.forward(mb, values=self.value_head is not None,
-                               entropy=self.params.entropy_coef > 0)
+                               entropy=self.algo.entropy_coef > 0)
             dev = self.device
             proximal = (out.logprobs.detach() if mb.proximal_logprobs is None
                         else mb.proximal_logprobs.to(dev))
             loss, m = ppo_loss(
                 out.logprobs, proximal, mb.behavior_logprobs.to(dev),
-                mb.advantages.to(dev), mb.action_mask.to(dev), self.params, denominator=denom,
+                mb.advantages.to(dev), mb.action_mask.to(dev), self.algo, denominator=denom,
                 sample_weights=mb.sample_weights.to(dev)[:, None],
                 reference_logprobs=_to(mb.reference_logprobs, dev), entropy=out.entropy,
             )

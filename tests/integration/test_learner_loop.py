@@ -146,7 +146,7 @@ def test_logprobs_match_full_logits_and_accumulation_equals_full_batch():
 
             out = trainer.forward(m)
             loss, _ = ppo_loss(out.logprobs, m.proximal_logprobs, m.behavior_logprobs,
-                               m.advantages, m.action_mask, trainer.params, denominator=denom)
+                               m.advantages, m.action_mask, trainer.algo, denominator=denom)
             loss.backward()
         grads.append([p.grad.clone() for p in trainer.trainable_parameters()])
     for a, b in zip(*grads, strict=True):
