@@ -253,6 +253,9 @@ def action_logprobs(
       and w·r = exp(current - behavior), the plain importance-weighted gradient π/μ·A (the
       limit of w·r as the proximal probability goes to 0), as for any token whose ratio is
       far above the clip range under A < 0 in PPO.
+    - reference outside (KL): k3(current ‖ reference) ≈ 49 + current, a unit push down on a
+      token the reference cannot sample; current outside with reference inside: a large
+      k3 value (≤ e^50) in `kl_ref` but no gradient.
     -50 rather than -inf or a huge negative value: every exp in the loss stays finite in fp32
     (e^50 ≈ 5e21 < 3e38) because real log-probs are ≤ 0, so the values are finite too.
     """
