@@ -8,7 +8,8 @@ Decoupled PPO (three policies, named after the math):
       + kl_coef · k3(current ‖ reference) − entropy_coef · H(current)
 
 Tokens whose (untruncated) weight leaves [is_mask_low, is_mask_high] are rejected (their loss
-is zero); a bound of 0 is off. `w` and the mask are constants (no gradient).
+is zero); a bound of 0 is off. So are tokens the proximal policy cannot sample (outside its
+top-p set: OUTSIDE_TOP_P_LOGPROB, w = 0). `w` and the mask are constants (no gradient).
 
 Aggregation with gradient accumulation in mind: each call sums over its micro-batch and
 divides by `denominator`, which the caller sets to the *whole batch's* count (action tokens
@@ -34,6 +35,12 @@ from torch import Tensor
 from agent_r1_async.config import AlgorithmConfig
 
 LossAgg = Literal["token-mean", "seq-mean-token-sum"]
+
+OUTSIDE_TOP_P_LOGPROB = -50.0
+"""The learner's log-prob for a sampled token outside its policy's top-p set (truly -inf;
+learner/trainer.py `action_logprobs` says why -50). A proximal log-prob equal to it means
+probability 0: w = 0, the token is rejected (its loss is exactly 0) and left out of
+`approx_kl`. Real log-probs are never exactly -50.0, so default runs are unaffected."""
 
 
 def k3_kl(logp: Tensor, logq: Tensor) -> Tensor:
@@ -62,7 +69,9 @@ def importance_weights(
 ) -> tuple[Tensor, Tensor]:
     """(truncated weight w, keep mask) from proximal and behavior log-probs; no gradient."""
     raw = torch.exp(proximal_logprobs - behavior_logprobs).detach()
-    keep = torch.ones_like(raw, dtype=torch.bool)
+    # w = 0 exactly where the proximal policy cannot sample the token: rejected outright,
+    # since r = current / 0 would otherwise let w·r·A through the unclipped branch (A < 0).
+    keep = proximal_logprobs.detach() != OUTSIDE_TOP_P_LOGPROB
     if algo.is_mask_low > 0:
         keep &= raw >= algo.is_mask_low
     if algo.is_mask_high > 0:
@@ -120,6 +129,8 @@ def _ppo_metrics(
 ) -> dict[str, Tensor]:
     """Token sums over the mask (divide by `tokens` after summing across micro-batches)."""
     m = mask.to(ratio.dtype)
+    approx_kl = k3_kl(proximal, proximal + log_ratio.detach())  # e^(current + 50) if outside
+    approx_kl = torch.where(proximal == OUTSIDE_TOP_P_LOGPROB, 0.0, approx_kl)
     # A token is clipped when the clipped branch is the (strictly) binding one.
     low = (ratio < 1.0 - algo.eps_low) & (advantages < 0)
     high = (ratio > 1.0 + algo.eps_high) & (advantages > 0)
@@ -131,7 +142,7 @@ def _ppo_metrics(
         "is_weight_max": (w * m).max() if m.numel() else torch.zeros(()),
         "masked_sum": ((~keep).to(m.dtype) * m).sum(),
         "mismatch_kl_sum": (k3_kl(behavior, proximal) * m).sum(),
-        "approx_kl_sum": (k3_kl(proximal, proximal + log_ratio.detach()) * m).sum(),
+        "approx_kl_sum": (approx_kl * m).sum(),
     }
 
 

@@ -37,7 +37,7 @@ from torch import Tensor, nn
 
 from agent_r1_async import config, models, sampling
 from agent_r1_async.learner.batching import MicroBatch
-from agent_r1_async.learner.losses import ppo_loss, value_loss
+from agent_r1_async.learner.losses import OUTSIDE_TOP_P_LOGPROB, ppo_loss, value_loss
 
 
 def resolve_device(name: str) -> torch.device:
@@ -181,11 +181,14 @@ class PolicyTrainer:
             dev = self.device
             proximal = (out.logprobs.detach() if mb.proximal_logprobs is None
                         else mb.proximal_logprobs.to(dev))
+            reference = _to(mb.reference_logprobs, dev)
+            if reference is not None and self.cfg.engine.top_p < 1:
+                reference = kl_reference(out.logprobs, reference)
             loss, m = ppo_loss(
                 out.logprobs, proximal, mb.behavior_logprobs.to(dev),
                 mb.advantages.to(dev), mb.action_mask.to(dev), self.algo, denominator=denom,
                 sample_weights=mb.sample_weights.to(dev)[:, None],
-                reference_logprobs=_to(mb.reference_logprobs, dev), entropy=out.entropy,
+                reference_logprobs=reference, entropy=out.entropy,
             )
             if out.values is not None:
                 vl, vm = value_loss(out.values, mb.old_values.to(dev), mb.value_targets.to(dev),
@@ -225,10 +228,6 @@ class PolicyTrainer:
         return out
 
 
-OUTSIDE_TOP_P_LOGPROB = -50.0
-"""Log-prob of a token outside the policy's top-p set (truly -inf): see `action_logprobs`."""
-
-
 def action_logprobs(
     logits: Tensor, targets: Tensor, entropy: bool, temperature: float, top_p: float
 ) -> tuple[Tensor, Tensor | None]:
@@ -243,19 +242,15 @@ def action_logprobs(
     proximal or current policy's (their logits differ): its log-prob there is -inf, which
     gives NaN (-inf - -inf in log r when both are outside; 0·inf in backward). It gets the
     constant OUTSIDE_TOP_P_LOGPROB instead (no gradient), and the IS machinery of the loss
-    takes it from there, as it would for a probability that is exactly 0:
+    treats it as the probability 0 it stands for:
     - current outside: log r = -50 - proximal, r ≈ 0; A > 0: the r·A branch binds, A < 0: the
       clipped (1 - ε_low)·A branch binds; either way no gradient (the log-prob is a constant).
-    - proximal outside (the behavior policy was staler): w = exp(-50 - behavior) ≈ 0, since
-      sampled tokens have behavior log-probs far above -50; `algorithm.is_mask_low` > 0
-      rejects the token outright. If current is outside too, r = 1 and there is no gradient.
-      If current is inside: A > 0 binds the clipped branch (no gradient); A < 0 binds r·A,
-      and w·r = exp(current - behavior), the plain importance-weighted gradient π/μ·A (the
-      limit of w·r as the proximal probability goes to 0), as for any token whose ratio is
-      far above the clip range under A < 0 in PPO.
+    - proximal outside (the behavior policy was staler): w = 0 and the token is rejected
+      (`losses.importance_weights`; counted in `masked_frac`), whatever current is.
     - reference outside (KL): k3(current ‖ reference) ≈ 49 + current, a unit push down on a
-      token the reference cannot sample; current outside with reference inside: a large
-      k3 value (≤ e^50) in `kl_ref` but no gradient.
+      token the reference cannot sample; current outside: see `kl_reference`.
+    - `mismatch_kl` counts a proximal-outside token as a large finite divergence (≈ 49 +
+      behavior; the true one is infinite).
     -50 rather than -inf or a huge negative value: every exp in the loss stays finite in fp32
     (e^50 ≈ 5e21 < 3e38) because real log-probs are ≤ 0, so the values are finite too.
     """
@@ -271,6 +266,16 @@ def action_logprobs(
     if entropy:  # dropped tokens: p = 0 and 0·log 0 = 0 (nan_to_num keeps the grad finite)
         ent = -(logp_all.exp() * logp_all.nan_to_num(neginf=0.0)).sum(-1)
     return lp, ent
+
+
+def kl_reference(current: Tensor, reference: Tensor) -> Tensor:
+    """Reference log-probs for k3(current ‖ reference), [B, T]: where the current policy cannot
+    sample the token (its log-prob is the OUTSIDE_TOP_P_LOGPROB floor) the reference's is set
+    to the floor too, so the token adds 0, as it does to the true KL = E_current[log π/π_ref];
+    left alone, its k3 value would be e^(reference + 50), ~1e16 in `kl_ref` and the loss
+    (measured on the tiny model at T = 0.8, top-p 0.9), for no gradient.
+    """
+    return torch.where(current.detach() == OUTSIDE_TOP_P_LOGPROB, OUTSIDE_TOP_P_LOGPROB, reference)
 
 
 def _to(t: Tensor | None, device: torch.device) -> Tensor | None:

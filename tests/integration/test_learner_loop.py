@@ -179,6 +179,34 @@ def test_logprobs_match_full_logits_and_accumulation_equals_full_batch():
     assert_same_gradient(grads[1], grads[0])
 
 
+def test_update_under_temperature_top_p_stays_finite_with_tokens_outside_the_kept_set():
+    """At T = 0.8, top-p = 0.9 some random tokens fall outside the tiny model's kept set (their
+    log-prob is the finite floor); two optimizer steps with KL and entropy stay finite."""
+    from agent_r1_async.learner.losses import OUTSIDE_TOP_P_LOGPROB
+    from agent_r1_async.learner.trainer import PolicyTrainer
+
+    cfg = _cfg(name="reinforce_pp", kl_coef=0.1, entropy_coef=0.01)
+    cfg = msgspec.structs.replace(
+        cfg, engine=msgspec.structs.replace(cfg.engine, temperature=0.8, top_p=0.9))
+    trainer = PolicyTrainer(cfg, tiny_model_dir())
+    learner_like = Learner.__new__(Learner)
+    learner_like.cfg, learner_like.trainer, learner_like.version = cfg, trainer, 0
+    _, mbs = learner_like._prepare(FakeSource(VOCAB, group_size=2, seed=7).sample(2, 0, 0.0))
+    trainer.proximal_pass(mbs)
+    prox = torch.cat([mb.proximal_logprobs[mb.action_mask] for mb in mbs])
+    outside = (prox == OUTSIDE_TOP_P_LOGPROB).sum().item()
+    assert 0 < outside < prox.numel()
+    for _ in range(2):
+        m = trainer.optimize(mbs)
+        assert all(math.isfinite(v) for v in m.values()), m
+        assert m["grad_norm"] > 0 and m["entropy"] > 0
+        assert abs(m["loss"]) < 10 and m["kl_ref"] < 10  # not e^(ref + 50) (`kl_reference`)
+        assert m["masked_frac"] > 0  # tokens outside the proximal kept set are rejected
+        # ≤ 49 per token (≈ 49 + proximal where current is outside), never e^(current + 50)
+        assert m["approx_kl"] < 50
+    assert all(torch.isfinite(p).all() for p in trainer.trainable_parameters())
+
+
 def test_lora_publishes_merged_weights():
     pytest.importorskip("peft")
     cfg = config.config_from_dict({
