@@ -9,7 +9,7 @@ Decoupled PPO (three policies, named after the math):
 
 Tokens whose (untruncated) weight leaves [is_mask_low, is_mask_high] are rejected (their loss
 is zero); a bound of 0 is off. So are tokens the proximal policy cannot sample (outside its
-top-p set: OUTSIDE_TOP_P_LOGPROB, w = 0). `w` and the mask are constants (no gradient).
+top-p set: OUTSIDE_TOP_P_LOGPROB, a true w of 0). `w` and the mask are constants (no gradient).
 
 Aggregation with gradient accumulation in mind: each call sums over its micro-batch and
 divides by `denominator`, which the caller sets to the *whole batch's* count (action tokens
@@ -39,7 +39,7 @@ LossAgg = Literal["token-mean", "seq-mean-token-sum"]
 OUTSIDE_TOP_P_LOGPROB = -50.0
 """The learner's log-prob for a sampled token outside its policy's top-p set (truly -inf;
 learner/trainer.py `action_logprobs` says why -50). A proximal log-prob equal to it means
-probability 0: w = 0, the token is rejected (its loss is exactly 0) and left out of
+probability 0 (true w = 0): the token is rejected (its loss is exactly 0) and left out of
 `approx_kl`. Real log-probs are never exactly -50.0, so default runs are unaffected."""
 
 
@@ -69,7 +69,7 @@ def importance_weights(
 ) -> tuple[Tensor, Tensor]:
     """(truncated weight w, keep mask) from proximal and behavior log-probs; no gradient."""
     raw = torch.exp(proximal_logprobs - behavior_logprobs).detach()
-    # w = 0 exactly where the proximal policy cannot sample the token: rejected outright,
+    # The true w is 0 where the proximal policy cannot sample the token: rejected outright,
     # since r = current / 0 would otherwise let w·r·A through the unclipped branch (A < 0).
     keep = proximal_logprobs.detach() != OUTSIDE_TOP_P_LOGPROB
     if algo.is_mask_low > 0:

@@ -245,7 +245,7 @@ def action_logprobs(
     treats it as the probability 0 it stands for:
     - current outside: log r = -50 - proximal, r ≈ 0; A > 0: the r·A branch binds, A < 0: the
       clipped (1 - ε_low)·A branch binds; either way no gradient (the log-prob is a constant).
-    - proximal outside (the behavior policy was staler): w = 0 and the token is rejected
+    - proximal outside (the behavior policy was staler): the true w is 0; the token is rejected
       (`losses.importance_weights`; counted in `masked_frac`), whatever current is.
     - reference outside (KL): k3(current ‖ reference) ≈ 49 + current, a unit push down on a
       token the reference cannot sample; current outside: see `kl_reference`.
