@@ -71,9 +71,9 @@ class EngineConfig(_Section):
     max_new_tokens: int = 256
     """Token budget of one action (one assistant turn)."""
     temperature: float = 1.0
-    """Sampling temperature (1.0 keeps behavior log-probs those of the policy itself)."""
+    """Sampling temperature; the learner's log-probs use it too (agent_r1_async/sampling.py)."""
     top_p: float = 1.0
-    """Nucleus sampling; <1 makes behavior log-probs differ from the learner's full softmax."""
+    """Nucleus sampling (1 = off); the learner's log-probs apply the same top-p mask."""
     stop: list[str] = []
     """Extra stop strings (the tokenizer's eos always stops)."""
     max_concurrent_requests: int = 64

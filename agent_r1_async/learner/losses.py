@@ -8,7 +8,8 @@ Decoupled PPO (three policies, named after the math):
       + kl_coef · k3(current ‖ reference) − entropy_coef · H(current)
 
 Tokens whose (untruncated) weight leaves [is_mask_low, is_mask_high] are rejected (their loss
-is zero); a bound of 0 is off. `w` and the mask are constants (no gradient).
+is zero); a bound of 0 is off. So are tokens the proximal policy cannot sample (outside its
+top-p set: OUTSIDE_TOP_P_LOGPROB, a true w of 0). `w` and the mask are constants (no gradient).
 
 Aggregation with gradient accumulation in mind: each call sums over its micro-batch and
 divides by `denominator`, which the caller sets to the *whole batch's* count (action tokens
@@ -18,36 +19,28 @@ Rejected tokens stay in the denominator (they contribute zero, like a clipped to
 
 Metrics are returned as sums over the micro-batch's action tokens (`*_sum`) plus `tokens`,
 so the caller can token-weight them across micro-batches; `is_weight_max` is a max.
+
+Hyper-parameters (ε, c_max, the mask band, coefficients, aggregation) are read from the run's
+`AlgorithmConfig` (`algorithm.*`) passed straight in: one home per setting, no parameter class
+repeating its defaults.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 import torch
 from torch import Tensor
 
+from agent_r1_async.config import AlgorithmConfig
+
 LossAgg = Literal["token-mean", "seq-mean-token-sum"]
 
-
-@dataclass(frozen=True)
-class PPOLossParams:
-    """Hyper-parameters of the decoupled PPO loss (see `from_config`)."""
-
-    eps_low: float = 0.2
-    eps_high: float = 0.28
-    c_max: float = 5.0
-    is_mask_low: float = 0.0
-    is_mask_high: float = 0.0
-    kl_coef: float = 0.0
-    entropy_coef: float = 0.0
-    loss_agg: LossAgg = "token-mean"
-
-    @classmethod
-    def from_config(cls, algo: object) -> PPOLossParams:
-        names = cls.__dataclass_fields__
-        return cls(**{k: getattr(algo, k) for k in names})
+OUTSIDE_TOP_P_LOGPROB = -50.0
+"""The learner's log-prob for a sampled token outside its policy's top-p set (truly -inf;
+learner/trainer.py `action_logprobs` says why -50). A proximal log-prob equal to it means
+probability 0 (true w = 0): the token is rejected (its loss is exactly 0) and left out of
+`approx_kl`. Real log-probs are never exactly -50.0, so default runs are unaffected."""
 
 
 def k3_kl(logp: Tensor, logq: Tensor) -> Tensor:
@@ -72,16 +65,18 @@ def aggregate(per_token: Tensor, mask: Tensor, agg: LossAgg, denominator: float 
 
 
 def importance_weights(
-    proximal_logprobs: Tensor, behavior_logprobs: Tensor, params: PPOLossParams
+    proximal_logprobs: Tensor, behavior_logprobs: Tensor, algo: AlgorithmConfig
 ) -> tuple[Tensor, Tensor]:
     """(truncated weight w, keep mask) from proximal and behavior log-probs; no gradient."""
     raw = torch.exp(proximal_logprobs - behavior_logprobs).detach()
-    keep = torch.ones_like(raw, dtype=torch.bool)
-    if params.is_mask_low > 0:
-        keep &= raw >= params.is_mask_low
-    if params.is_mask_high > 0:
-        keep &= raw <= params.is_mask_high
-    return torch.clamp(raw, max=params.c_max), keep
+    # The true w is 0 where the proximal policy cannot sample the token: rejected outright,
+    # since r = current / 0 would otherwise let w·r·A through the unclipped branch (A < 0).
+    keep = proximal_logprobs.detach() != OUTSIDE_TOP_P_LOGPROB
+    if algo.is_mask_low > 0:
+        keep &= raw >= algo.is_mask_low
+    if algo.is_mask_high > 0:
+        keep &= raw <= algo.is_mask_high
+    return torch.clamp(raw, max=algo.c_max), keep
 
 
 def ppo_loss(
@@ -90,7 +85,7 @@ def ppo_loss(
     behavior_logprobs: Tensor,
     advantages: Tensor,
     mask: Tensor,
-    params: PPOLossParams,
+    algo: AlgorithmConfig,
     *,
     denominator: float | None = None,
     sample_weights: Tensor | None = None,
@@ -103,26 +98,26 @@ def ppo_loss(
     replay correction). Returns (loss, metrics); the loss includes KL and entropy terms.
     """
     mask = mask.bool()
-    w, keep = importance_weights(proximal_logprobs, behavior_logprobs, params)
+    w, keep = importance_weights(proximal_logprobs, behavior_logprobs, algo)
     log_ratio = current_logprobs - proximal_logprobs
     ratio = torch.exp(log_ratio)
-    clipped = torch.clamp(ratio, 1.0 - params.eps_low, 1.0 + params.eps_high)
+    clipped = torch.clamp(ratio, 1.0 - algo.eps_low, 1.0 + algo.eps_high)
     surrogate = torch.minimum(ratio * advantages, clipped * advantages)
     per_token = -w * surrogate * keep
     if sample_weights is not None:
         per_token = per_token * sample_weights
-    pg_loss = aggregate(per_token, mask, params.loss_agg, denominator)
+    pg_loss = aggregate(per_token, mask, algo.loss_agg, denominator)
     loss = pg_loss
     metrics: dict[str, Tensor] = {"pg_loss": pg_loss.detach()}
-    if reference_logprobs is not None and params.kl_coef > 0:
-        kl = aggregate(k3_kl(current_logprobs, reference_logprobs), mask, params.loss_agg, denominator)
-        loss = loss + params.kl_coef * kl
+    if reference_logprobs is not None and algo.kl_coef > 0:
+        kl = aggregate(k3_kl(current_logprobs, reference_logprobs), mask, algo.loss_agg, denominator)
+        loss = loss + algo.kl_coef * kl
         metrics["kl_ref"] = kl.detach()
-    if entropy is not None and params.entropy_coef > 0:
-        ent = aggregate(entropy, mask, params.loss_agg, denominator)
-        loss = loss - params.entropy_coef * ent
+    if entropy is not None and algo.entropy_coef > 0:
+        ent = aggregate(entropy, mask, algo.loss_agg, denominator)
+        loss = loss - algo.entropy_coef * ent
         metrics["entropy"] = ent.detach()
-    metrics.update(_ppo_metrics(ratio, w, keep, mask, advantages, params, proximal_logprobs,
+    metrics.update(_ppo_metrics(ratio, w, keep, mask, advantages, algo, proximal_logprobs,
                                 behavior_logprobs, log_ratio))
     return loss, metrics
 
@@ -130,13 +125,15 @@ def ppo_loss(
 @torch.no_grad()
 def _ppo_metrics(
     ratio: Tensor, w: Tensor, keep: Tensor, mask: Tensor, advantages: Tensor,
-    params: PPOLossParams, proximal: Tensor, behavior: Tensor, log_ratio: Tensor,
+    algo: AlgorithmConfig, proximal: Tensor, behavior: Tensor, log_ratio: Tensor,
 ) -> dict[str, Tensor]:
     """Token sums over the mask (divide by `tokens` after summing across micro-batches)."""
     m = mask.to(ratio.dtype)
+    approx_kl = k3_kl(proximal, proximal + log_ratio.detach())  # e^(current + 50) if outside
+    approx_kl = torch.where(proximal == OUTSIDE_TOP_P_LOGPROB, 0.0, approx_kl)
     # A token is clipped when the clipped branch is the (strictly) binding one.
-    low = (ratio < 1.0 - params.eps_low) & (advantages < 0)
-    high = (ratio > 1.0 + params.eps_high) & (advantages > 0)
+    low = (ratio < 1.0 - algo.eps_low) & (advantages < 0)
+    high = (ratio > 1.0 + algo.eps_high) & (advantages > 0)
     return {
         "tokens": m.sum(),
         "clip_low_sum": (low.to(m.dtype) * m).sum(),
@@ -145,7 +142,7 @@ def _ppo_metrics(
         "is_weight_max": (w * m).max() if m.numel() else torch.zeros(()),
         "masked_sum": ((~keep).to(m.dtype) * m).sum(),
         "mismatch_kl_sum": (k3_kl(behavior, proximal) * m).sum(),
-        "approx_kl_sum": (k3_kl(proximal, proximal + log_ratio.detach()) * m).sum(),
+        "approx_kl_sum": (approx_kl * m).sum(),
     }
 
 

@@ -4,7 +4,10 @@ Log-probs of action tokens are `log_softmax(logits[:, :-1]).gather(ids[:, 1:])`,
 head is applied only at the positions that predict an action token (hidden states
 [N, H] → logits [N, V]) instead of at every position ([B, T, V]): with a 49k vocabulary the
 full logits of a 4k-token micro-batch would be ~0.8 GB in fp32, and context positions are
-never trained. Results are scattered back to [B, T] aligned with `input_ids`.
+never trained. Results are scattered back to [B, T] aligned with `input_ids`. The softmax is
+that of the distribution the engines sample from (`engine.temperature`, then `engine.top_p`;
+`action_logprobs`), so proximal and current log-probs compare like with like with the
+behavior log-probs; at temperature 1 and top-p 1 it is the plain softmax, computed as before.
 
 One optimizer step per pass over the batch: gradients accumulate over the micro-batches, each
 loss divided by the whole batch's token (or row) count, so the accumulated gradient equals the
@@ -31,9 +34,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from agent_r1_async import config, models
+from agent_r1_async import config, models, sampling
 from agent_r1_async.learner.batching import MicroBatch
-from agent_r1_async.learner.losses import PPOLossParams, ppo_loss, value_loss
+from agent_r1_async.learner.losses import OUTSIDE_TOP_P_LOGPROB, ppo_loss, value_loss
 
 
 def resolve_device(name: str) -> torch.device:
@@ -68,7 +71,6 @@ class PolicyTrainer:
         self.algo = cfg.algorithm
         self.device = resolve_device(self.lcfg.device)
         self.model_path = model_path
-        self.params = PPOLossParams.from_config(cfg.algorithm)
         self.attn_implementation, _ = models.attention_implementation(
             str(self.device), self.lcfg.flash_attention)
         model = models.load_causal_lm(model_path, dtype=cfg.model.dtype,
@@ -113,8 +115,13 @@ class PolicyTrainer:
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.lcfg.bf16)
 
     def forward(self, mb: MicroBatch, lm: Any = None, values: bool = False,
-                entropy: bool = False) -> ForwardOut:
-        """Action-token log-probs [B, T] (and V(s_t), entropy) for one micro-batch."""
+                entropy: bool = False, raw: bool = False) -> ForwardOut:
+        """Action-token log-probs [B, T] (and V(s_t), entropy) for one micro-batch.
+
+        Log-probs and entropy are of the sampling distribution (`engine.temperature`, then
+        `engine.top_p`: what the behavior policy sampled from, see `action_logprobs`); `raw`
+        gives the model's own softmax instead (SFT's likelihood).
+        """
         lm = lm if lm is not None else self._causal_lm()
         ids = mb.input_ids.to(self.device)
         action = mb.action_mask.to(self.device)
@@ -124,13 +131,13 @@ class PolicyTrainer:
             ).last_hidden_state  # [B, T, H]
             predicts = action[:, 1:]  # [B, T-1]: position j predicts token j + 1
             logits = lm.get_output_embeddings()(hidden[:, :-1][predicts]).float()  # [N, V]
-        logp_all = torch.log_softmax(logits, dim=-1)
-        lp = logp_all.gather(-1, ids[:, 1:][predicts][:, None]).squeeze(-1)  # [N]
+        eng = self.cfg.engine  # the behavior policy sampled at engine.temperature / top_p
+        lp, ent = action_logprobs(logits, ids[:, 1:][predicts], entropy,
+                                  1.0 if raw else eng.temperature, 1.0 if raw else eng.top_p)
         # Row-major order of `predicts` = that of `action` (shifted by one within each row).
         zeros = torch.zeros(ids.shape, dtype=torch.float32, device=self.device)
         out = ForwardOut(zeros.masked_scatter(action, lp), None, None)
-        if entropy:
-            ent = -(logp_all.exp() * logp_all).sum(-1)  # [N]
+        if ent is not None:
             out.entropy = zeros.masked_scatter(action, ent)
         if values and self.value_head is not None:
             idx = mb.value_index.to(self.device)
@@ -163,20 +170,23 @@ class PolicyTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         rows = sum(mb.steps for mb in mbs)
         tokens = sum(mb.num_action_tokens for mb in mbs)
-        denom = tokens if self.params.loss_agg == "token-mean" else rows
+        denom = tokens if self.algo.loss_agg == "token-mean" else rows
         sums: dict[str, float] = {}
         w_max = 0.0
         for mb in mbs:
             out = self.forward(mb, values=self.value_head is not None,
-                               entropy=self.params.entropy_coef > 0)
+                               entropy=self.algo.entropy_coef > 0)
             dev = self.device
             proximal = (out.logprobs.detach() if mb.proximal_logprobs is None
                         else mb.proximal_logprobs.to(dev))
+            reference = _to(mb.reference_logprobs, dev)
+            if reference is not None and self.cfg.engine.top_p < 1:
+                reference = kl_reference(out.logprobs, reference)
             loss, m = ppo_loss(
                 out.logprobs, proximal, mb.behavior_logprobs.to(dev),
-                mb.advantages.to(dev), mb.action_mask.to(dev), self.params, denominator=denom,
+                mb.advantages.to(dev), mb.action_mask.to(dev), self.algo, denominator=denom,
                 sample_weights=mb.sample_weights.to(dev)[:, None],
-                reference_logprobs=_to(mb.reference_logprobs, dev), entropy=out.entropy,
+                reference_logprobs=reference, entropy=out.entropy,
             )
             if out.values is not None:
                 vl, vm = value_loss(out.values, mb.old_values.to(dev), mb.value_targets.to(dev),
@@ -214,6 +224,56 @@ class PolicyTrainer:
             if self.lora:
                 self.model.unmerge_adapter()
         return out
+
+
+def action_logprobs(
+    logits: Tensor, targets: Tensor, entropy: bool, temperature: float, top_p: float
+) -> tuple[Tensor, Tensor | None]:
+    """Log-probs [N] of `targets` [N] (and entropies [N]) under the sampling distribution of
+    fp32 `logits` [N, V]: temperature, then top-p, as the engines sample
+    (`agent_r1_async.sampling`), so proximal, current and reference log-probs compare like
+    with like with the behavior log-probs the engines report.
+
+    At temperature 1 and top-p 1 this is exactly the plain log_softmax (no sort, same ops).
+
+    A sampled token is always inside the behavior policy's top-p set, but may be outside the
+    proximal or current policy's (their logits differ): its log-prob there is -inf, which
+    gives NaN (-inf - -inf in log r when both are outside; 0·inf in backward). It gets the
+    constant OUTSIDE_TOP_P_LOGPROB instead (no gradient), and the IS machinery of the loss
+    treats it as the probability 0 it stands for:
+    - current outside: log r = -50 - proximal, r ≈ 0; A > 0: the r·A branch binds, A < 0: the
+      clipped (1 - ε_low)·A branch binds; either way no gradient (the log-prob is a constant).
+    - proximal outside (the behavior policy was staler): the true w is 0; the token is rejected
+      (`losses.importance_weights`; counted in `masked_frac`), whatever current is.
+    - reference outside (KL): k3(current ‖ reference) ≈ 49 + current, a unit push down on a
+      token the reference cannot sample; current outside: see `kl_reference`.
+    - `mismatch_kl` counts a proximal-outside token as a large finite divergence (≈ 49 +
+      behavior; the true one is infinite).
+    -50 rather than -inf or a huge negative value: every exp in the loss stays finite in fp32
+    (e^50 ≈ 5e21 < 3e38) because real log-probs are ≤ 0, so the values are finite too.
+    """
+    if temperature == 1.0 and top_p >= 1.0:
+        logp_all = torch.log_softmax(logits, dim=-1)
+        lp = logp_all.gather(-1, targets[:, None]).squeeze(-1)
+        ent = -(logp_all.exp() * logp_all).sum(-1) if entropy else None
+        return lp, ent
+    logp_all = torch.log_softmax(sampling.process_logits(logits, temperature, top_p), dim=-1)
+    lp = logp_all.gather(-1, targets[:, None]).squeeze(-1)
+    lp = torch.where(lp.isneginf(), OUTSIDE_TOP_P_LOGPROB, lp)  # where: no grad to -inf
+    ent = None
+    if entropy:  # dropped tokens: p = 0 and 0·log 0 = 0 (nan_to_num keeps the grad finite)
+        ent = -(logp_all.exp() * logp_all.nan_to_num(neginf=0.0)).sum(-1)
+    return lp, ent
+
+
+def kl_reference(current: Tensor, reference: Tensor) -> Tensor:
+    """Reference log-probs for k3(current ‖ reference), [B, T]: where the current policy cannot
+    sample the token (its log-prob is the OUTSIDE_TOP_P_LOGPROB floor) the reference's is set
+    to the floor too, so the token adds 0, as it does to the true KL = E_current[log π/π_ref];
+    left alone, its k3 value would be e^(reference + 50), ~1e16 in `kl_ref` and the loss
+    (measured on the tiny model at T = 0.8, top-p 0.9), for no gradient.
+    """
+    return torch.where(current.detach() == OUTSIDE_TOP_P_LOGPROB, OUTSIDE_TOP_P_LOGPROB, reference)
 
 
 def _to(t: Tensor | None, device: torch.device) -> Tensor | None:

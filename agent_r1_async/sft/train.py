@@ -81,7 +81,7 @@ def sft_step(trainer: PolicyTrainer, mbs: Sequence[MicroBatch]) -> dict[str, flo
     action_tokens = sum(mb.num_action_tokens for mb in mbs)
     loss = 0.0
     for mb in mbs:
-        logprobs = trainer.forward(mb).logprobs  # [B, T], 0 off the action tokens
+        logprobs = trainer.forward(mb, raw=True).logprobs  # [B, T], 0 off the action tokens
         nll = -logprobs.sum() / action_tokens
         nll.backward()
         loss += float(nll.detach())

@@ -12,7 +12,13 @@ import msgspec
 import pytest
 import torch
 from test_actor_stream import check_versions, stream_with_weight_update
-from test_logprob_fidelity import chat_contexts, logprob_gap, reference_logprobs
+from test_logprob_fidelity import (
+    chat_contexts,
+    check_importance_weights_are_one,
+    logprob_gap,
+    reference_logprobs,
+    sampled_run_config,
+)
 
 from agent_r1_async.actors.engines.base import SamplingSettings
 from agent_r1_async.models import load_causal_lm, tiny_model_dir
@@ -43,6 +49,18 @@ def test_vllm_logprobs_match_a_transformers_forward(engine, model):
     mx, mean, n = logprob_gap(engine, model, chat_contexts(tiny_model_dir()), 32)
     print(f"\nvllm engine tiny fp32: max {mx:.2e} mean {mean:.2e} ({n} tok)")
     assert mx < 1e-4 and mean < 1e-5
+
+
+def test_learner_importance_weights_are_one_under_temperature_top_p(engine, model):
+    """The learner's proximal log-probs of tokens vLLM sampled at T = 0.8, top-p = 0.9 equal
+    vLLM's behavior log-probs (test_logprob_fidelity.py has the HF engine's twin)."""
+    cfg = sampled_run_config("vllm")
+    default = engine.sampling  # read per request: this module's engine samples at T = 0.8 here
+    engine.sampling = SamplingSettings.from_config(cfg.engine, seed=3)
+    try:
+        check_importance_weights_are_one(engine, cfg, "vllm engine", engine_model=model)
+    finally:
+        engine.sampling = default
 
 
 def _update_mid_request(engine, new_state: dict, version: int):

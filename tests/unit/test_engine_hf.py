@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from agent_r1_async.actors.engines.base import GenResult, SamplingSettings, compact_versions
-from agent_r1_async.actors.engines.hf import HFEngine, _Row, process_logits
+from agent_r1_async.actors.engines.hf import HFEngine, _Row
 from agent_r1_async.config import EngineConfig
 from agent_r1_async.models import tiny_model_dir
+from agent_r1_async.sampling import process_logits
 
 
 def _engine(**sampling: float) -> HFEngine:

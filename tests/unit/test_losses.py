@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from agent_r1_async.learner.losses import PPOLossParams, aggregate, k3_kl, ppo_loss, value_loss
+from agent_r1_async.config import AlgorithmConfig
+from agent_r1_async.learner.losses import aggregate, k3_kl, ppo_loss, value_loss
 
 ATOL = 1e-6
 LN2, LN10 = math.log(2.0), math.log(10.0)
@@ -30,7 +31,7 @@ def _two_rows() -> dict[str, torch.Tensor]:
                 advantages=adv, mask=mask)
 
 
-P = PPOLossParams(eps_low=0.2, eps_high=0.28, c_max=5.0)
+P = AlgorithmConfig(eps_low=0.2, eps_high=0.28, c_max=5.0)
 
 
 def test_decoupled_ppo_token_mean_hand_numbers():
@@ -39,7 +40,7 @@ def test_decoupled_ppo_token_mean_hand_numbers():
     #        token 3: w = 1,           min(2.2, 2.2)        = 2.2   → −2.2
     # Row 1, token 2: w = 1, r = 1, A = 3                           → −3.0
     # token-mean = (−2.56 + 4.0 − 2.2 − 3.0) / 4 = −0.94
-    loss, m = ppo_loss(**_two_rows(), params=P)
+    loss, m = ppo_loss(**_two_rows(), algo=P)
     assert loss.item() == pytest.approx(-0.94, abs=ATOL)
     assert m["tokens"].item() == 4
     assert m["clip_high_sum"].item() == 1 and m["clip_low_sum"].item() == 1
@@ -55,13 +56,13 @@ def test_decoupled_ppo_token_mean_hand_numbers():
 
 def test_seq_mean_token_sum_and_external_denominator():
     # Row sums: −2.56 + 4.0 − 2.2 = −0.76 and −3.0; mean over 2 rows = −1.88.
-    loss, _ = ppo_loss(**_two_rows(), params=PPOLossParams(c_max=5.0, loss_agg="seq-mean-token-sum"))
+    loss, _ = ppo_loss(**_two_rows(), algo=AlgorithmConfig(c_max=5.0, loss_agg="seq-mean-token-sum"))
     assert loss.item() == pytest.approx(-1.88, abs=ATOL)
     # Gradient accumulation: each micro-batch divided by the whole batch's token count (4)
     # sums to the full-batch token-mean.
     rows = _two_rows()
     parts = [
-        ppo_loss(**{k: v[i : i + 1] for k, v in rows.items()}, params=P, denominator=4)[0]
+        ppo_loss(**{k: v[i : i + 1] for k, v in rows.items()}, algo=P, denominator=4)[0]
         for i in range(2)
     ]
     assert (parts[0] + parts[1]).item() == pytest.approx(-0.94, abs=ATOL)
@@ -69,12 +70,12 @@ def test_seq_mean_token_sum_and_external_denominator():
 
 def test_importance_weight_band_masks_tokens():
     # is_mask_high = 8 rejects token 2 of row 0 (raw weight 10): loss (−2.56 − 2.2 − 3)/4 = −1.94
-    params = PPOLossParams(c_max=5.0, is_mask_high=8.0)
-    loss, m = ppo_loss(**_two_rows(), params=params)
+    algo = AlgorithmConfig(c_max=5.0, is_mask_high=8.0)
+    loss, m = ppo_loss(**_two_rows(), algo=algo)
     assert loss.item() == pytest.approx(-1.94, abs=ATOL)
     assert m["masked_sum"].item() == 1
     # is_mask_low = 1.5 rejects the weight-1 tokens (row 0 token 3, row 1): (−2.56 + 4)/4 = 0.36
-    loss, m = ppo_loss(**_two_rows(), params=PPOLossParams(c_max=5.0, is_mask_low=1.5))
+    loss, m = ppo_loss(**_two_rows(), algo=AlgorithmConfig(c_max=5.0, is_mask_low=1.5))
     assert loss.item() == pytest.approx(0.36, abs=ATOL)
     assert m["masked_sum"].item() == 2
 
@@ -82,7 +83,7 @@ def test_importance_weight_band_masks_tokens():
 def test_sample_weights_scale_token_losses():
     # Row 0 weighted 0.5, row 1 weighted 2: (0.5·−0.76 + 2·−3) / 4 = −1.595
     w = torch.tensor([[0.5], [2.0]], dtype=torch.float64)
-    loss, _ = ppo_loss(**_two_rows(), params=P, sample_weights=w)
+    loss, _ = ppo_loss(**_two_rows(), algo=P, sample_weights=w)
     assert loss.item() == pytest.approx(-1.595, abs=ATOL)
 
 
@@ -91,8 +92,8 @@ def test_kl_and_entropy_terms():
     rows["current_logprobs"] = rows["proximal_logprobs"].clone()  # r = 1 → pg from w·A only
     ref = rows["current_logprobs"] + LN2  # k3 per token = 2 − ln2 − 1 = 0.306853
     ent = torch.full((2, 4), 0.25, dtype=torch.float64)
-    params = PPOLossParams(c_max=5.0, kl_coef=0.1, entropy_coef=0.01)
-    loss, m = ppo_loss(**rows, params=params, reference_logprobs=ref, entropy=ent)
+    algo = AlgorithmConfig(c_max=5.0, kl_coef=0.1, entropy_coef=0.01)
+    loss, m = ppo_loss(**rows, algo=algo, reference_logprobs=ref, entropy=ent)
     # pg = −(2·1 + 5·−1 + 1·2 + 1·3)/4 = −0.5; kl = 1 − ln2; entropy = 0.25
     assert m["pg_loss"].item() == pytest.approx(-0.5, abs=ATOL)
     assert m["kl_ref"].item() == pytest.approx(1 - LN2, abs=ATOL)
@@ -160,10 +161,3 @@ def test_clipped_value_loss():
     assert loss.item() == pytest.approx(0.445, abs=ATOL)
     loss, _ = value_loss(v, old, tgt, clip=0.0)  # unclipped: 0.5 · (1 + 0) / 2
     assert loss.item() == pytest.approx(0.25, abs=ATOL)
-
-
-def test_params_from_config():
-    from agent_r1_async.config import AlgorithmConfig
-
-    p = PPOLossParams.from_config(AlgorithmConfig(eps_low=0.1, c_max=2.0, loss_agg="seq-mean-token-sum"))
-    assert (p.eps_low, p.eps_high, p.c_max, p.loss_agg) == (0.1, 0.28, 2.0, "seq-mean-token-sum")

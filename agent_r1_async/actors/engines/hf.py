@@ -10,7 +10,8 @@ Design choices
 - The sampling loop is our own rather than `model.generate`: the model's generation_config
   can carry hidden processors (top_k=50, repetition penalty) that would make the reported
   log-probs differ from the distribution actually sampled. Here the only processing is
-  temperature then top-p, and `logprobs` are `log_softmax` of exactly those processed
+  temperature then top-p (`agent_r1_async.sampling.process_logits`, the same function the
+  learner differentiates), and `logprobs` are `log_softmax` of exactly those processed
   logits (vLLM's `logprobs_mode="processed_logprobs"`).
 - Weights change only between batches (`load_weights` takes the same lock as a batch), so
   every action of a batch has one version and `token_versions` stays empty.
@@ -31,23 +32,9 @@ from agent_r1_async.actors.engines.base import (
     SamplingSettings,
 )
 from agent_r1_async.config import EngineConfig
+from agent_r1_async.sampling import process_logits
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def process_logits(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    """Temperature then top-p on `[B, V]` logits; filtered tokens get -inf. Returns fp32."""
-    logits = logits.float() / temperature
-    if top_p >= 1.0:
-        return logits
-    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-    probs = torch.softmax(sorted_logits, dim=-1)
-    # Drop a token when the mass strictly before it already reaches top_p; the top-1 token
-    # always survives. This keeps the smallest prefix whose mass is >= top_p.
-    drop = (torch.cumsum(probs, dim=-1) - probs) >= top_p
-    drop[..., 0] = False
-    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-    return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
 
 
 @dataclass
