@@ -17,6 +17,7 @@ Design choices
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -28,6 +29,7 @@ from agent_r1_async.actors.engines.base import Engine, GenResult
 from agent_r1_async.actors.stats import ActorCounters
 from agent_r1_async.config import RunConfig
 from agent_r1_async.envs.base import Env, Observation, StepResult, Task
+from agent_r1_async.envs.offload import run_offloaded
 from agent_r1_async.wire.messages import (
     TRAINABLE_STATUSES,
     EpisodeEnd,
@@ -47,6 +49,12 @@ class _EpisodeOver(Exception):
         super().__init__(reason)
         self.status = status
         self.reason = reason
+
+
+def _detail(e: TimeoutError) -> str:
+    """The offloader's note on a call stuck in synchronous code, e.g. " (blocked ... 9.8 s)"."""
+    msg = str(e)
+    return msg[msg.index(" (blocked"):] if " (blocked" in msg else ""
 
 
 @dataclass
@@ -127,7 +135,7 @@ class Rollout:
             except Exception as e:
                 raise _EpisodeOver("env_error", f"making the env: {type(e).__name__}: {e}") from e
         history = History(self.tokenizer)
-        obs = await self._env_call(env.reset(task), "reset")
+        obs = await self._env_call(env, lambda: env.reset(task), "reset")
         if not isinstance(obs, Observation):
             raise _EpisodeOver("env_error", f"env.reset returned {type(obs).__name__}, not Observation")
         self._extend(history, obs.messages)
@@ -136,7 +144,7 @@ class Rollout:
             gen = await self._generate(context)
             text = self.tokenizer.decode(gen.action_ids, skip_special_tokens=True)
             t_env = time.perf_counter()
-            result = await self._env_call(env.step(text), "step")
+            result = await self._env_call(env, functools.partial(env.step, text), "step")
             env_s = time.perf_counter() - t_env
             if not isinstance(result, StepResult):
                 raise _EpisodeOver(
@@ -188,13 +196,16 @@ class Rollout:
             raise _EpisodeOver("engine_error", f"engine returned no tokens ({gen.finish_reason})")
         return gen
 
-    async def _env_call(self, call: Awaitable[Any], what: str) -> Any:
+    async def _env_call(self, env: Env, call: Callable[[], Awaitable[Any]], what: str) -> Any:
+        """Await one env call on a worker thread (offload.py): a synchronous block inside the
+        env cannot stall the other episodes of this actor, and the timeout still fires."""
         t0 = time.perf_counter()
         try:
-            return await asyncio.wait_for(call, self.step_timeout_s)
-        except TimeoutError:
+            return await run_offloaded(call, self.step_timeout_s, f"{type(env).__name__}.{what}")
+        except TimeoutError as e:
             raise _EpisodeOver(
                 "timeout", f"env.{what} took longer than env.step_timeout_s={self.step_timeout_s}"
+                f"{_detail(e)}"
             ) from None
         except Exception as e:
             raise _EpisodeOver("env_error", f"env.{what}: {type(e).__name__}: {e}") from e
