@@ -26,7 +26,13 @@ from agent_r1_async.config import ConfigError, RunConfig, dump_config
 from agent_r1_async.run.evaluate import held_out
 from agent_r1_async.run.monitor import ActorRates, MetricsLogger, merge_metrics, progress_line
 from agent_r1_async.run.run_dir import make_run_dir
-from agent_r1_async.run.supervisor import Supervisor, ray_address, start_ray, stop_ray
+from agent_r1_async.run.supervisor import (
+    EnvFailing,
+    Supervisor,
+    ray_address,
+    start_ray,
+    stop_ray,
+)
 from agent_r1_async.run.warm_start import prepare_start
 from agent_r1_async.wire.zmq import CurveKeys
 
@@ -88,7 +94,9 @@ def _train(cfg: RunConfig, sup: Supervisor, logger: MetricsLogger) -> tuple[int,
     while version < cfg.learner.total_updates:
         update = sup.update()
         version = int(update["metrics"]["version"])
-        record, hists = merge_metrics(update, sup.buffer_stats(), rates)
+        buffer = sup.buffer_stats()
+        sup.check_failures(buffer)
+        record, hists = merge_metrics(update, buffer, rates)
         logger.log(record, step=version, histograms=hists)
         logger.console(progress_line(record))
         if cfg.launch.max_wall_time_s and time.monotonic() - t_start > cfg.launch.max_wall_time_s:
@@ -112,7 +120,7 @@ def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None
     _say(f"run directory: {run_dir}")
     logger = MetricsLogger(cfg, run_dir, resume_id=_wandb_id(run_dir, resume))
     sup: Supervisor | None = None
-    ckpt, version, stop_reason = None, 0, "interrupted"
+    ckpt, version, stop_reason, failure = None, 0, "interrupted", ""
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         # start
@@ -128,6 +136,9 @@ def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None
         version, stop_reason = _train(cfg, sup, logger)
     except KeyboardInterrupt:
         print("\n[launch] stopping: checkpoint and buffer snapshot ...", flush=True)
+    except EnvFailing as e:
+        stop_reason, failure = "env failing", str(e)
+        print(f"[launch] stopping: {e}", file=sys.stderr, flush=True)
     finally:
         # stop
         try:
@@ -137,7 +148,7 @@ def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None
             stop_ray()
     _say(f"{stop_reason}; checkpoint: {ckpt}")
     try:
-        if cfg.eval.in_launch and ckpt and stop_reason != "interrupted":
+        if cfg.eval.in_launch and ckpt and stop_reason in ("done", "max_wall_time_s"):
             held_out(cfg, run_dir, logger, "after", ckpt, step=version)
     except KeyboardInterrupt:
         print("\n[launch] held-out evaluation interrupted", flush=True)
@@ -147,4 +158,7 @@ def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None
     if logger.wandb_dir:
         _say(f"W&B run: {logger.wandb_dir} (sync with `wandb sync` when offline)")
     _say(f"run directory: {run_dir}")
+    if failure:
+        print(f"agent-r1-async: {failure}", file=sys.stderr, flush=True)
+        return 1
     return 0 if stop_reason in ("done", "max_wall_time_s") else 130
