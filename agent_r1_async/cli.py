@@ -9,6 +9,7 @@ imported inside each command after parsing, so `agent-r1-async --help` stays fas
     agent-r1-async report RUN_DIR
     agent-r1-async prepare-model smollm2-135m-instruct
     agent-r1-async envs list
+    agent-r1-async envs check [NAME] [--split dev] [--episodes N]
     agent-r1-async config show [--config ...] [--set ...]
 """
 
@@ -60,9 +61,11 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from agent_r1_async.run.evaluate import evaluate, format_table
+    from agent_r1_async.run.launch import env_preflight
 
     cfg = _load(args)
     split = args.split or cfg.env.eval_split
+    env_preflight(cfg, "eval", split)
     num_tasks = args.num_tasks or cfg.eval.num_tasks
     result = evaluate(cfg, split=split, num_tasks=num_tasks, model_path=args.model)
     print(format_table([result]))
@@ -70,9 +73,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
+    from agent_r1_async.run.launch import env_preflight
     from agent_r1_async.run.sft import run_sft
 
-    return run_sft(_load(args))
+    cfg = _load(args)
+    env_preflight(cfg, "sft")
+    return run_sft(cfg)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -103,10 +109,26 @@ def cmd_envs_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_envs_check(args: argparse.Namespace) -> int:
+    import msgspec
+
+    from agent_r1_async.envs.check import check_env
+
+    cfg = _load(args)
+    env_cfg = msgspec.structs.replace(cfg.env, name=args.name) if args.name else cfg.env
+    splits = args.split or [env_cfg.train_split, env_cfg.eval_split]
+    ok, lines = check_env(env_cfg, list(dict.fromkeys(splits)), args.episodes)
+    print("\n".join(lines))
+    return 0 if ok else 1
+
+
 def cmd_config_show(args: argparse.Namespace) -> int:
     from agent_r1_async.config import dump_config
+    from agent_r1_async.envs.check import check_args
 
-    print(dump_config(_load(args)), end="")
+    cfg = _load(args)
+    check_args(cfg.env)  # env.args is checked against the env's own Args struct
+    print(dump_config(cfg), end="")
     return 0
 
 
@@ -147,6 +169,13 @@ def build_parser() -> argparse.ArgumentParser:
     envs_sub = p.add_subparsers(dest="envs_command", metavar="SUBCOMMAND", required=True)
     q = envs_sub.add_parser("list", help="list registered environments")
     q.set_defaults(func=cmd_envs_list)
+    q = envs_sub.add_parser("check", help="import, configure and build an env, play its oracle")
+    q.add_argument("name", nargs="?", default=None, help="env name (default: env.name)")
+    _add_config_args(q)
+    q.add_argument("--split", action="append", default=[],
+                   help="split to check (repeatable; default: env.train_split and env.eval_split)")
+    q.add_argument("--episodes", type=int, default=1, help="oracle episodes per split (default 1)")
+    q.set_defaults(func=cmd_envs_check)
 
     p = sub.add_parser("config", help="configs")
     cfg_sub = p.add_subparsers(dest="config_command", metavar="SUBCOMMAND", required=True)

@@ -39,7 +39,8 @@ from agent_r1_async.wire.zmq import CurveKeys
 
 def preflight(cfg: RunConfig) -> None:
     """Fail before Ray starts or a run directory is made: the policy or init checkpoint
-    cannot be found, or a configured engine backend is not installed.
+    cannot be found, a configured engine backend is not installed, or the env cannot be
+    imported, configured, built or has no tasks (`env_preflight`).
 
     Known aliases are prepared later by the processes that load them (cached, once); local
     paths must exist and hold a HF model; a hub id is left to the loader (it needs network).
@@ -63,6 +64,23 @@ def preflight(cfg: RunConfig) -> None:
             require_backend(backend)
         except RuntimeError as e:
             raise ConfigError(f"{key}: {e}") from None
+    env_preflight(cfg, "launch")
+
+
+def env_preflight(cfg: RunConfig, command: str, split: str | None = None) -> None:
+    """The env's cheap checks (envs/check.py) for the splits `command` will use: the actors
+    need one train task per actor; evaluations need one task of their split."""
+    from agent_r1_async.envs.check import preflight_env
+
+    env = cfg.env
+    splits = {split or env.eval_split: 1} if command == "eval" else {env.train_split: 1}
+    if command == "launch":
+        splits[env.train_split] = cfg.actors.num_actors
+        if cfg.eval.in_launch:
+            splits.setdefault(env.eval_split, 1)
+    if command == "sft" and (cfg.sft.eval_before or cfg.sft.eval_after):
+        splits.setdefault(env.eval_split, 1)
+    preflight_env(env, splits)
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
