@@ -16,6 +16,7 @@ imported inside each command after parsing, so `agent-r1-async --help` stays fas
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -102,8 +103,9 @@ def cmd_prepare_model(args: argparse.Namespace) -> int:
 
 
 def cmd_envs_list(args: argparse.Namespace) -> int:
-    from agent_r1_async.envs.registry import list_envs
+    from agent_r1_async.envs.registry import import_env_modules, list_envs
 
+    import_env_modules(_load(args).env)  # names registered by `env.import` modules too
     for name, description in list_envs():
         print(f"{name:20s} {description}")
     return 0
@@ -168,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("envs", help="environments")
     envs_sub = p.add_subparsers(dest="envs_command", metavar="SUBCOMMAND", required=True)
     q = envs_sub.add_parser("list", help="list registered environments")
+    _add_config_args(q)
     q.set_defaults(func=cmd_envs_list)
     q = envs_sub.add_parser("check", help="import, configure and build an env, play its oracle")
     q.add_argument("name", nargs="?", default=None, help="env name (default: env.name)")
@@ -185,8 +188,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def cwd_importable() -> None:
+    """Every command imports modules from the working directory (an env next to the config),
+    and so do the processes it starts: spawned children inherit `sys.path`, Ray workers and
+    other subprocesses `PYTHONPATH`. (On a cluster, install the module on every node.)"""
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if cwd not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([cwd, *paths])
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    cwd_importable()
     from agent_r1_async.config import ConfigError
 
     try:

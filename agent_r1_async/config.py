@@ -126,6 +126,8 @@ class EnvConfig(_Section):
     """Held-out split for evaluation."""
     args: dict[str, Any] = {}
     """Env-specific settings, validated by the env's own config struct."""
+    import_: list[str] = msgspec.field(default_factory=list, name="import")
+    """Modules every process imports before resolving `env.name` (so `@register_env` names in them resolve)."""
 
     def __post_init__(self) -> None:
         _require(self.max_turns >= 1, "env.max_turns", "must be >= 1")

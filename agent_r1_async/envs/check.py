@@ -24,7 +24,13 @@ from typing import Any
 from agent_r1_async.config import ConfigError, EnvConfig
 from agent_r1_async.envs.base import Env, Observation, StepResult, Task
 from agent_r1_async.envs.offload import run_offloaded
-from agent_r1_async.envs.registry import EnvSpec, UnknownEnvError, parse_args, resolve
+from agent_r1_async.envs.registry import (
+    EnvSpec,
+    UnknownEnvError,
+    import_env_modules,
+    parse_args,
+    resolve,
+)
 
 JUNK_ACTION = "I am not sure. Let me think about it some more."
 """An action with no tool call and no answer: every env must survive it."""
@@ -49,6 +55,7 @@ def _call(name: str, method: str, fn: Callable[[], Any]) -> Any:
 
 def resolve_env(env_cfg: EnvConfig) -> type:
     """The definition class of `env.name` (import errors and unknown names as ConfigError)."""
+    import_env_modules(env_cfg)
     try:
         return resolve(env_cfg.name)
     except UnknownEnvError as e:
