@@ -160,7 +160,7 @@ class Rollout:
                 "env_error", f"env.reset returned {type(obs).__name__}, not Observation",
                 "reset", "TypeError",
             )
-        self._extend(history, obs.messages)
+        self._extend(history, obs.messages, obs.tools)
         while True:
             context = self._context(history)
             gen = await self._generate(context)
@@ -199,9 +199,11 @@ class Rollout:
             )
         return context
 
-    def _extend(self, history: History, messages: list[dict[str, str]]) -> None:
+    def _extend(
+        self, history: History, messages: list[dict[str, str]], tools: list | None = None
+    ) -> None:
         try:
-            history.add_messages(messages)
+            history.add_messages(messages, tools)
         except Exception as e:
             raise _env_failed("messages", e, "bad env messages") from e
 

@@ -37,6 +37,11 @@ class Observation:
     """New messages to append to the interaction history (reset: system + user)."""
 
     messages: list[Message]
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    """At reset: the tools' JSON schemas in the OpenAI function format
+    (`{"type": "function", "function": {"name", "description", "parameters"}}`); the actor
+    renders them with the chat template's own tool support (`tools=`), or as a text block in
+    the system message when the template has none. Ignored after reset."""
 
 
 @dataclass

@@ -202,6 +202,12 @@ def tool_call_text(call: ToolCall) -> str:
     return f"<tool_call>{body}</tool_call>"
 
 
+def tool_schema(tool: Tool) -> dict[str, Any]:
+    """A tool in the OpenAI function format that chat templates render (`tools=[...]`)."""
+    return {"type": "function", "function": {
+        "name": tool.name, "description": tool.description, "parameters": tool.parameters}}
+
+
 def tool_prompt(tools: Sequence[Tool]) -> str:
     """The tool list in the Hermes/Qwen style: one JSON function signature per line."""
     sigs = [
@@ -246,7 +252,8 @@ class ToolEnv:
         if not isinstance(system, str):
             raise EnvError(f"system_prompt() returned {type(system).__name__}, expected str")
         return Observation(
-            [{"role": "system", "content": system}, {"role": "user", "content": task.prompt}]
+            [{"role": "system", "content": system}, {"role": "user", "content": task.prompt}],
+            tools=[tool_schema(t) for t in self.tools.values()],
         )
 
     async def step(self, action: str) -> StepResult:
