@@ -177,9 +177,9 @@ class Rollout:
             cut = not result.done and st.steps + 1 >= self.max_turns
             await emit(self._record(task, ids, st.steps, context, gen, result, env_s, cut))
             st.steps += 1
+            st.metrics.update(result.metrics)  # every step's metrics; a later value wins
             if result.done or cut:
                 st.outcome = result.outcome_reward if result.done else 0.0
-                st.metrics = dict(result.metrics)
                 if cut:
                     st.status, st.reason = "truncated", f"no answer after env.max_turns={self.max_turns}"
                 elif result.truncated:
