@@ -9,12 +9,14 @@ imported inside each command after parsing, so `agent-r1-async --help` stays fas
     agent-r1-async report RUN_DIR
     agent-r1-async prepare-model smollm2-135m-instruct
     agent-r1-async envs list
+    agent-r1-async envs check [NAME] [--split dev] [--episodes N]
     agent-r1-async config show [--config ...] [--set ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -60,9 +62,11 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from agent_r1_async.run.evaluate import evaluate, format_table
+    from agent_r1_async.run.launch import env_preflight
 
     cfg = _load(args)
     split = args.split or cfg.env.eval_split
+    env_preflight(cfg, "eval", split)
     num_tasks = args.num_tasks or cfg.eval.num_tasks
     result = evaluate(cfg, split=split, num_tasks=num_tasks, model_path=args.model)
     print(format_table([result]))
@@ -70,9 +74,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
+    from agent_r1_async.run.launch import env_preflight
     from agent_r1_async.run.sft import run_sft
 
-    return run_sft(_load(args))
+    cfg = _load(args)
+    env_preflight(cfg, "sft")
+    return run_sft(cfg)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -96,17 +103,34 @@ def cmd_prepare_model(args: argparse.Namespace) -> int:
 
 
 def cmd_envs_list(args: argparse.Namespace) -> int:
-    from agent_r1_async.envs.registry import list_envs
+    from agent_r1_async.envs.registry import import_env_modules, list_envs
 
+    import_env_modules(_load(args).env)  # names registered by `env.import` modules too
     for name, description in list_envs():
         print(f"{name:20s} {description}")
     return 0
 
 
+def cmd_envs_check(args: argparse.Namespace) -> int:
+    import msgspec
+
+    from agent_r1_async.envs.check import check_env
+
+    cfg = _load(args)
+    env_cfg = msgspec.structs.replace(cfg.env, name=args.name) if args.name else cfg.env
+    splits = args.split or [env_cfg.train_split, env_cfg.eval_split]
+    ok, lines = check_env(env_cfg, list(dict.fromkeys(splits)), args.episodes)
+    print("\n".join(lines))
+    return 0 if ok else 1
+
+
 def cmd_config_show(args: argparse.Namespace) -> int:
     from agent_r1_async.config import dump_config
+    from agent_r1_async.envs.check import check_args
 
-    print(dump_config(_load(args)), end="")
+    cfg = _load(args)
+    check_args(cfg.env)  # env.args is checked against the env's own Args struct
+    print(dump_config(cfg), end="")
     return 0
 
 
@@ -146,7 +170,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("envs", help="environments")
     envs_sub = p.add_subparsers(dest="envs_command", metavar="SUBCOMMAND", required=True)
     q = envs_sub.add_parser("list", help="list registered environments")
+    _add_config_args(q)
     q.set_defaults(func=cmd_envs_list)
+    q = envs_sub.add_parser("check", help="import, configure and build an env, play its oracle")
+    q.add_argument("name", nargs="?", default=None, help="env name (default: env.name)")
+    _add_config_args(q)
+    q.add_argument("--split", action="append", default=[],
+                   help="split to check (repeatable; default: env.train_split and env.eval_split)")
+    q.add_argument("--episodes", type=int, default=1, help="oracle episodes per split (default 1)")
+    q.set_defaults(func=cmd_envs_check)
 
     p = sub.add_parser("config", help="configs")
     cfg_sub = p.add_subparsers(dest="config_command", metavar="SUBCOMMAND", required=True)
@@ -156,8 +188,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def cwd_importable() -> None:
+    """Every command imports modules from the working directory (an env next to the config),
+    and so do the processes it starts: spawned children inherit `sys.path`, Ray workers and
+    other subprocesses `PYTHONPATH`. (On a cluster, install the module on every node.)"""
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if cwd not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([cwd, *paths])
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    cwd_importable()
     from agent_r1_async.config import ConfigError
 
     try:

@@ -126,6 +126,8 @@ class EnvConfig(_Section):
     """Held-out split for evaluation."""
     args: dict[str, Any] = {}
     """Env-specific settings, validated by the env's own config struct."""
+    import_: list[str] = msgspec.field(default_factory=list, name="import")
+    """Modules every process imports before resolving `env.name` (so `@register_env` names in them resolve)."""
 
     def __post_init__(self) -> None:
         _require(self.max_turns >= 1, "env.max_turns", "must be >= 1")
@@ -427,6 +429,8 @@ class LaunchConfig(_Section):
     """Stop gracefully after this long (0 = no limit)."""
     seed: int = 0
     """Global seed."""
+    stop_after_failed_episodes: int = 32
+    """Stop the run with the env's error when the last this-many episodes all failed (each actor's last ceil(N / actors.num_actors)); 0 = never."""
     warm_start: bool = False
     """Without `model.init_from`: first train the `sft` section's warm start (cached, reused by later launches with the same settings) and start RL from it."""
 
@@ -438,6 +442,8 @@ class LaunchConfig(_Section):
             "the run directory",
         )
         _require(self.num_cpus >= 0, "launch.num_cpus", "must be >= 0 (0 = all)")
+        _require(self.stop_after_failed_episodes >= 0, "launch.stop_after_failed_episodes",
+                 "must be >= 0 (0 = never)")
         _require(self.max_wall_time_s >= 0, "launch.max_wall_time_s", "must be >= 0 (0 = no limit)")
         _require(
             self.curve or self.bind_host in LOOPBACK_HOSTS,

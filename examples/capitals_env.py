@@ -4,9 +4,11 @@ Use it without installing anything:
 
     agent-r1-async launch --set env.name=examples.capitals_env:CapitalsEnv
 
-or register it by name from your own package (`@register_env("capitals")` on import, or an
-entry point in your pyproject: `[project.entry-points."agent_r1_async.envs"]
-capitals = "my_pkg.capitals_env:CapitalsEnv"`).
+or give it a name: `@register_env("capitals")` on the class and
+`--set env.import=[examples.capitals_env] --set env.name=capitals`, or an entry point in your
+pyproject (`[project.entry-points."agent_r1_async.envs"]
+capitals = "my_pkg.capitals_env:CapitalsEnv"`). Check it first:
+`agent-r1-async envs check examples.capitals_env:CapitalsEnv`.
 """
 
 from __future__ import annotations

@@ -11,6 +11,11 @@ Invariants:
   For templates whose turns are separated by special tokens (ChatML, Llama 3) segment ids
   concatenate to exactly what `apply_chat_template` gives for the whole conversation (tested
   for SmolLM2), because BPE never merges across a special token.
+- Tools: the env's tool schemas (`Observation.tools` at reset) are rendered by the chat
+  template itself (`apply_chat_template(..., tools=[...])`, as Qwen2.5/3, Llama 3.x and Hermes
+  templates do) when it supports them; for a template that ignores `tools` (SmolLM2's ChatML)
+  the same schemas go into the system message as a text block (`tools_text`). Either way they
+  are part of the instruction ids, so recorded contexts are exactly what the model saw.
 - A turn's closing tokens (ChatML: "<|im_end|>\\n") are added in the *context*, after the
   action: only the part the action lacks ("\\n" when it ended with <|im_end|>, all of it when
   generation stopped at the length limit).
@@ -21,17 +26,40 @@ as many of the newest turns as fit `max_tokens`, counting the generation prompt)
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agent_r1_async.config import ContextConfig
 from agent_r1_async.envs.base import Message
 
+PROMPT_LAYOUT = 2
+"""Bumped when what the model sees changes for the same config (2: tool schemas shown);
+part of the warm-start cache key, so a cached checkpoint never meets a prompt it was not
+trained on."""
 _MARK = "\u2063AR1MARK\u2063"  # a string no template rewrites and no real message contains
 _DUMMY: list[Message] = [
     {"role": "system", "content": "s"},
     {"role": "user", "content": "u"},
 ]
+_PROBE_TOOL = {"type": "function", "function": {
+    "name": "probe_tool_ar1", "description": "d", "parameters": {"type": "object"}}}
+
+
+def tools_text(tools: list[dict[str, Any]]) -> str:
+    """The fallback tool block for templates without tool support (Hermes-style signatures)."""
+    sigs = "\n".join(json.dumps(t.get("function", t), ensure_ascii=False) for t in tools)
+    return ("You can call these tools (one JSON signature per line):\n<tools>\n" + sigs
+            + '\n</tools>\nCall one as <tool_call>{"name": NAME, "arguments": {...}}</tool_call>.')
+
+
+def with_tools_text(messages: list[Message], tools: list[dict[str, Any]]) -> list[Message]:
+    """`messages` with the tool block appended to the system message (or as a new one)."""
+    block = tools_text(tools)
+    if messages and messages[0].get("role") == "system":
+        first = {**messages[0], "content": f"{messages[0]['content']}\n\n{block}"}
+        return [first, *messages[1:]]
+    return [{"role": "system", "content": block}, *messages]
 
 
 class _Template:
@@ -47,11 +75,23 @@ class _Template:
         self.closing = self.encode(closing_text)  # ChatML: [<|im_end|>, "\n"]
         # The prefix the messages after an action are rendered against (ends with a closed turn).
         self.after_action: list[Message] = [*_DUMMY, {"role": "assistant", "content": "a"}]
+        self.native_tools = "probe_tool_ar1" in self.render(_DUMMY, tools=[_PROBE_TOOL])
+        """The template renders `tools=` itself (else: the text block in the system message)."""
 
-    def render(self, messages: list[Message], generation_prompt: bool = False) -> str:
+    def render(
+        self, messages: list[Message], generation_prompt: bool = False,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> str:
+        extra = {"tools": tools} if tools else {}
         return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=generation_prompt
+            messages, tokenize=False, add_generation_prompt=generation_prompt, **extra
         )
+
+    def render_instruction(self, messages: list[Message], tools: list[dict[str, Any]]) -> list[int]:
+        """The instruction's ids, the tools rendered by the template or as the text block."""
+        if tools and not self.native_tools:
+            messages, tools = with_tools_text(messages, tools), []
+        return self.encode(self.render(messages, tools=tools))
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
@@ -102,16 +142,24 @@ class History:
         self.instruction_ids: list[int] = []
         self.messages: list[Message] = []
         """The rendered messages, for logging (actions are not in here)."""
+        self.tools: list[dict[str, Any]] = []
+        """Tool schemas shown with the instruction."""
         self.turns: list[Turn] = []
 
-    def add_messages(self, messages: list[Message]) -> None:
-        """Append instruction / observation messages (rendered with the chat template)."""
+    def add_messages(
+        self, messages: list[Message], tools: list[dict[str, Any]] | None = None
+    ) -> None:
+        """Append instruction / observation messages (rendered with the chat template);
+        `tools` (before the first action only) are shown with the instruction."""
+        if tools and self.turns:
+            raise ValueError("tools can only be given with the instruction (before any action)")
+        self.tools.extend(tools or [])
         if not messages:
             return
         self.messages.extend(messages)
         if not self.turns:
             # Before the first action: all messages so far form the instruction.
-            self.instruction_ids = self.template.render_delta([], list(self.messages))
+            self.instruction_ids = self.template.render_instruction(list(self.messages), self.tools)
         else:
             ids = self.template.render_delta(self.template.after_action, messages)
             self.turns[-1].observation_ids.extend(ids)

@@ -6,7 +6,9 @@ Design choices
   consumer applies backpressure to the episode instead of buffering without bound.
 - Failure isolation: an env exception (`env_error`), an env call past `env.step_timeout_s`
   (`timeout`), a failed engine request (`engine_error`) end *this* episode with a status and a
-  one-line reason; the caller (actor, evaluation) goes on. A cancelled episode (actor stop)
+  one-line reason; the caller (actor, evaluation) goes on. Env failures are logged once per
+  distinct error and counted per kind (env_errors.py). Env calls run on worker threads
+  (envs/offload.py), so an env that blocks in synchronous code still times out. A cancelled episode (actor stop)
   still sends its end record ("aborted") before the cancellation propagates.
 - Length: the engine's budget is capped to `model.max_model_len - len(context)`; a context
   with no room left ends the episode as `truncated` (its earlier steps stay trainable). An
@@ -17,6 +19,7 @@ Design choices
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -25,9 +28,11 @@ from typing import Any
 
 from agent_r1_async.actors.context import ContextBuilder, History, make_context_builder
 from agent_r1_async.actors.engines.base import Engine, GenResult
+from agent_r1_async.actors.env_errors import EnvErrorLog
 from agent_r1_async.actors.stats import ActorCounters
 from agent_r1_async.config import RunConfig
 from agent_r1_async.envs.base import Env, Observation, StepResult, Task
+from agent_r1_async.envs.offload import run_offloaded
 from agent_r1_async.wire.messages import (
     TRAINABLE_STATUSES,
     EpisodeEnd,
@@ -41,12 +46,28 @@ Emit = Callable[[StepRecord | EpisodeEnd], Awaitable[None]]
 
 
 class _EpisodeOver(Exception):
-    """Internal: ends an episode with a status and reason."""
+    """Internal: ends an episode with a status and reason; `method` marks an env failure
+    (logged once and counted by kind: env_errors.py)."""
 
-    def __init__(self, status: EpisodeStatus, reason: str) -> None:
+    def __init__(
+        self, status: EpisodeStatus, reason: str, method: str = "", kind: str = "",
+        exc: BaseException | None = None,
+    ) -> None:
         super().__init__(reason)
-        self.status = status
-        self.reason = reason
+        self.status, self.reason = status, reason
+        self.method, self.kind, self.exc = method, kind, exc
+
+
+def _env_failed(method: str, e: BaseException, what: str = "") -> _EpisodeOver:
+    """An env exception in `method` as the episode's end (status env_error)."""
+    kind = type(e).__name__
+    return _EpisodeOver("env_error", f"{what or 'env.' + method}: {kind}: {e}", method, kind, e)
+
+
+def _detail(e: TimeoutError) -> str:
+    """The offloader's note on a call stuck in synchronous code, e.g. " (blocked ... 9.8 s)"."""
+    msg = str(e)
+    return msg[msg.index(" (blocked"):] if " (blocked" in msg else ""
 
 
 @dataclass
@@ -82,6 +103,10 @@ class Rollout:
     max_turns: int
     step_timeout_s: float
     counters: ActorCounters = field(default_factory=ActorCounters)
+    errors: EnvErrorLog = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.errors = EnvErrorLog(self.env_name, self.counters)
 
     @classmethod
     def from_config(
@@ -110,6 +135,8 @@ class Rollout:
             await self._loop(env, task, ids, emit, st)
         except _EpisodeOver as e:
             st.status, st.reason = e.status, e.reason
+            if e.method:
+                self.errors.record(e.kind, e.method, e.reason, task.task_id, e.exc)
         except asyncio.CancelledError:
             st.status, st.reason = "aborted", "actor stopped"
             await self._end(task, ids, emit, st, t0)
@@ -125,30 +152,34 @@ class Rollout:
             try:
                 env = env()
             except Exception as e:
-                raise _EpisodeOver("env_error", f"making the env: {type(e).__name__}: {e}") from e
+                raise _env_failed("make", e, "making the env") from e
         history = History(self.tokenizer)
-        obs = await self._env_call(env.reset(task), "reset")
+        obs = await self._env_call(env, lambda: env.reset(task), "reset")
         if not isinstance(obs, Observation):
-            raise _EpisodeOver("env_error", f"env.reset returned {type(obs).__name__}, not Observation")
-        self._extend(history, obs.messages)
+            raise _EpisodeOver(
+                "env_error", f"env.reset returned {type(obs).__name__}, not Observation",
+                "reset", "TypeError",
+            )
+        self._extend(history, obs.messages, obs.tools)
         while True:
             context = self._context(history)
             gen = await self._generate(context)
             text = self.tokenizer.decode(gen.action_ids, skip_special_tokens=True)
             t_env = time.perf_counter()
-            result = await self._env_call(env.step(text), "step")
+            result = await self._env_call(env, functools.partial(env.step, text), "step")
             env_s = time.perf_counter() - t_env
             if not isinstance(result, StepResult):
                 raise _EpisodeOver(
-                    "env_error", f"env.step returned {type(result).__name__}, not StepResult"
+                    "env_error", f"env.step returned {type(result).__name__}, not StepResult",
+                    "step", "TypeError",
                 )
             history.add_action(gen.action_ids)
             cut = not result.done and st.steps + 1 >= self.max_turns
             await emit(self._record(task, ids, st.steps, context, gen, result, env_s, cut))
             st.steps += 1
+            st.metrics.update(result.metrics)  # every step's metrics; a later value wins
             if result.done or cut:
                 st.outcome = result.outcome_reward if result.done else 0.0
-                st.metrics = dict(result.metrics)
                 if cut:
                     st.status, st.reason = "truncated", f"no answer after env.max_turns={self.max_turns}"
                 elif result.truncated:
@@ -160,7 +191,7 @@ class Rollout:
         try:
             context = self.builder.build(history)
         except Exception as e:
-            raise _EpisodeOver("env_error", f"context builder: {type(e).__name__}: {e}") from e
+            raise _env_failed("context", e, "context builder") from e
         if len(context) >= self.max_model_len:
             raise _EpisodeOver(
                 "truncated",
@@ -168,11 +199,13 @@ class Rollout:
             )
         return context
 
-    def _extend(self, history: History, messages: list[dict[str, str]]) -> None:
+    def _extend(
+        self, history: History, messages: list[dict[str, str]], tools: list | None = None
+    ) -> None:
         try:
-            history.add_messages(messages)
+            history.add_messages(messages, tools)
         except Exception as e:
-            raise _EpisodeOver("env_error", f"bad env messages: {type(e).__name__}: {e}") from e
+            raise _env_failed("messages", e, "bad env messages") from e
 
     async def _generate(self, context: list[int]) -> GenResult:
         t0 = time.perf_counter()
@@ -188,16 +221,19 @@ class Rollout:
             raise _EpisodeOver("engine_error", f"engine returned no tokens ({gen.finish_reason})")
         return gen
 
-    async def _env_call(self, call: Awaitable[Any], what: str) -> Any:
+    async def _env_call(self, env: Env, call: Callable[[], Awaitable[Any]], what: str) -> Any:
+        """Await one env call on a worker thread (offload.py): a synchronous block inside the
+        env cannot stall the other episodes of this actor, and the timeout still fires."""
         t0 = time.perf_counter()
         try:
-            return await asyncio.wait_for(call, self.step_timeout_s)
-        except TimeoutError:
+            return await run_offloaded(call, self.step_timeout_s, f"{type(env).__name__}.{what}")
+        except TimeoutError as e:
             raise _EpisodeOver(
                 "timeout", f"env.{what} took longer than env.step_timeout_s={self.step_timeout_s}"
+                f"{_detail(e)}", what, "timeout",
             ) from None
         except Exception as e:
-            raise _EpisodeOver("env_error", f"env.{what}: {type(e).__name__}: {e}") from e
+            raise _env_failed(what, e) from e
         finally:
             self.counters.env_time_s += time.perf_counter() - t0
 
@@ -219,6 +255,7 @@ class Rollout:
     async def _end(
         self, task: Task, ids: EpisodeIds, emit: Emit, st: _State, t0: float
     ) -> EpisodeEnd:
+        self.errors.episode_ended(st.status, st.reason, task.task_id)
         if st.status in TRAINABLE_STATUSES:
             self.counters.episodes_done += 1
         else:

@@ -8,6 +8,7 @@ The clock is passed in so tests can drive it.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -30,6 +31,12 @@ class ActorCounters:
     in_flight: int = 0
     weight_sync_latency_s: float = 0.0
     """Publish-to-serving latency of the weights in use."""
+    env_errors: Counter[str] = field(default_factory=Counter)
+    """Env failures per kind (exception type name, "timeout"); see env_errors.py."""
+    failed_streak: int = 0
+    """Consecutive ended episodes that failed (aborted ones not counted)."""
+    last_error: str = ""
+    """The most recent failed episode's one-line reason."""
 
 
 @dataclass
@@ -64,7 +71,10 @@ class StatsReporter:
             episodes_failed=c.episodes_failed,
             weight_sync_latency_s=c.weight_sync_latency_s,
             tokens_total=c.tokens,
+            env_errors=dict(c.env_errors),
+            failed_streak=c.failed_streak,
+            last_error=c.last_error,
         )
         self._last_t = now
-        self._last = ActorCounters(**vars(c))
+        self._last = ActorCounters(**{**vars(c), "env_errors": Counter(c.env_errors)})
         return msg

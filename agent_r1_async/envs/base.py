@@ -37,6 +37,11 @@ class Observation:
     """New messages to append to the interaction history (reset: system + user)."""
 
     messages: list[Message]
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    """At reset: the tools' JSON schemas in the OpenAI function format
+    (`{"type": "function", "function": {"name", "description", "parameters"}}`); the actor
+    renders them with the chat template's own tool support (`tools=`), or as a text block in
+    the system message when the template has none. Ignored after reset."""
 
 
 @dataclass
@@ -46,15 +51,19 @@ class StepResult:
     observation: Observation
     """Messages answering the action (tool responses); empty when done."""
     reward: float
-    """Process reward of this step (well-formed call, useful retrieval, ...)."""
+    """Process reward of THIS step (well-formed call, useful retrieval, ...), credited to this
+    step's action; paid on every step, the last one included."""
     done: bool
     outcome_reward: float = 0.0
-    """The final outcome reward (EM, F1, success); meaningful when done."""
+    """The episode's final outcome reward (EM, F1, success), read only when `done`; the
+    learner adds it to the episode's return (GRPO groups compare it across the group)."""
     truncated: bool = False
     """True when the episode ended because it ran out of turns, not by answering."""
     num_tool_calls: int = 0
     metrics: dict[str, float] = field(default_factory=dict)
-    """Named episode metrics when done (em, f1, success, format_ok, ...)."""
+    """Named episode metrics (em, f1, success, format_ok, ...): those of every step are merged
+    into the episode's (a later step's value for the same name wins), logged as `env/<name>`
+    and shown in evaluation tables."""
 
 
 @runtime_checkable

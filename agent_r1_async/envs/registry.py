@@ -1,7 +1,10 @@
 """Env registry: names -> env definitions, and `EnvSpec`, the handle the actor and eval use.
 
-An *env definition* is a class registered with `@register_env("name")` (or exposed through the
-entry-point group `agent_r1_async.envs`, or named in a config as `package.module:Class`):
+An *env definition* is a class registered with `@register_env("name")` in a module listed in
+`env.import` (or exposed through the entry-point group `agent_r1_async.envs`, or named in a
+config as `package.module:Class`). Names resolve in this order: `module:Class` paths, names
+registered by imported modules, built-ins, entry points. Every command makes the working
+directory importable (cli.py), so a module next to the config works everywhere:
 
     @register_env("my_env")
     class MyEnv:
@@ -182,7 +185,17 @@ class EnvSpec:
         return None if fn is None else fn(task)
 
 
+def import_env_modules(env_cfg: EnvConfig) -> None:
+    """Import the modules listed in `env.import` (their `@register_env` classes register)."""
+    for module in env_cfg.import_:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise ConfigError(f"env.import: cannot import {module!r}: {e}") from None
+
+
 def get_env_spec(env_cfg: EnvConfig) -> EnvSpec:
-    """Resolve `env_cfg.name` and build its definition with `env_cfg.args`."""
+    """Import `env.import`, resolve `env_cfg.name` and build its definition with `env_cfg.args`."""
+    import_env_modules(env_cfg)
     cls = resolve(env_cfg.name)
     return EnvSpec(env_cfg.name, cls, env_cfg)

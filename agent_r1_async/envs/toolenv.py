@@ -7,7 +7,8 @@ the process-reward hook of one task family) plus episode limits. Each `step(acti
    (Hermes/Qwen convention; several per action). Malformed JSON, an unknown tool or arguments
    that fail the tool's JSON schema become an error *tool response* and a format penalty,
    never an exception;
-2. runs the valid calls concurrently, each under `asyncio.wait_for(..., tool_timeout_s)`.
+2. runs the valid calls concurrently, each on a worker thread under `tool_timeout_s`
+   (offload.py: a tool that blocks in synchronous code is cut at the timeout too).
    A tool that raises, hangs or returns something that is not JSON-like yields an error
    response for that call; the other calls and the episode go on;
 3. answers with ONE user message holding one `<tool_response>...</tool_response>` block per
@@ -37,6 +38,7 @@ from typing import Any, Protocol
 import jsonschema
 
 from agent_r1_async.envs.base import EnvError, Message, Observation, StepResult, Task, Tool
+from agent_r1_async.envs.offload import run_offloaded
 from agent_r1_async.envs.rewards import extract_answer
 
 _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
@@ -200,6 +202,12 @@ def tool_call_text(call: ToolCall) -> str:
     return f"<tool_call>{body}</tool_call>"
 
 
+def tool_schema(tool: Tool) -> dict[str, Any]:
+    """A tool in the OpenAI function format that chat templates render (`tools=[...]`)."""
+    return {"type": "function", "function": {
+        "name": tool.name, "description": tool.description, "parameters": tool.parameters}}
+
+
 def tool_prompt(tools: Sequence[Tool]) -> str:
     """The tool list in the Hermes/Qwen style: one JSON function signature per line."""
     sigs = [
@@ -244,7 +252,8 @@ class ToolEnv:
         if not isinstance(system, str):
             raise EnvError(f"system_prompt() returned {type(system).__name__}, expected str")
         return Observation(
-            [{"role": "system", "content": system}, {"role": "user", "content": task.prompt}]
+            [{"role": "system", "content": system}, {"role": "user", "content": task.prompt}],
+            tools=[tool_schema(t) for t in self.tools.values()],
         )
 
     async def step(self, action: str) -> StepResult:
@@ -312,9 +321,11 @@ class ToolEnv:
     async def _run_one(self, outcome: CallOutcome) -> None:
         call = outcome.call
         assert call is not None
-        try:
-            result = await asyncio.wait_for(
-                self.tools[call.name].call(**call.arguments), self.tool_timeout_s
+        try:  # on a worker thread: a tool blocking in sync code is still cut at the timeout
+            tool = self.tools[call.name]
+            result = await run_offloaded(
+                lambda: tool.call(**call.arguments), self.tool_timeout_s,
+                f"tool {call.name}",
             )
         except TimeoutError:
             outcome.error = "timeout"

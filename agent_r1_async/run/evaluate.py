@@ -187,7 +187,16 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 
 EVAL_COLUMNS = ("episodes", "outcome_reward", "success", "em", "f1", "format_ok", "tool_calls")
-"""The held-out metrics the launch prints (those the env reports)."""
+"""The held-out metrics the launch prints first (those the env reports)."""
+_NOT_SHOWN = {"mean_return", "mean_steps", "mean_action_tokens", "valid_tool_call_rate", "turns",
+              "tool_errors", "truncated", "version", "checkpoint", "split"}
+"""Generic columns left to eval.json; any other (env-specific) metric is printed too."""
+
+
+def eval_columns(result: dict[str, Any]) -> list[str]:
+    """EVAL_COLUMNS the result has, then the env's own metrics (e.g. a custom `accuracy`)."""
+    first = [c for c in EVAL_COLUMNS if c in result]
+    return first + [c for c in result if c not in first and c not in _NOT_SHOWN]
 
 
 def held_out(cfg: RunConfig, run_dir: Path, logger: MetricsLogger, label: str, model: str,
@@ -202,6 +211,6 @@ def held_out(cfg: RunConfig, run_dir: Path, logger: MetricsLogger, label: str, m
     saved = json.loads(path.read_text()) if path.exists() else {}
     saved[label] = {**result, "version": step, "checkpoint": model, "split": cfg.env.eval_split}
     path.write_text(json.dumps(saved, indent=1))
-    rows = [{"model": k, "version": int(v["version"]),
-             **{m: v[m] for m in EVAL_COLUMNS if m in v}} for k, v in saved.items()]
+    rows = [{"model": k, "version": int(v["version"]), **{m: v[m] for m in eval_columns(v)}}
+            for k, v in saved.items()]
     print(format_table(rows), flush=True)

@@ -166,11 +166,37 @@ class LearnerHost:
         return str(self.learner.save_checkpoint())
 
 
+def log_to(path: str) -> None:
+    """This process's `agent_r1_async` log records (INFO and up) go to `path`; WARNING and up
+    also to stderr (which Ray forwards to the launcher's console) unless logging is set up."""
+    import logging
+    from pathlib import Path
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    pkg = logging.getLogger("agent_r1_async")
+    pkg.setLevel(logging.INFO)
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not any(getattr(h, "baseFilename", None) == str(Path(path).resolve()) for h in pkg.handlers):
+        file = logging.FileHandler(path)
+        file.setFormatter(fmt)
+        pkg.addHandler(file)
+    if not logging.getLogger().handlers and not any(
+        type(h) is logging.StreamHandler for h in pkg.handlers
+    ):
+        console = logging.StreamHandler()
+        console.setLevel(logging.WARNING)
+        console.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        pkg.addHandler(console)
+
+
 class ActorHost:
     def __init__(
-        self, cfg: RunConfig, actor_id: str, endpoints: dict[str, str], curve: CurveKeys | None
+        self, cfg: RunConfig, actor_id: str, endpoints: dict[str, str], curve: CurveKeys | None,
+        log_dir: str | None = None,
     ) -> None:
         _pin_threads(cfg.actors.num_cpus)
+        if log_dir:  # env errors (logged once each) reach RUN_DIR/logs/ and the console
+            log_to(os.path.join(log_dir, f"{actor_id}.log"))
         self.cfg = cfg
         self.curve = curve
         self.actor_id = actor_id

@@ -27,14 +27,21 @@ from agent_r1_async.models import attention_implementation
 from agent_r1_async.run.evaluate import held_out
 from agent_r1_async.run.monitor import ActorRates, MetricsLogger, merge_metrics, progress_line
 from agent_r1_async.run.run_dir import make_run_dir
-from agent_r1_async.run.supervisor import Supervisor, ray_address, start_ray, stop_ray
+from agent_r1_async.run.supervisor import (
+    EnvFailing,
+    Supervisor,
+    ray_address,
+    start_ray,
+    stop_ray,
+)
 from agent_r1_async.run.warm_start import prepare_start
 from agent_r1_async.wire.zmq import CurveKeys
 
 
 def preflight(cfg: RunConfig) -> None:
     """Fail before Ray starts or a run directory is made: the policy or init checkpoint
-    cannot be found, or a configured engine backend is not installed.
+    cannot be found, a configured engine backend is not installed, or the env cannot be
+    imported, configured, built or has no tasks (`env_preflight`).
 
     Known aliases are prepared later by the processes that load them (cached, once); local
     paths must exist and hold a HF model; a hub id is left to the loader (it needs network).
@@ -58,6 +65,23 @@ def preflight(cfg: RunConfig) -> None:
             require_backend(backend)
         except RuntimeError as e:
             raise ConfigError(f"{key}: {e}") from None
+    env_preflight(cfg, "launch")
+
+
+def env_preflight(cfg: RunConfig, command: str, split: str | None = None) -> None:
+    """The env's cheap checks (envs/check.py) for the splits `command` will use: the actors
+    need one train task per actor; evaluations need one task of their split."""
+    from agent_r1_async.envs.check import preflight_env
+
+    env = cfg.env
+    splits = {split or env.eval_split: 1} if command == "eval" else {env.train_split: 1}
+    if command == "launch":
+        splits[env.train_split] = cfg.actors.num_actors
+        if cfg.eval.in_launch:
+            splits.setdefault(env.eval_split, 1)
+    if command == "sft" and (cfg.sft.eval_before or cfg.sft.eval_after):
+        splits.setdefault(env.eval_split, 1)
+    preflight_env(env, splits)
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
@@ -92,7 +116,9 @@ def _train(cfg: RunConfig, sup: Supervisor, logger: MetricsLogger) -> tuple[int,
     while version < cfg.learner.total_updates:
         update = sup.update()
         version = int(update["metrics"]["version"])
-        record, hists = merge_metrics(update, sup.buffer_stats(), rates)
+        buffer = sup.buffer_stats()
+        sup.check_failures(buffer)
+        record, hists = merge_metrics(update, buffer, rates)
         logger.log(record, step=version, histograms=hists)
         logger.console(progress_line(record))
         if cfg.launch.max_wall_time_s and time.monotonic() - t_start > cfg.launch.max_wall_time_s:
@@ -118,7 +144,7 @@ def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None
     _say(f"learner attention: {attn} ({why})")
     logger = MetricsLogger(cfg, run_dir, resume_id=_wandb_id(run_dir, resume))
     sup: Supervisor | None = None
-    ckpt, version, stop_reason = None, 0, "interrupted"
+    ckpt, version, stop_reason, failure = None, 0, "interrupted", ""
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         # start
@@ -135,6 +161,9 @@ def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None
         version, stop_reason = _train(cfg, sup, logger)
     except KeyboardInterrupt:
         print("\n[launch] stopping: checkpoint and buffer snapshot ...", flush=True)
+    except EnvFailing as e:
+        stop_reason, failure = "env failing", str(e)
+        print(f"[launch] stopping: {e}", file=sys.stderr, flush=True)
     finally:
         # stop
         try:
@@ -144,7 +173,7 @@ def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None
             stop_ray()
     _say(f"{stop_reason}; checkpoint: {ckpt}")
     try:
-        if cfg.eval.in_launch and ckpt and stop_reason != "interrupted":
+        if cfg.eval.in_launch and ckpt and stop_reason in ("done", "max_wall_time_s"):
             held_out(cfg, run_dir, logger, "after", ckpt, step=version)
     except KeyboardInterrupt:
         print("\n[launch] held-out evaluation interrupted", flush=True)
@@ -154,4 +183,7 @@ def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None
     if logger.wandb_dir:
         _say(f"W&B run: {logger.wandb_dir} (sync with `wandb sync` when offline)")
     _say(f"run directory: {run_dir}")
+    if failure:
+        print(f"agent-r1-async: {failure}", file=sys.stderr, flush=True)
+        return 1
     return 0 if stop_reason in ("done", "max_wall_time_s") else 130

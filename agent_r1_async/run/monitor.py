@@ -200,5 +200,25 @@ def merge_metrics(
         out["actors/tokens_per_s"] = tok_total
         out["actors/episodes_per_s"] = eps_total
         out["actors/weight_sync_latency_s"] = max(s["weight_sync_latency_s"] for s in actors.values())
+        errors: dict[str, int] = {}
+        for stats in actors.values():  # each actor's totals since it started
+            for kind, n in stats.get("env_errors", {}).items():
+                errors[kind] = errors.get(kind, 0) + int(n)
+        for kind, n in errors.items():
+            out[f"env/errors/{kind}"] = n
     hist = {int(k): int(v) for k, v in update.get("staleness_hist", {}).items()}
     return out, {"staleness/hist": hist}
+
+
+def failing_actors(actors: dict[str, Any], last_n: int, num_actors: int) -> str | None:
+    """Why the run should stop, when every one of the `num_actors` actors reported that its
+    last ceil(last_n / num_actors) episodes all failed (so the run's last `last_n` did); the
+    message quotes each actor's latest failure. None otherwise (or when `last_n` is 0)."""
+    per_actor = -(-last_n // max(1, num_actors))
+    if last_n <= 0 or len(actors) < num_actors:
+        return None
+    if any(int(s.get("failed_streak", 0)) < per_actor for s in actors.values()):
+        return None
+    reasons = sorted({str(s.get("last_error", "")) for s in actors.values()})
+    return (f"the last {per_actor * num_actors} episodes all failed "
+            f"(launch.stop_after_failed_episodes={last_n}): " + "; ".join(reasons))

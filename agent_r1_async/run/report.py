@@ -71,6 +71,19 @@ def _plot(
     return path
 
 
+SUCCESS_METRICS = ("success", "em", "accuracy", "f1")
+"""Env metrics plotted as the success line, the first one the run logged."""
+
+
+def success_metric(rows: list[dict[str, Any]]) -> str | None:
+    """The env metric to plot as success: the first of SUCCESS_METRICS the run logged."""
+    logged = {k for r in rows for k in r}
+    for name in SUCCESS_METRICS:
+        if f"env/{name}" in logged or f"eval/after/{name}" in logged:
+            return name
+    return None
+
+
 def write_report(run_dir: str | Path) -> list[Path]:
     import matplotlib
 
@@ -79,10 +92,11 @@ def write_report(run_dir: str | Path) -> list[Path]:
     out_dir = Path(run_dir) / "plots"
     out_dir.mkdir(exist_ok=True)
     name = Path(run_dir).name
+    m = success_metric(rows) or "success"
     return [
         _plot(rows, [("reward/mean", "train reward (outcome + process)", True),
-                     ("env/success", "train success", True),
-                     (("eval/before/success", "eval/after/success"), "held-out success", False)],
+                     (f"env/{m}", f"train {m}", True),
+                     ((f"eval/before/{m}", f"eval/after/{m}"), f"held-out {m}", False)],
               "reward", f"reward — {name}", out_dir / "reward.png"),
         _plot(rows, [("staleness/mean", "mean (token-weighted)", False),
                      ("staleness/max", "max", False)],

@@ -67,6 +67,13 @@ def stop_ray() -> None:
         ray.shutdown()
 
 
+class EnvFailing(RuntimeError):
+    """Every recent episode failed: the run stops instead of waiting for batches."""
+
+
+_FAILURE_CHECK_S = 2.0
+
+
 class Supervisor:
     """Starts the processes and keeps the actors' run loops alive."""
 
@@ -92,7 +99,7 @@ class Supervisor:
             max_concurrency=2,
         )(ActorHost)
         self.actors = [
-            actor_cls.remote(cfg, f"actor-{i}", self.endpoints, curve)
+            actor_cls.remote(cfg, f"actor-{i}", self.endpoints, curve, str(run_dir / "logs"))
             for i in range(cfg.actors.num_actors)
         ]
         self.runs = {a.run.remote(): i for i, a in enumerate(self.actors)}
@@ -141,11 +148,24 @@ class Supervisor:
     def update(self) -> dict[str, Any]:
         """One learner update: {"metrics": ..., "staleness_hist": ...} (see LearnerHost)."""
         ref = self.learner.update.remote()
+        next_check = time.monotonic() + _FAILURE_CHECK_S
         while True:
             ready, _ = self.ray.wait([ref], timeout=0.5)
             if ready:
                 return self.ray.get(ref)
             self.check_actors()
+            if time.monotonic() >= next_check:  # with every episode failing no update comes
+                self.check_failures(self.buffer_stats())
+                next_check = time.monotonic() + _FAILURE_CHECK_S
+
+    def check_failures(self, buffer_stats: dict[str, Any]) -> None:
+        """Raise `EnvFailing` when every actor's recent episodes all failed."""
+        from agent_r1_async.run.monitor import failing_actors
+
+        why = failing_actors(buffer_stats.get("actors", {}),
+                             self.cfg.launch.stop_after_failed_episodes, self.cfg.actors.num_actors)
+        if why:
+            raise EnvFailing(why)
 
     def buffer_stats(self) -> dict[str, Any]:
         return self.ray.get(self.buffer.stats.remote())

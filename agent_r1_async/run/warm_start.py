@@ -24,6 +24,7 @@ from typing import Any
 
 import msgspec
 
+from agent_r1_async.actors.context import PROMPT_LAYOUT
 from agent_r1_async.config import RunConfig, dump_config
 from agent_r1_async.run.child import in_subprocess
 
@@ -41,6 +42,7 @@ def warm_start_key(cfg: RunConfig) -> str:
         "context": msgspec.to_builtins(cfg.context),
         "sft": {k: v for k, v in sft.items() if k not in _SFT_IGNORED},
         "learner": {k: learner[k] for k in _LEARNER_KEYS},
+        "prompt_layout": PROMPT_LAYOUT,
     }
     if cfg.sft.demos_source == "jsonl":  # the file's content, not only its name
         parts["jsonl_sha256"] = hashlib.sha256(Path(cfg.sft.jsonl_path).read_bytes()).hexdigest()

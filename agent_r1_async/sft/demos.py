@@ -18,7 +18,8 @@ Two sources:
   the decoded action ids (`skip_special_tokens=True`), as in a rollout. A replay whose
   episode does not end with a positive outcome exactly when the oracle's actions run out is
   rejected (counted in `DemoStats`).
-- `jsonl_demos`: chat transcripts, one `{"messages": [...]}` object per line. Assistant
+- `jsonl_demos`: chat transcripts, one `{"messages": [...], "tools": [...]}` object per line
+  (`tools` optional: the OpenAI-style schemas, shown with the instruction). Assistant
   messages are actions, every other message is observation. OpenAI-style assistant
   `tool_calls` are rendered as `<tool_call>{...}</tool_call>` text (the Hermes format the
   envs parse). `tool` messages are, by default, rendered as the ToolEnv renders tool output:
@@ -99,8 +100,8 @@ class DemoRecorder:
         self.history = History(tokenizer)
         self.steps: list[DemoStep] = []
 
-    def observe(self, messages: list[Message]) -> None:
-        self.history.add_messages(messages)
+    def observe(self, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> None:
+        self.history.add_messages(messages, tools)
 
     def act(self, text: str) -> str:
         """Record `text` as the next action; returns the text the env sees (decoded ids)."""
@@ -133,7 +134,7 @@ async def replay_oracle(
     obs = await env.reset(task)
     if not isinstance(obs, Observation):
         raise DemoError(f"{task.task_id}: env.reset returned {type(obs).__name__}")
-    rec.observe(obs.messages)
+    rec.observe(obs.messages, obs.tools)
     result: StepResult | None = None
     for i, text in enumerate(actions):
         if result is not None:
@@ -271,11 +272,15 @@ def _observations(messages: list[Message], tool_as_user: bool) -> list[Message]:
 
 
 def transcript_demo(
-    messages: Any, tokenizer: Any, builder: ContextBuilder, source: str, tool_as_user: bool = True
+    messages: Any, tokenizer: Any, builder: ContextBuilder, source: str, tool_as_user: bool = True,
+    tools: Any = None,
 ) -> Demonstration:
-    """One chat transcript → one demonstration (one step per assistant message)."""
+    """One chat transcript → one demonstration (one step per assistant message); `tools` (the
+    transcript's OpenAI-style tool list) are shown with the instruction, as the env shows them."""
     if not isinstance(messages, list) or not messages:
         raise DemoError(f"{source}: 'messages' must be a non-empty list")
+    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+        raise DemoError(f"{source}: 'tools' must be a list of tool schemas")
     rec = DemoRecorder(tokenizer, builder)
     pending: list[Message] = []
     for i, m in enumerate(messages):
@@ -287,7 +292,7 @@ def transcript_demo(
             continue
         if not rec.steps and not pending:
             raise DemoError(f"{where}: the first assistant message has no instruction before it")
-        rec.observe(_observations(pending, tool_as_user))
+        rec.observe(_observations(pending, tool_as_user), None if rec.steps else tools)
         pending = []
         rec.act(assistant_text(m, where))
     if not rec.steps:
@@ -295,8 +300,8 @@ def transcript_demo(
     return Demonstration(source, rec.steps)  # trailing observations are never trained on
 
 
-def read_transcripts(path: str | Path) -> Iterable[tuple[str, Any]]:
-    """(`path:line`, messages) for each non-empty line of a JSONL file."""
+def read_transcripts(path: str | Path) -> Iterable[tuple[str, Any, Any]]:
+    """(`path:line`, messages, tools or None) for each non-empty line of a JSONL file."""
     p = Path(path)
     if not p.is_file():
         raise DemoError(f"sft.jsonl_path: {str(p)!r} does not exist")
@@ -311,7 +316,7 @@ def read_transcripts(path: str | Path) -> Iterable[tuple[str, Any]]:
                 raise DemoError(f"{where}: not valid JSON ({e.msg})") from None
             if not isinstance(obj, dict) or "messages" not in obj:
                 raise DemoError(f"{where}: expected an object with a 'messages' list")
-            yield where, obj["messages"]
+            yield where, obj["messages"], obj.get("tools")
 
 
 def jsonl_demos(
@@ -321,10 +326,10 @@ def jsonl_demos(
     """Demonstrations from a JSONL transcript file until `limit` are kept (0 = all)."""
     stats = stats if stats is not None else DemoStats()
     out: list[Demonstration] = []
-    for where, messages in read_transcripts(path):
+    for where, messages, tools in read_transcripts(path):
         if limit and len(out) >= limit:
             break
-        demo = transcript_demo(messages, tokenizer, builder, where, tool_as_user)
+        demo = transcript_demo(messages, tokenizer, builder, where, tool_as_user, tools)
         if _keep(demo, max_model_len, stats):
             out.append(demo)
     if not out:

@@ -200,6 +200,12 @@ class ActorStats(_Wire, tag="actor_stats"):
     tokens_total: int = 0
     """Action tokens generated since the actor started: rates over any window are differences
     (`tokens_per_s` covers only the last `actors.stats_interval_s`)."""
+    env_errors: dict[str, int] = {}
+    """Env failures since the actor started, per kind (exception type name, "timeout")."""
+    failed_streak: int = 0
+    """Consecutive ended episodes that failed (not counting "aborted" ones)."""
+    last_error: str = ""
+    """The most recent failed episode's one-line reason (env, task, method, exception)."""
 
 
 DataMessage = StepRecord | EpisodeEnd | ActorStats

@@ -47,7 +47,7 @@ def one_thread():
 
 
 def test_tiny_model_fits_demonstrations_and_checkpoint_reproduces_logits(tmp_path, one_thread):
-    cfg = _cfg(tmp_path, lr=3e-3, num_demos=3, epochs=50, batch_episodes=3,
+    cfg = _cfg(tmp_path, lr=3e-3, num_demos=3, epochs=80, batch_episodes=3,
                schedule="constant", eval_before=False, eval_after=False)
     path = cfg.model.name_or_path
     demos = load_demos(cfg, load_tokenizer(path), DemoStats())
@@ -60,12 +60,14 @@ def test_tiny_model_fits_demonstrations_and_checkpoint_reproduces_logits(tmp_pat
     # A random init predicts ~uniformly over the 49152-token vocabulary: CE ≈ ln 49152 = 10.80.
     assert losses[0] == pytest.approx(math.log(49152), abs=0.1)
     # One step per epoch over the same 6 rows: the model memorizes them (loss near zero).
-    assert len(losses) == 50 and losses[-1] < 0.05, losses[::5]
+    # (80 epochs: with the calculator's schema in the system prompt the contexts are ~120
+    # tokens longer; 50 epochs ended at loss 0.054, 60 still mispredicted one action token.)
+    assert len(losses) == 80 and losses[-1] < 0.05, losses[::5]
     assert history[-1]["action_tokens"] == sum(len(s.action_ids) for d in demos for s in d.steps)
 
-    ckpt = checkpoint.save_checkpoint(str(tmp_path), trainer, {"version": 0, "updates": 50,
+    ckpt = checkpoint.save_checkpoint(str(tmp_path), trainer, {"version": 0, "updates": 80,
                                                                "samples_drawn": 0})
-    assert Path(ckpt).name == "step-50"
+    assert Path(ckpt).name == "step-80"
     assert checkpoint.latest_checkpoint(str(tmp_path)) == str(Path(ckpt).resolve())
     mb = sft_micro_batches(demo_pairs(demos), 2048, trainer.pad_id)[0]
     trainer.model.eval()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import json
 
 import pytest
 
@@ -13,7 +15,8 @@ from agent_r1_async.actors.context import (
     TruncateContext,
     make_context_builder,
 )
-from agent_r1_async.config import ContextConfig
+from agent_r1_async.config import ContextConfig, EnvConfig
+from agent_r1_async.envs.registry import get_env_spec
 from agent_r1_async.models import load_tokenizer, tiny_model_dir
 
 IM_START, IM_END, NL = 1, 2, 198  # SmolLM2: <|im_start|>, <|im_end|>, "\n"
@@ -174,3 +177,70 @@ def test_errors(tok):
         h.add_action([5])
     with pytest.raises(ValueError, match="last_k"):
         LastKContext(0)
+
+
+# A Qwen2.5-style template that renders `tools` in the system turn (as Qwen/Hermes/Llama 3 do).
+QWEN_TOOLS = (
+    "{%- if tools %}{{- '<|im_start|>system\n' }}"
+    "{%- if messages[0].role == 'system' %}{{- messages[0].content + '\n\n' }}{%- endif %}"
+    "{{- '# Tools\n<tools>' }}{%- for t in tools %}{{- '\n' + (t | tojson) }}{%- endfor %}"
+    "{{- '\n</tools><|im_end|>\n' }}"
+    "{%- elif messages[0].role == 'system' %}"
+    "{{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}{%- endif %}"
+    "{%- for message in messages %}{%- if message.role != 'system' %}"
+    "{{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"
+)
+SEARCH = [{"type": "function", "function": {
+    "name": "search", "description": "Search the corpus for passages.",
+    "parameters": {"type": "object", "properties": {"query": {"type": "string"}},
+                   "required": ["query"]}}}]
+
+
+def test_tools_are_rendered_by_a_template_that_supports_them(tok):
+    qtok = copy.copy(tok)
+    qtok.chat_template = QWEN_TOOLS
+    h = History(qtok)
+    assert h.template.native_tools
+    h.add_messages(INSTRUCTION, tools=SEARCH)
+    h.add_action([*enc(qtok, A1), IM_END])
+    h.add_messages(O1)
+    conv = [*INSTRUCTION, {"role": "assistant", "content": A1}, *O1]
+    want = list(qtok.apply_chat_template(conv, tools=SEARCH, tokenize=True,
+                                         add_generation_prompt=True, return_dict=False))
+    assert FullContext().build(h) == want
+    assert '"description": "Search the corpus for passages."' in qtok.decode(h.instruction_ids)
+
+
+def test_tools_become_a_system_text_block_when_the_template_ignores_them(tok):
+    h = History(tok)  # SmolLM2's ChatML template has no tool support
+    assert not h.template.native_tools
+    h.add_messages(INSTRUCTION, tools=SEARCH)
+    sys_text = (f"{INSTRUCTION[0]['content']}\n\nYou can call these tools (one JSON signature "
+                "per line):\n<tools>\n" + json.dumps(SEARCH[0]["function"]) + "\n</tools>\n"
+                'Call one as <tool_call>{"name": NAME, "arguments": {...}}</tool_call>.')
+    want = [{"role": "system", "content": sys_text}, INSTRUCTION[1]]
+    assert FullContext().build(h) == reference(tok, want)
+    # Without a system message the block becomes one.
+    h2 = History(tok)
+    h2.add_messages(INSTRUCTION[1:], tools=SEARCH)
+    assert tok.decode(h2.instruction_ids).startswith("<|im_start|>system\nYou can call these tools")
+    with pytest.raises(ValueError, match="only be given with the instruction"):
+        h.add_action([5, IM_END])
+        h.add_messages(O1, tools=SEARCH)
+
+
+@pytest.mark.parametrize("name", ["arithmetic", "multihop_qa", "python_tool"])
+def test_every_builtin_env_shows_its_tool_schemas_to_the_model(tok, name):
+    spec = get_env_spec(EnvConfig(name=name))
+    task = spec.tasks("dev")[0]
+    env = spec.make()
+    obs = asyncio.run(env.reset(task))
+    assert [t["function"]["name"] for t in obs.tools] == list(env.tools)
+    h = History(tok)
+    h.add_messages(obs.messages, obs.tools)
+    text = tok.decode(h.instruction_ids)
+    for tool in env.tools.values():
+        assert json.dumps({"name": tool.name, "description": tool.description,
+                           "parameters": tool.parameters}) in text

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from agent_r1_async.actors.context import make_context_builder
+from agent_r1_async.actors.context import make_context_builder, tools_text
 from agent_r1_async.actors.rollout import EpisodeIds, Rollout
 from agent_r1_async.config import ContextConfig, EnvConfig, config_from_dict
-from agent_r1_async.envs.arithmetic import SYSTEM_PROMPT
+from agent_r1_async.envs.arithmetic import SYSTEM_PROMPT, Calculator
 from agent_r1_async.envs.registry import get_env_spec
 from agent_r1_async.models import load_tokenizer, tiny_model_dir
 from agent_r1_async.sft.demos import (
@@ -26,6 +26,9 @@ from agent_r1_async.wire.messages import StepRecord
 from tests.fakes.engine import FakeEngine
 
 EOS = 2  # <|im_end|> in the SmolLM2 tokenizer
+CALC_TOOLS = [{"type": "function", "function": {
+    "name": Calculator.name, "description": Calculator.description,
+    "parameters": Calculator.parameters}}]
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +87,11 @@ def test_oracle_episode_layout_is_the_chat_template_and_masks_cover_exactly_the_
     call = _call_text(task.meta["expression"])
     answer = f"<answer>{task.answer}</answer>"
     # Step 0 sees system + user + the generation prompt; it emits the call then <|im_end|>.
-    instr = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": task.prompt}]
+    # SmolLM2's template ignores `tools=`, so the calculator's schema is in the system message
+    # as the fallback text block: the model sees the tool's description and parameters.
+    instr = [{"role": "system", "content": f"{SYSTEM_PROMPT}\n\n{tools_text(CALC_TOOLS)}"},
+             {"role": "user", "content": task.prompt}]
+    assert '"description": "Evaluate an arithmetic expression' in instr[0]["content"]
     assert s0.context_ids == _chat_ids(tok, instr)
     assert s0.action_ids == [*tok.encode(call, add_special_tokens=False), EOS]
     # Step 1 sees the whole conversation so far, tool output as the ToolEnv renders it.
@@ -145,7 +152,7 @@ def test_oracle_jsonl_and_rollout_give_identical_rows(spec, task, tok, tmp_path,
             "name": "calculator",
             "arguments": json.dumps({"expression": task.meta["expression"]})}}]}
     path = tmp_path / "demos.jsonl"
-    path.write_text("\n".join(json.dumps({"messages": m}) for m in
+    path.write_text("\n".join(json.dumps({"messages": m, "tools": CALC_TOOLS}) for m in
                               (_transcript(task, str(task.answer)), openai)) + "\n\n")
     from_jsonl = jsonl_demos(path, tok, _builder(tok, **ctx), max_model_len=2048)
     assert [d.source for d in from_jsonl] == [f"{path}:1", f"{path}:2"]
