@@ -24,7 +24,6 @@ from typing import Any
 
 import msgspec
 
-from agent_r1_async.actors.context import PROMPT_LAYOUT
 from agent_r1_async.config import RunConfig, dump_config
 from agent_r1_async.run.child import in_subprocess
 
@@ -34,6 +33,9 @@ _SFT_IGNORED = ("eval_before", "eval_after", "eval_num_tasks", "log_every")
 
 def warm_start_key(cfg: RunConfig) -> str:
     """16 hex digits naming the warm-start checkpoint that `cfg` trains."""
+    # Lazy: the launch driver imports this module, and envs (jsonschema) are the actors'.
+    from agent_r1_async.actors.context import PROMPT_LAYOUT
+
     learner = msgspec.to_builtins(cfg.learner)
     sft = msgspec.to_builtins(cfg.sft)
     parts: dict[str, Any] = {
