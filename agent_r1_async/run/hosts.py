@@ -114,11 +114,9 @@ class LearnerHost:
         self.client.connect()
         self.publisher = WeightPublisher(self.transport, tcp_endpoint(cfg.launch.bind_host))
         if resume and latest_checkpoint(run_dir) is not None:
-            self.learner = Learner.from_checkpoint(
-                cfg, self.transport, self.client, self.publisher, run_dir
-            )
+            self.learner = Learner.from_checkpoint(cfg, self.client, self.publisher, run_dir)
         else:
-            self.learner = Learner(cfg, self.transport, self.client, self.publisher, run_dir)
+            self.learner = Learner(cfg, self.client, self.publisher, run_dir)
         self.client.set_version(self.learner.version)
 
     def weights_endpoint(self) -> str:
@@ -133,10 +131,7 @@ class LearnerHost:
 
     def update(self) -> dict[str, Any]:
         """One learner update: its metrics and the batch's staleness histogram."""
-        metrics = self.learner.update()
-        if self.learner.updates % self.cfg.learner.checkpoint_every == 0:
-            metrics["checkpoint_saved"] = 1.0
-            self.learner.save_checkpoint()
+        metrics = self.learner.step()
         return {"metrics": metrics, "staleness_hist": self.learner.last_staleness_hist}
 
     def save_checkpoint(self) -> str:
