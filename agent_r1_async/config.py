@@ -350,12 +350,15 @@ class LearnerConfig(_Section):
     sharded with FSDP2 (torch.distributed), each on its share of the batch's tokens."""
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     """torch.distributed backend of the learner ranks; auto: nccl on CUDA, gloo on CPU."""
+    max_restarts: int = 3
+    """`launch`: times a learner group whose rank died is rebuilt from its last checkpoint."""
     cpu_offload: bool = False
     """FSDP2 CPU offload of the sharded parameters, gradients and optimizer state (GPU runs
     that do not fit; the optimizer step then runs on the CPU)."""
 
     def __post_init__(self) -> None:
         _require(self.world_size >= 1, "learner.world_size", "must be >= 1")
+        _require(self.max_restarts >= 0, "learner.max_restarts", "must be >= 0")
         _require(not (self.backend == "nccl" and self.device == "cpu"), "learner.backend",
                  "nccl needs CUDA devices; learner.device is cpu (use gloo or auto)")
         _require(not (self.world_size > 1 and self.lora.enabled), "learner.world_size",
