@@ -359,6 +359,8 @@ class LearnerConfig(_Section):
     def __post_init__(self) -> None:
         _require(self.world_size >= 1, "learner.world_size", "must be >= 1")
         _require(self.max_restarts >= 0, "learner.max_restarts", "must be >= 0")
+        _require(not (self.cpu_offload and self.device == "cpu"), "learner.cpu_offload",
+                 "offloads GPU memory to the CPU; learner.device is cpu")
         _require(not (self.backend == "nccl" and self.device == "cpu"), "learner.backend",
                  "nccl needs CUDA devices; learner.device is cpu (use gloo or auto)")
         _require(not (self.world_size > 1 and self.lora.enabled), "learner.world_size",

@@ -38,6 +38,7 @@ import contextlib
 import copy
 import importlib.util
 import math
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -119,6 +120,28 @@ def shard(net: PolicyNet, lcfg: config.LearnerConfig, device: torch.device) -> N
             m.set_force_sum_reduction_for_comms(True)  # plain SUM: gloo has no PREMUL_SUM
 
 
+class StepClock:
+    """Wall seconds per phase of an optimizer step: forward (incl. FSDP's all-gathers),
+    backward (incl. its reduce-scatters), optimizer (clip + AdamW), sync (our own collectives
+    on counts and metrics, where a rank waits for a slower one). CUDA: synchronised at each
+    boundary, so the phases add up to the step."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.t = time.perf_counter()
+        self.seconds = dict.fromkeys(("forward", "backward", "optimizer", "sync"), 0.0)
+
+    def lap(self, phase: str) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+        now = time.perf_counter()
+        self.seconds[phase] += now - self.t
+        self.t = now
+
+    def metrics(self) -> dict[str, float]:
+        return {f"time_{k}_s": v for k, v in self.seconds.items()}
+
+
 class PolicyTrainer:
     """Model, optional value head and reference, optimizer; forward/backward per micro-batch."""
 
@@ -156,6 +179,8 @@ class PolicyTrainer:
             self.reference = PolicyNet(ref, None)
         self.net = PolicyNet(self._causal_lm(), self.value_head)
         self.sharded = dist_util.active()
+        if self.lcfg.cpu_offload and self.device.type != "cuda":
+            raise ValueError(f"learner.cpu_offload needs a CUDA learner.device, not {self.device}")
         if self.sharded:
             shard(self.net, self.lcfg, self.device)
             if self.reference is not None:
@@ -251,12 +276,14 @@ class PolicyTrainer:
         per rank (1.5 and 3) and averaging would give 2.25: the lone token counted double.
         """
         self.optimizer.zero_grad(set_to_none=True)
+        clock = StepClock(self.device)
         rows, tokens = dist_util.all_reduce(
             [sum(mb.steps for mb in mbs), sum(mb.num_action_tokens for mb in mbs)])
         denom = tokens if self.params.loss_agg == "token-mean" else rows
         sums = dict.fromkeys(self._summed_metrics(), 0.0)
         w_max = 0.0
         for mb, real in self._lockstep(mbs):
+            clock.lap("sync")
             out = self.forward(mb, values=self.value_head is not None,
                                entropy=self.params.entropy_coef > 0)
             dev = self.device
@@ -273,10 +300,13 @@ class PolicyTrainer:
                                     self.algo.value_clip, denominator=rows)
                 loss = loss + self.algo.value_coef * vl
                 m.update(vm)
+            clock.lap("forward")
             if not real:  # filler: runs the collectives, contributes an exactly-zero gradient
                 (loss * 0.0).backward()
+                clock.lap("backward")
                 continue
             loss.backward()
+            clock.lap("backward")
             m["loss"] = loss.detach()
             w_max = max(w_max, float(m.pop("is_weight_max")))
             for k, v in m.items():
@@ -286,10 +316,12 @@ class PolicyTrainer:
         if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor of the global norm
             grad_norm = grad_norm.full_tensor()
         self.optimizer.step()
+        clock.lap("optimizer")
         keys = sorted(sums)  # the same keys on every rank: _SUMMED + the configured terms
         sums = dict(zip(keys, dist_util.all_reduce([sums[k] for k in keys]), strict=True))
         w_max = dist_util.all_reduce([w_max], op="max")[0]
-        return _finish_metrics(sums, w_max, float(grad_norm))
+        clock.lap("sync")
+        return {**_finish_metrics(sums, w_max, float(grad_norm)), **clock.metrics()}
 
     @torch.no_grad()
     def iter_published(self) -> Iterator[tuple[str, Tensor]]:
