@@ -165,7 +165,10 @@ class PolicyTrainer:
             if self.lcfg.gradient_checkpointing:
                 model.enable_input_require_grads()
             model = apply_lora(model, self.lcfg.lora)
-        self.model = model if self.lcfg.cpu_offload else model.to(self.device)
+        # Sharded, fully_shard moves each layer to the device as it shards it (one full layer
+        # at a time on the GPU, not the whole model); CPU offload keeps the shards on the CPU.
+        stay = self.lcfg.cpu_offload or dist_util.active()
+        self.model = model if stay else model.to(self.device)
         self.model.train()
         hidden = self._causal_lm().config.hidden_size
         self.value_head: nn.Linear | None = None
