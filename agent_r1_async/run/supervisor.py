@@ -102,8 +102,14 @@ class LearnerGroup:
         self.leader = self.ranks[0]
 
     def call(self, method: str, *args: Any) -> Any:
-        """Run `method` on every rank (a collective); rank 0's result."""
-        return self.ray.get([getattr(r, method).remote(*args) for r in self.ranks])[0]
+        """Run `method` on every rank (a collective); rank 0's result. Raises as soon as one
+        rank fails (the others may then wait in a collective for good: `kill` them)."""
+        refs = [getattr(r, method).remote(*args) for r in self.ranks]
+        pending = list(refs)
+        while pending:
+            done, pending = self.ray.wait(pending, num_returns=1)
+            self.ray.get(done[0])
+        return self.ray.get(refs[0])
 
     def submit(self, method: str) -> list[Any]:
         return [getattr(r, method).remote() for r in self.ranks]
@@ -270,7 +276,11 @@ class Supervisor:
                 ray.get(a.stop.remote(), timeout=10)
         ray.wait(list(self.runs), timeout=30, num_returns=len(self.runs))
         if checkpoint:
-            path = self.learner.call("save_checkpoint")
+            try:
+                path = self.learner.call("save_checkpoint")
+            except Exception as e:  # a dead rank: the last periodic checkpoint stands
+                print(f"[launch] final learner checkpoint failed: {e!r}", file=sys.stderr)
+                self.learner.kill()
         try:
             ray.get(self.buffer.stop.remote(), timeout=30)
         except Exception as e:
