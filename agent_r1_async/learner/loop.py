@@ -55,6 +55,8 @@ class Learner:
         self.cfg = cfg
         self.source = source
         self.publisher = publisher
+        self._publishes = bool(dist_util.broadcast_object(publisher is not None))
+        """Rank 0 has a publisher: then every rank joins the weight gathers for it."""
         self.run_dir = run_dir
         torch.manual_seed(cfg.learner.seed)
         if trainer is not None:  # injected (benchmarks, tests): no model is loaded
@@ -145,7 +147,7 @@ class Learner:
 
     def _republish_if_idle(self) -> None:
         """Rank 0's clock decides (the publish is a collective when sharded)."""
-        due = self.publisher is not None and (
+        due = self._publishes and (
             time.monotonic() - self._last_publish >= self.cfg.learner.republish_s)
         if dist_util.broadcast_object(due):
             self.publish()
@@ -155,8 +157,7 @@ class Learner:
         every `learner.republish_s`: a SUB socket that joined after the last publish (a
         restarted actor, a resumed run) would otherwise serve old weights whose data is all
         too stale to train, and nothing would ever be published again."""
-        sharded = getattr(self.trainer, "sharded", False)
-        if self.publisher is None and not sharded:  # sharded: rank 0 publishes, all gather
+        if not self._publishes:  # sharded: rank 0 publishes, every rank gathers
             return
         if only_if_idle_s and time.monotonic() - self._last_publish < only_if_idle_s:
             return
