@@ -10,6 +10,7 @@ Only small control values cross Ray (endpoints, metric dicts); all data moves ov
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import threading
@@ -111,8 +112,10 @@ class LearnerHost:
         self.curve = curve
         self.learner: Any = None
         self.publisher: Any = None
-        # The launch test (and an operator) finds a rank's process here.
-        (Path(run_dir) / f"learner-rank-{rank}.pid").write_text(str(os.getpid()))
+        # The launch test (and an operator) finds a rank's process here (when this node sees
+        # the run directory; checkpoints need it to, see README "Scaling the learner").
+        with contextlib.suppress(OSError):
+            (Path(run_dir) / f"learner-rank-{rank}.pid").write_text(str(os.getpid()))
 
     def rendezvous(self) -> tuple[str, int]:
         """Rank 0: this node's address and a free port for the process group's TCP store."""
