@@ -359,8 +359,26 @@ class LearnerConfig(_Section):
     """torch seed."""
     lora: LoraConfig = msgspec.field(default_factory=LoraConfig)
     """LoRA settings."""
+    world_size: int = 1
+    """Learner processes (ranks). 1: one process, as before; N > 1: N ranks train one model
+    sharded with FSDP2 (torch.distributed), each on its share of the batch's tokens."""
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    """torch.distributed backend of the learner ranks; auto: nccl on CUDA, gloo on CPU."""
+    max_restarts: int = 3
+    """`launch`: times a learner group whose rank died is rebuilt from its last checkpoint."""
+    cpu_offload: bool = False
+    """FSDP2 CPU offload of the sharded parameters, gradients and optimizer state (GPU runs
+    that do not fit; the optimizer step then runs on the CPU)."""
 
     def __post_init__(self) -> None:
+        _require(self.world_size >= 1, "learner.world_size", "must be >= 1")
+        _require(self.max_restarts >= 0, "learner.max_restarts", "must be >= 0")
+        _require(not (self.cpu_offload and self.device == "cpu"), "learner.cpu_offload",
+                 "offloads GPU memory to the CPU; learner.device is cpu")
+        _require(not (self.backend == "nccl" and self.device == "cpu"), "learner.backend",
+                 "nccl needs CUDA devices; learner.device is cpu (use gloo or auto)")
+        _require(not (self.world_size > 1 and self.lora.enabled), "learner.world_size",
+                 "LoRA (learner.lora.enabled) trains with one learner process only; set 1")
         _require(self.lr > 0, "learner.lr", "must be > 0")
         _require(len(self.betas) == 2, "learner.betas", "must be two numbers [beta1, beta2]")
         _require(self.grad_clip >= 0, "learner.grad_clip", "must be >= 0")

@@ -277,7 +277,7 @@ def run_once(w: Workload, n_actors: int, max_staleness: int, spi_tol: float, war
     client = BufferClient(transport, endpoints[1], "learner", "learner", timeout_s=30.0)
     try:
         client.connect()
-        learner = Learner(cfg, transport, client, None, None, trainer=SleepTrainer(w.update_s))
+        learner = Learner(cfg, client, None, None, trainer=SleepTrainer(w.update_s))
         for _ in range(warmup):
             learner.update()
         t0 = time.monotonic()

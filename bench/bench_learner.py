@@ -3,6 +3,7 @@
     .venv/bin/python bench/bench_learner.py             # CPU, SmolLM2-135M, fp32 + bf16, ~3 min
     .venv/bin/python bench/bench_learner.py --quick     # 4 × 256 tokens, 1 timed step
     python bench/bench_learner.py --device cuda --model-size 0.5b   # GPU: MFU (random init)
+    .venv/bin/python bench/bench_learner.py --world-size 1,2  # FSDP2 ranks (gloo on CPU)
 
 Each configuration runs in its own spawned process (so peak memory is that process's own):
 - ours: `PolicyTrainer.proximal_pass` + `PolicyTrainer.optimize` (GRPO loss with decoupled
@@ -17,6 +18,14 @@ tokens/s = input tokens (context + action, without padding) / seconds of the opt
 (forward + backward + AdamW), median over `--steps` steps after one warm-up step. Peak memory
 on CPU: `ru_maxrss` of the process (peak RSS; with the model-load RSS before the first step
 beside it), on CUDA: `torch.cuda.max_memory_allocated`.
+
+`--world-size 1,2`: for each N, N spawned ranks (torch.distributed, gloo on CPU / nccl on
+CUDA, a free port on 127.0.0.1) each train their token-balanced share of the same batch with
+the FSDP2-sharded `PolicyTrainer` (N = 1: the unsharded single-process path); per rank it
+prints tokens/s (its own tokens / step seconds), peak memory and the bytes of parameters +
+gradients + AdamW state that rank holds (its DTensor shards), and the ratio of the latter to
+N = 1 (ideal: 1/N). Each rank still loads the full model before sharding it, so peak RSS on
+CPU falls by less than the state does.
 
 MFU (CUDA only): model FLOPs of the step / step seconds / peak FLOP/s, with the usual 6·N per
 token: 6 · (N_body · tokens + N_head · head_tokens), N_body = parameters without the input
@@ -146,6 +155,97 @@ def _run(mode: str, bf16: bool, args: Any, model_path: str, q: Any) -> None:
     q.put(out)
 
 
+def _state_bytes(trainer: Any) -> int:
+    """Bytes of parameters + gradients + optimizer state this rank holds (local shards)."""
+    def local(t: Any) -> Any:
+        return t.to_local() if hasattr(t, "to_local") else t
+
+    n = 0
+    for p in trainer.trainable_parameters():
+        n += local(p).numel() * local(p).element_size()
+        if p.grad is not None:
+            n += local(p.grad).numel() * local(p.grad).element_size()
+    for st in trainer.optimizer.state.values():
+        for v in st.values():
+            if hasattr(v, "numel") and v.numel() > 1:
+                n += local(v).numel() * local(v).element_size()
+    return n
+
+
+def _run_rank(rank: int, ws: int, port: int, args: Any, model_path: str, q: Any) -> None:
+    """One rank of a `--world-size` configuration; puts its result on `q`."""
+    import torch
+
+    from agent_r1_async.config import AlgorithmConfig, LearnerConfig, RunConfig
+    from agent_r1_async.learner import batching, distributed
+    from agent_r1_async.learner.trainer import PolicyTrainer
+
+    torch.set_num_threads(max(1, args.threads))
+    cuda = args.device == "cuda"
+    if ws > 1:
+        os.environ["LOCAL_RANK"] = str(rank)
+        distributed.init_group(rank, ws, "127.0.0.1", port, "nccl" if cuda else "gloo")
+    torch.manual_seed(0)
+    cfg = RunConfig(algorithm=AlgorithmConfig(name="grpo"),
+                    learner=LearnerConfig(lr=1e-6, bf16=cuda, device=args.device,
+                                          micro_batch_tokens=args.micro_batch_tokens,
+                                          world_size=ws))
+    trainer = PolicyTrainer(cfg, model_path)
+    rows = synthetic_rows(args.rows, args.context, args.action,
+                          trainer._causal_lm().config.vocab_size)
+    seqs = batching.training_sequences(rows)
+    mine = distributed.balance([rows[s[-1]].length for s in seqs], ws)[rank]
+    mbs = batching.sequences_to_micro_batches(rows, [seqs[i] for i in mine],
+                                              args.micro_batch_tokens, trainer.pad_id)
+    tokens = sum(rows[i].length for i in mine)
+    times = []
+    for i in range(args.steps + 1):
+        distributed.barrier()
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        trainer.optimize(mbs)
+        if cuda:
+            torch.cuda.synchronize()
+        if i > 0:
+            times.append(time.perf_counter() - t0)
+    step_s = statistics.median(times)
+    peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else _rss_mb()
+    q.put({"rank": rank, "tokens": tokens, "step_s": step_s, "tok_s": tokens / step_s,
+           "peak_mb": peak, "state_mb": _state_bytes(trainer) / 2**20})
+    distributed.destroy_group()
+
+
+def run_world_sizes(sizes: list[int], args: Any, model_path: str) -> None:
+    from agent_r1_async.learner.distributed import free_port
+
+    print(f"## FSDP2 learner step by world size: {args.rows} rows × ({args.context} + "
+          f"{args.action}) tokens, micro-batches ≤{args.micro_batch_tokens}, {args.device}, "
+          f"{args.threads} thread(s) per rank; median of {args.steps} steps after 1 warm-up")
+    print(f"{'ws':>3} {'rank':>4} {'tokens':>7} {'step s':>7} {'tokens/s':>9} {'peak MB':>8} "
+          f"{'param+grad+optim MB':>20} {'vs ws 1':>8}")
+    base = None
+    ctx = mp.get_context("spawn")
+    for ws in sizes:
+        q = ctx.Queue()
+        port = free_port()
+        procs = [ctx.Process(target=_run_rank, args=(r, ws, port, args, model_path, q))
+                 for r in range(ws)]
+        for p in procs:
+            p.start()
+        res = sorted((q.get(timeout=3600) for _ in procs), key=lambda r: r["rank"])
+        for p in procs:
+            p.join(120)
+        base = base or res[0]["state_mb"]
+        for r in res:
+            print(f"{ws:>3} {r['rank']:>4} {r['tokens']:>7} {r['step_s']:>7.2f} "
+                  f"{r['tok_s']:>9.1f} {r['peak_mb']:>8.0f} {r['state_mb']:>20.1f} "
+                  f"{r['state_mb'] / base:>7.3f}×", flush=True)
+        total = sum(r["tokens"] for r in res) / max(r["step_s"] for r in res)
+        print(f"{ws:>3}  all {sum(r['tokens'] for r in res):>7} "
+              f"{max(r['step_s'] for r in res):>7.2f} {total:>9.1f}", flush=True)
+
+
 def plain_step(trainer: Any, mbs: list[Any], bf16: bool) -> None:
     """The baseline: HF causal-LM loss on the action tokens, full logits, AdamW."""
     import torch
@@ -196,6 +296,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2, help="timed steps after 1 warm-up")
     ap.add_argument("--peak-tflops", type=float, default=0.0)
     ap.add_argument("--quick", action="store_true", help="4 rows, 1 timed step, fp32 only")
+    ap.add_argument("--world-size", default="", help="comma-separated learner world sizes")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     args = ap.parse_args()
     if args.quick:
         args.rows, args.steps = 4, 1
@@ -220,6 +322,10 @@ def main() -> None:
             model_path = resolve_model(MODEL)
         else:
             model_path = random_qwen2_dir(args.model_size, tmp)
+        if args.world_size:
+            run_world_sizes([int(x) for x in args.world_size.split(",")], args, model_path)
+            print(f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+            return
         precisions = [True] if cuda else ([False] if args.quick else [False, True])
         print(f"## Learner step: {args.model_size} on {args.device}, {args.rows} rows × "
               f"({args.context} context + {args.action} action) tokens, micro-batches of "

@@ -302,10 +302,36 @@ def plan_micro_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int
     return plan
 
 
+def training_sequences(rows: Sequence[Row], pack: bool = False) -> list[list[int]]:
+    """Row indices per training sequence: chained steps when packing, else one row each."""
+    return chain_steps(rows) if pack else [[i] for i in range(len(rows))]
+
+
+def sequences_to_micro_batches(
+    rows: Sequence[Row], seqs: Sequence[Sequence[int]], max_tokens: int, pad_id: int
+) -> list[MicroBatch]:
+    """Training sequences → micro-batches of ≤ max_tokens padded tokens."""
+    plan = plan_micro_batches([rows[s[-1]].length for s in seqs], max_tokens)
+    return [collate_sequences(rows, [seqs[j] for j in idx], pad_id) for idx in plan]
+
+
 def make_micro_batches(
     rows: Sequence[Row], max_tokens: int, pad_id: int, pack: bool = False
 ) -> list[MicroBatch]:
     """Rows → micro-batches of ≤ max_tokens padded tokens; `pack` chains an episode's steps."""
-    seqs = chain_steps(rows) if pack else [[i] for i in range(len(rows))]
-    plan = plan_micro_batches([rows[s[-1]].length for s in seqs], max_tokens)
-    return [collate_sequences(rows, [seqs[j] for j in idx], pad_id) for idx in plan]
+    return sequences_to_micro_batches(rows, training_sequences(rows, pack), max_tokens, pad_id)
+
+
+def filler_micro_batch(pad_id: int) -> MicroBatch:
+    """A 2-token micro-batch (one action token) that a rank with fewer micro-batches than the
+    others runs with loss weight 0: FSDP's per-layer all-gathers and reduce-scatters are
+    collectives, so every rank must run as many forwards and backwards as the busiest one."""
+    t = collate_spans([([pad_id, pad_id], [(1, 2, {})])], {}, pad_id)
+    zeros = torch.zeros(1, 2)
+    return MicroBatch(
+        input_ids=t["input_ids"], attention_mask=t["attention_mask"], action_mask=t["action_mask"],
+        behavior_logprobs=zeros.clone(), token_versions=torch.zeros(1, 2, dtype=torch.long),
+        advantages=zeros.clone(), sample_weights=torch.zeros(1),
+        value_index=torch.zeros(1, dtype=torch.long), row_index=torch.zeros(1, dtype=torch.long),
+        old_values=torch.zeros(1), value_targets=torch.zeros(1), num_rows=0,
+    )

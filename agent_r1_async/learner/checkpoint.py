@@ -1,16 +1,26 @@
 """Checkpoints: `RUN_DIR/checkpoints/step-N/`, written atomically, with a `latest` symlink.
 
-A checkpoint directory is also a plain HF model directory (config.json, safetensors weights,
-tokenizer), so `model.init_from` / `eval --model` can point at it (LoRA: the merged weights).
-Next to the model it holds:
-- `trainer_state.pt`: optimizer, value head, LoRA adapter weights, RNG states (torch, CUDA,
-  Python, numpy) — loaded with `weights_only=True`;
+Two views of the same state, for two readers:
+- a plain HF model directory (config.json, safetensors weights, tokenizer), gathered on rank
+  0, so `model.init_from`, `eval --model` and warm start keep taking a checkpoint as they take
+  any HF model (LoRA: the merged weights);
+- `dcp/`: the trainer's exact state with torch.distributed.checkpoint (DCP): model (incl.
+  value head and LoRA adapters) and AdamW state, each rank writing its own shards. DCP stores
+  every tensor's global shape and each shard's offsets, so a checkpoint written by N ranks
+  loads into M ranks (or one unsharded process): resume at a different world size;
+- `rng/rank-R.pt`: each rank's RNG states (torch, CUDA, Python, numpy); a rank with no file
+  of its own (resuming with more ranks) takes rank 0's;
 - `learner_state.json`: version, update count, data cursor (samples drawn), wall time;
 - `config.yaml`: the run config.
 
-Atomicity: everything is written into `checkpoints/.tmp-step-N-*` and renamed to `step-N`
-(a rename within one directory is atomic), then `latest` is re-pointed with a symlink swap
-(`os.replace` of a fresh symlink). A crash leaves either the old or the new checkpoint.
+The HF copy costs one more copy of the weights on disk; the alternative, an `eval` that reads
+DCP, would tie every HF reader (vLLM, transformers, warm start) to our trainer's layout.
+
+Atomicity: rank 0 makes `checkpoints/.tmp-step-N-*`, every rank writes its part there, and
+after a barrier rank 0 renames it to `step-N` (a rename within one directory is atomic) and
+re-points `latest` with a symlink swap (`os.replace` of a fresh symlink). A crash leaves either
+the old or the new checkpoint, and `latest` only ever names a complete one. With several
+machines the run directory must be on storage they share.
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ import numpy as np
 import torch
 
 from agent_r1_async import config, models
+from agent_r1_async.learner import distributed as dist_util
 
 LATEST = "latest"
 
@@ -53,50 +64,64 @@ def _set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(run_dir: str, trainer: Any, learner_state: dict[str, Any]) -> str:
-    """Write checkpoint `step-{learner_state['updates']}`; return its directory."""
+    """Write checkpoint `step-{learner_state['updates']}`; return its directory. A collective
+    when sharded: every rank calls it."""
     root = Path(run_dir) / "checkpoints"
-    root.mkdir(parents=True, exist_ok=True)
     name = f"step-{int(learner_state['updates'])}"
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=root))
+    tmp_name = None
+    if dist_util.rank() == 0:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp_name = tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=root)
+    tmp = Path(dist_util.broadcast_object(tmp_name))
+    final = root / name
     try:
         _write(tmp, trainer, learner_state)
-        final = root / name
-        if final.exists():  # re-saving the same step (e.g. final save right after a periodic one)
-            shutil.rmtree(final)
-        os.rename(tmp, final)
+        dist_util.barrier()  # every rank's shards are on disk
+        if dist_util.rank() == 0:
+            if final.exists():  # re-saving the same step (final save right after a periodic one)
+                shutil.rmtree(final)
+            os.rename(tmp, final)
+            link = root / f".{LATEST}-{os.getpid()}"
+            if link.is_symlink():
+                link.unlink()
+            os.symlink(name, link)
+            os.replace(link, root / LATEST)
     finally:
-        if tmp.exists():
+        if dist_util.rank() == 0 and tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    link = root / f".{LATEST}-{os.getpid()}"
-    if link.is_symlink():
-        link.unlink()
-    os.symlink(name, link)
-    os.replace(link, root / LATEST)
+    dist_util.barrier()  # nobody returns a path that is not there yet
     return str(final)
 
 
-def _write(out: Path, trainer: Any, learner_state: dict[str, Any]) -> None:
-    lm = trainer._causal_lm()
-    weights = trainer.published_state_dict()  # merged for LoRA
-    lm.save_pretrained(str(out), state_dict=weights, safe_serialization=True)
-    # A model without a tokenizer (test models) still checkpoints.
-    with contextlib.suppress(OSError, ValueError):
-        models.load_tokenizer(trainer.model_path).save_pretrained(str(out))
-    state: dict[str, Any] = {
-        "optimizer": trainer.optimizer.state_dict(),
-        "rng": _rng_state(),
-        "value_head": trainer.value_head.state_dict() if trainer.value_head is not None else None,
-        "adapter": None,
-    }
-    if trainer.lora:
-        from peft import get_peft_model_state_dict
-
-        state["adapter"] = get_peft_model_state_dict(trainer.model)
-    torch.save(state, out / "trainer_state.pt")
-    (out / "learner_state.json").write_text(
-        json.dumps({**learner_state, "saved_at": time.time()}, indent=1)
+def _dcp_state(trainer: Any) -> dict[str, Any]:
+    """The trainer's model and optimizer state dicts keyed by parameter name (FQN), as DCP
+    reads and writes them: sharded DTensors under FSDP2, plain tensors without."""
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        get_optimizer_state_dict,
     )
-    (out / "config.yaml").write_text(config.dump_config(trainer.cfg))
+
+    return {"model": get_model_state_dict(trainer.net),
+            "optim": get_optimizer_state_dict(trainer.net, trainer.optimizer)}
+
+
+def _write(out: Path, trainer: Any, learner_state: dict[str, Any]) -> None:
+    import torch.distributed.checkpoint as dcp
+
+    weights = trainer.published_state_dict()  # merged for LoRA; {} on ranks > 0
+    if dist_util.rank() == 0:
+        trainer._causal_lm().save_pretrained(str(out), state_dict=weights, safe_serialization=True)
+        # A model without a tokenizer (test models) still checkpoints.
+        with contextlib.suppress(OSError, ValueError):
+            models.load_tokenizer(trainer.model_path).save_pretrained(str(out))
+        (out / "learner_state.json").write_text(
+            json.dumps({**learner_state, "saved_at": time.time()}, indent=1))
+        (out / "config.yaml").write_text(config.dump_config(trainer.cfg))
+        (out / "rng").mkdir()
+    del weights
+    dcp.save(_dcp_state(trainer), checkpoint_id=str(out / "dcp"), no_dist=not dist_util.active())
+    dist_util.barrier()  # rng/ exists
+    torch.save(_rng_state(), out / "rng" / f"rank-{dist_util.rank()}.pt")
 
 
 def latest_checkpoint(run_dir: str) -> str | None:
@@ -111,17 +136,23 @@ def checkpoint_model_path(ckpt_dir: str, cfg: config.RunConfig) -> str:
 
 
 def load_trainer_state(ckpt_dir: str, trainer: Any) -> dict[str, Any]:
-    """Restore optimizer, value head, adapters and RNG into `trainer`; return learner state."""
-    path = Path(ckpt_dir)
-    if not (path / "learner_state.json").is_file():
-        raise FileNotFoundError(f"{ckpt_dir} is not a learner checkpoint (no learner_state.json)")
-    state = torch.load(path / "trainer_state.pt", weights_only=True, map_location="cpu")
-    if state["adapter"] is not None:
-        from peft import set_peft_model_state_dict
+    """Restore model, optimizer (value head, adapters) and RNG into `trainer` from the DCP
+    state, whatever world size wrote it; return the learner state."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
 
-        set_peft_model_state_dict(trainer.model, state["adapter"])
-    if state["value_head"] is not None and trainer.value_head is not None:
-        trainer.value_head.load_state_dict(state["value_head"])
-    trainer.optimizer.load_state_dict(state["optimizer"])
-    _set_rng_state(state["rng"])
+    path = Path(ckpt_dir)
+    if not (path / "learner_state.json").is_file() or not (path / "dcp").is_dir():
+        raise FileNotFoundError(f"{ckpt_dir} is not a learner checkpoint (no learner_state.json "
+                                "and dcp/)")
+    state = _dcp_state(trainer)
+    dcp.load(state, checkpoint_id=str(path / "dcp"), no_dist=not dist_util.active())
+    set_model_state_dict(trainer.net, state["model"])
+    set_optimizer_state_dict(trainer.net, trainer.optimizer, state["optim"])
+    rng = path / "rng" / f"rank-{dist_util.rank()}.pt"
+    _set_rng_state(torch.load(rng if rng.exists() else path / "rng" / "rank-0.pt",
+                              weights_only=True))
     return json.loads((path / "learner_state.json").read_text())

@@ -11,6 +11,13 @@
     repeat ppo_epochs: one AdamW step over all micro-batches    # gradient accumulation
     version += 1; source.set_version(version); publish every N updates
 
+Distributed (`learner.world_size` > 1, one `Learner` per rank, learner/distributed.py): rank 0
+alone talks to the buffer and broadcasts each poll's outcome (the batch, or "not ready" and
+whether to re-publish), so the ranks stay in lockstep through every collective; every rank
+builds the same rows and trains the training sequences `distributed.balance` gives it (equal
+action+context tokens, not rows); only rank 0 publishes, but every rank takes part in the
+gather of the full weights. Other ranks get `source=None, publisher=None`.
+
 `source` is anything with `.sample(num_groups, learner_version, timeout_s) -> SampleBatch`
 and `.set_version(version)` (a `BufferClient`, or a fake in tests). A batch that is not
 ready is asked for again until `learner.sample_timeout_s` has passed (then TimeoutError).
@@ -26,6 +33,7 @@ import torch
 from agent_r1_async import config, models
 from agent_r1_async.learner import advantages as adv
 from agent_r1_async.learner import batching, checkpoint
+from agent_r1_async.learner import distributed as dist_util
 from agent_r1_async.learner.episode_stats import episode_stats, staleness_histogram
 from agent_r1_async.learner.trainer import PolicyTrainer
 from agent_r1_async.wire import messages
@@ -38,7 +46,6 @@ class Learner:
     def __init__(
         self,
         cfg: config.RunConfig,
-        transport: Any,
         source: Any,
         publisher: WeightPublisher | None,
         run_dir: str | None,
@@ -46,9 +53,10 @@ class Learner:
         trainer: PolicyTrainer | None = None,
     ) -> None:
         self.cfg = cfg
-        self.transport = transport
         self.source = source
         self.publisher = publisher
+        self._publishes = bool(dist_util.broadcast_object(publisher is not None))
+        """Rank 0 has a publisher: then every rank joins the weight gathers for it."""
         self.run_dir = run_dir
         torch.manual_seed(cfg.learner.seed)
         if trainer is not None:  # injected (benchmarks, tests): no model is loaded
@@ -67,20 +75,22 @@ class Learner:
 
     @classmethod
     def from_checkpoint(
-        cls, cfg: config.RunConfig, transport: Any, source: Any,
+        cls, cfg: config.RunConfig, source: Any,
         publisher: WeightPublisher | None, run_dir: str, checkpoint_dir: str | None = None,
     ) -> Learner:
-        """Resume from `checkpoint_dir` (default: `run_dir`'s latest): versions continue."""
+        """Resume from `checkpoint_dir` (default: `run_dir`'s latest): versions continue.
+        Any world size resumes any other's checkpoint (DCP reshards on load)."""
         ckpt = checkpoint_dir or checkpoint.latest_checkpoint(run_dir)
         if ckpt is None:
             raise FileNotFoundError(f"no checkpoint under {run_dir}/checkpoints")
-        learner = cls(cfg, transport, source, publisher, run_dir,
+        learner = cls(cfg, source, publisher, run_dir,
                       model_path=checkpoint.checkpoint_model_path(ckpt, cfg))
         state = checkpoint.load_trainer_state(ckpt, learner.trainer)
         learner.version = int(state["version"])
         learner.updates = int(state["updates"])
         learner.samples_drawn = int(state.get("samples_drawn", 0))
-        source.set_version(learner.version)
+        if source is not None:
+            source.set_version(learner.version)
         return learner
 
     def update(self) -> dict[str, float]:
@@ -96,11 +106,13 @@ class Learner:
         metrics = epoch_mean([self.trainer.optimize(mbs) for _ in range(self.cfg.learner.ppo_epochs)])
         self.version += 1
         self.updates += 1
-        self.source.set_version(self.version)
+        if self.source is not None:
+            self.source.set_version(self.version)
         if self.updates % self.cfg.learner.publish_every == 0:
             self.publish()
         elapsed = time.monotonic() - t0
         tokens = sum(mb.num_tokens for mb in mbs) * self.cfg.learner.ppo_epochs
+        metrics.update(rank_metrics(tokens, elapsed - (t_data - t0)))
         metrics.update(batch_metrics(rows, mbs, self.version - 1))
         metrics.update(episode_stats(batch))
         self.last_staleness_hist = staleness_histogram(batch, self.version - 1)
@@ -110,31 +122,48 @@ class Learner:
         return metrics
 
     def _sample(self) -> messages.SampleBatch:
+        """Rank 0 polls the source; each poll's outcome is broadcast, so all ranks return the
+        same batch, or raise together, or re-publish (a collective) together."""
         lc = self.cfg.learner
         deadline = time.monotonic() + lc.sample_timeout_s
         while True:
-            left = deadline - time.monotonic()
-            batch = self.source.sample(self.cfg.algorithm.batch_groups, self.version,
-                                       max(min(left, lc.republish_s), 0.0))
-            if batch.ready and batch.groups:
+            outcome: tuple[messages.SampleBatch | None, str, bool] | None = None
+            if dist_util.rank() == 0:
+                left = deadline - time.monotonic()
+                batch = self.source.sample(self.cfg.algorithm.batch_groups, self.version,
+                                           max(min(left, lc.republish_s), 0.0))
+                ready = batch.ready and bool(batch.groups)
+                outcome = (batch if ready else None, batch.reason,
+                           time.monotonic() >= deadline and not ready)
+            batch, reason, timed_out = dist_util.broadcast_object(outcome)
+            if batch is not None:
                 self.samples_drawn += 1
                 return batch
-            if time.monotonic() >= deadline:
+            if timed_out:
                 raise TimeoutError(f"no batch after learner.sample_timeout_s="
-                                   f"{lc.sample_timeout_s}: {batch.reason}")
-            self.publish(only_if_idle_s=lc.republish_s)
-            time.sleep(min(0.05, max(left, 0.0)))
+                                   f"{lc.sample_timeout_s}: {reason}")
+            self._republish_if_idle()
+            time.sleep(0.05)
+
+    def _republish_if_idle(self) -> None:
+        """Rank 0's clock decides (the publish is a collective when sharded)."""
+        due = self._publishes and (
+            time.monotonic() - self._last_publish >= self.cfg.learner.republish_s)
+        if dist_util.broadcast_object(due):
+            self.publish()
 
     def publish(self, only_if_idle_s: float = 0.0) -> None:
         """Publish the current weights. While the learner waits for data it re-publishes
         every `learner.republish_s`: a SUB socket that joined after the last publish (a
         restarted actor, a resumed run) would otherwise serve old weights whose data is all
         too stale to train, and nothing would ever be published again."""
-        if self.publisher is None:
+        if not self._publishes:  # sharded: rank 0 publishes, every rank gathers
             return
         if only_if_idle_s and time.monotonic() - self._last_publish < only_if_idle_s:
             return
-        self.publisher.publish(self.version, self.trainer.published_state_dict())
+        weights = self.trainer.published_state_dict()  # fresh CPU copies: send them in place
+        if self.publisher is not None:
+            self.publisher.publish(self.version, weights, copy=False)
         self._last_publish = time.monotonic()
 
     def _prepare(self, batch: messages.SampleBatch) -> tuple[list[batching.Row], list[batching.MicroBatch]]:
@@ -149,10 +178,11 @@ class Learner:
         else:
             advantages = adv.compute_advantages(returns, algo.name, algo.credit, algo.std_normalize)
         rows = batching.build_rows(groups, advantages, rewards)
-        mbs = batching.make_micro_batches(
-            rows, self.cfg.learner.micro_batch_tokens, self.trainer.pad_id,
-            pack=self.cfg.learner.pack_steps and algo.name != "ppo",
-        )
+        seqs = batching.training_sequences(rows, self.cfg.learner.pack_steps and algo.name != "ppo")
+        mine = dist_util.balance([rows[s[-1]].length for s in seqs], dist_util.world_size())
+        budget, pad = self.cfg.learner.micro_batch_tokens, self.trainer.pad_id
+        mbs = batching.sequences_to_micro_batches(
+            rows, [seqs[i] for i in mine[dist_util.rank()]], budget, pad)
         return rows, mbs
 
     def save_checkpoint(self) -> str:
@@ -162,19 +192,14 @@ class Learner:
             "version": self.version, "updates": self.updates, "samples_drawn": self.samples_drawn,
         })
 
-    def run(self, stop: Any = None, log: Any = None) -> None:
-        """Update until `learner.total_updates` or `stop.is_set()`; checkpoint on the way out."""
-        lc = self.cfg.learner
-        try:
-            while self.updates < lc.total_updates and not (stop is not None and stop.is_set()):
-                metrics = self.update()
-                if log is not None:
-                    log(metrics)
-                if self.run_dir is not None and self.updates % lc.checkpoint_every == 0:
-                    self.save_checkpoint()
-        finally:
-            if self.run_dir is not None and self.updates > 0:
-                self.save_checkpoint()
+    def step(self) -> dict[str, float]:
+        """One update, then the periodic checkpoint (`learner.checkpoint_every`): the cadence
+        `launch` drives one call at a time."""
+        metrics = self.update()
+        if self.run_dir is not None and self.updates % self.cfg.learner.checkpoint_every == 0:
+            self.save_checkpoint()
+            metrics["checkpoint_saved"] = 1.0
+        return metrics
 
 
 def fill_gae(rows: list[batching.Row], mbs: list[batching.MicroBatch], algo: config.AlgorithmConfig) -> None:
@@ -183,6 +208,9 @@ def fill_gae(rows: list[batching.Row], mbs: list[batching.MicroBatch], algo: con
     for mb in mbs:
         for i, v in zip(mb.row_index.tolist(), mb.old_values.tolist(), strict=True):
             values[i] = v
+    # Sharded: each rank has V(s_t) of its own rows only, and an episode's steps may sit on
+    # several ranks; every row is on exactly one rank, so the sum is the full list.
+    values = dist_util.all_reduce(values)
     episodes: dict[tuple[int, int], list[int]] = {}
     for i, r in enumerate(rows):  # rows of an episode are in step order
         episodes.setdefault((r.group_index, r.episode_index), []).append(i)
@@ -197,6 +225,33 @@ def fill_gae(rows: list[batching.Row], mbs: list[batching.MicroBatch], algo: con
         mb.value_targets = torch.tensor([targets[i] for i in ix], dtype=torch.float32)
 
 
+def rank_metrics(tokens: int, train_s: float) -> dict[str, float]:
+    """Tokens/s per rank and in total, load imbalance (max / mean tokens over ranks; 1 =
+    even) and this rank's peak memory (CUDA: allocated; CPU: peak RSS), worst rank too."""
+    n, r = dist_util.world_size(), dist_util.rank()
+    per_rank = [0.0] * n
+    per_rank[r] = float(tokens)
+    per_rank = dist_util.all_reduce(per_rank)
+    speed = tokens / max(train_s, 1e-9)
+    total_speed = dist_util.all_reduce([speed])[0]
+    peak = _peak_memory_gb()
+    return {
+        "tokens_per_s_rank": speed,
+        "tokens_per_s_total": total_speed,
+        "load_imbalance": max(per_rank) / max(sum(per_rank) / n, 1e-9),
+        "peak_memory_gb": peak,
+        "peak_memory_gb_max_rank": dist_util.all_reduce([peak], op="max")[0],
+    }
+
+
+def _peak_memory_gb() -> float:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return torch.cuda.max_memory_allocated() / 2**30
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+
+
 def epoch_mean(per_epoch: list[dict[str, float]]) -> dict[str, float]:
     """The optimizer metrics of one update: the mean over its PPO epochs (`is_weight_max`: the
     max). A later epoch can be clipped everywhere (zero gradient); the mean still says how much
@@ -208,8 +263,9 @@ def epoch_mean(per_epoch: list[dict[str, float]]) -> dict[str, float]:
 
 
 def batch_metrics(rows: list[batching.Row], mbs: list[batching.MicroBatch], version: int) -> dict[str, float]:
-    """Token-weighted staleness (learner version − per-token version), rewards, sizes."""
-    stale = torch.cat([(version - mb.token_versions)[mb.action_mask] for mb in mbs]).float()
+    """Token-weighted staleness (learner version − per-token version) over the whole batch,
+    rewards, sizes (`micro_batches`: this rank's)."""
+    stale = torch.tensor([version - v for r in rows for v in r.token_versions], dtype=torch.float32)
     episodes = {(r.group_index, r.episode_index): 0.0 for r in rows}
     for r in rows:
         episodes[(r.group_index, r.episode_index)] += r.reward

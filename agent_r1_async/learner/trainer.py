@@ -18,6 +18,18 @@ optimizer step per batch, no value head, no reference): the proximal policy is t
 current one, and `optimize` uses its own log-probs, detached, as proximal — the same numbers
 a separate no-grad pass computes, for a third less compute per update.
 
+Distributed (`learner.world_size` > 1, a process group set up by learner/distributed.py):
+the same class shards the model with FSDP2 (`torch.distributed.fsdp.fully_shard`) per decoder
+layer plus the root, which is `PolicyNet` (decoder + LM head + value head in one forward, so
+the root's all-gather and reduce-scatter hooks cover every parameter the trainer calls).
+Parameters stay fp32 on CPU; on CUDA with `learner.bf16` they are gathered in bf16 and
+gradients reduced in fp32 (MixedPrecisionPolicy). Each rank trains its share of the batch; the
+loss denominator is the GLOBAL token (row) count and FSDP *sums* gradients over ranks
+(divide factor 1), so the summed gradient is the full-batch one (see `optimize`). A rank with
+fewer micro-batches than another runs zero-weight filler micro-batches: FSDP's collectives
+need every rank to run the same number of forwards and backwards. Without a process group
+nothing is sharded and every collective is the identity: world_size 1 is this same path.
+
 Options: bf16 autocast (`learner.bf16`), gradient checkpointing, flash-attention 2 (CUDA and
 `flash_attn` installed), LoRA through peft (published merged into the base weights), a value
 head (linear on the last hidden state, read at each step's last context token) for PPO.
@@ -28,6 +40,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +49,8 @@ import torch
 from torch import Tensor, nn
 
 from agent_r1_async import config, models, sampling
-from agent_r1_async.learner.batching import MicroBatch
+from agent_r1_async.learner import distributed as dist_util
+from agent_r1_async.learner.batching import MicroBatch, filler_micro_batch
 from agent_r1_async.learner.losses import OUTSIDE_TOP_P_LOGPROB, ppo_loss, value_loss
 
 
@@ -62,6 +77,73 @@ def apply_lora(model: Any, lora: config.LoraConfig) -> Any:
     return get_peft_model(model, cfg)
 
 
+class PolicyNet(nn.Module):
+    """Decoder → LM head at the positions that predict an action token (→ value head at each
+    row's last context token): the one module whose forward the trainer calls, so that as the
+    FSDP2 root its hooks gather and reduce the embedding, final norm, head and value head."""
+
+    def __init__(self, lm: Any, value_head: nn.Linear | None) -> None:
+        super().__init__()
+        self.lm = lm
+        self.value_head = value_head
+
+    def forward(self, ids: Tensor, attention_mask: Tensor, predicts: Tensor,
+                value_index: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        hidden = self.lm.get_decoder()(
+            input_ids=ids, attention_mask=attention_mask).last_hidden_state  # [B, T, H]
+        logits = self.lm.get_output_embeddings()(hidden[:, :-1][predicts])  # [N, V]
+        values = None
+        if value_index is not None and self.value_head is not None:
+            last_ctx = hidden[torch.arange(ids.shape[0], device=ids.device), value_index]  # [B, H]
+            values = self.value_head(last_ctx.float()).squeeze(-1)
+        return logits, values
+
+
+def shard(net: PolicyNet, lcfg: config.LearnerConfig, device: torch.device) -> None:
+    """FSDP2: one group per decoder layer (gathered only while that layer runs) + the root."""
+    from torch.distributed.fsdp import (
+        CPUOffloadPolicy,
+        FSDPModule,
+        MixedPrecisionPolicy,
+        OffloadPolicy,
+        fully_shard,
+    )
+
+    mp = MixedPrecisionPolicy()  # fp32 everywhere (CPU; CUDA without learner.bf16)
+    if device.type == "cuda" and lcfg.bf16:
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    offload = CPUOffloadPolicy() if lcfg.cpu_offload else OffloadPolicy()
+    for layer in net.lm.get_decoder().layers:
+        fully_shard(layer, mp_policy=mp, offload_policy=offload)
+    fully_shard(net, mp_policy=mp, offload_policy=offload)
+    for m in net.modules():
+        if isinstance(m, FSDPModule):  # sum over ranks: the loss is already globally normalised
+            m.set_gradient_divide_factor(1.0)
+            m.set_force_sum_reduction_for_comms(True)  # plain SUM: gloo has no PREMUL_SUM
+
+
+class StepClock:
+    """Wall seconds per phase of an optimizer step: forward (incl. FSDP's all-gathers),
+    backward (incl. its reduce-scatters), optimizer (clip + AdamW), sync (our own collectives
+    on counts and metrics, where a rank waits for a slower one). CUDA: synchronised at each
+    boundary, so the phases add up to the step."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.t = time.perf_counter()
+        self.seconds = dict.fromkeys(("forward", "backward", "optimizer", "sync"), 0.0)
+
+    def lap(self, phase: str) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+        now = time.perf_counter()
+        self.seconds[phase] += now - self.t
+        self.t = now
+
+    def metrics(self) -> dict[str, float]:
+        return {f"time_{k}_s": v for k, v in self.seconds.items()}
+
+
 class PolicyTrainer:
     """Model, optional value head and reference, optimizer; forward/backward per micro-batch."""
 
@@ -76,14 +158,17 @@ class PolicyTrainer:
         model = models.load_causal_lm(model_path, dtype=cfg.model.dtype,
                                       attn_implementation=self.attn_implementation)
         model.config.use_cache = False
-        if self.lcfg.gradient_checkpointing:
-            model.gradient_checkpointing_enable()
+        if self.lcfg.gradient_checkpointing:  # non-reentrant: the variant FSDP2 supports
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.lora = self.lcfg.lora.enabled
         if self.lora:
             if self.lcfg.gradient_checkpointing:
                 model.enable_input_require_grads()
             model = apply_lora(model, self.lcfg.lora)
-        self.model = model.to(self.device)
+        # Sharded, fully_shard moves each layer to the device as it shards it (one full layer
+        # at a time on the GPU, not the whole model); CPU offload keeps the shards on the CPU.
+        stay = self.lcfg.cpu_offload or dist_util.active()
+        self.model = model if stay else model.to(self.device)
         self.model.train()
         hidden = self._causal_lm().config.hidden_size
         self.value_head: nn.Linear | None = None
@@ -91,9 +176,20 @@ class PolicyTrainer:
             self.value_head = nn.Linear(hidden, 1).to(self.device)
             nn.init.zeros_(self.value_head.weight)  # V ≡ bias = 0 at start: no random critic
             nn.init.zeros_(self.value_head.bias)
-        self.reference: Any = None
+        self.reference: PolicyNet | None = None
         if self.algo.kl_coef > 0 and not self.lora:  # LoRA: the base model with adapters off
-            self.reference = copy.deepcopy(self._causal_lm()).eval().requires_grad_(False)
+            ref = copy.deepcopy(self._causal_lm()).eval().requires_grad_(False)
+            self.reference = PolicyNet(ref, None)
+        self.net = PolicyNet(self._causal_lm(), self.value_head)
+        self.sharded = dist_util.active()
+        if self.lcfg.cpu_offload and self.device.type != "cuda":
+            raise ValueError(f"learner.cpu_offload needs a CUDA learner.device, not {self.device}")
+        if self.sharded:
+            shard(self.net, self.lcfg, self.device)
+            if self.reference is not None:
+                shard(self.reference, self.lcfg, self.device)
+        elif self.lcfg.cpu_offload:
+            raise ValueError("learner.cpu_offload needs the FSDP2 path (a process group)")
         self.optimizer = torch.optim.AdamW(
             self.trainable_parameters(), lr=self.lcfg.lr, betas=tuple(self.lcfg.betas),
             weight_decay=self.lcfg.weight_decay,
@@ -106,15 +202,13 @@ class PolicyTrainer:
         return self.model.get_base_model() if self.lora else self.model
 
     def trainable_parameters(self) -> list[nn.Parameter]:
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        if self.value_head is not None:
-            params += list(self.value_head.parameters())
-        return params
+        """Model then value-head parameters (FSDP2: this rank's DTensor shards of them)."""
+        return [p for p in self.net.parameters() if p.requires_grad]
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.lcfg.bf16)
 
-    def forward(self, mb: MicroBatch, lm: Any = None, values: bool = False,
+    def forward(self, mb: MicroBatch, net: PolicyNet | None = None, values: bool = False,
                 entropy: bool = False, raw: bool = False) -> ForwardOut:
         """Action-token log-probs [B, T] (and V(s_t), entropy) for one micro-batch.
 
@@ -122,15 +216,14 @@ class PolicyTrainer:
         `engine.top_p`: what the behavior policy sampled from, see `action_logprobs`); `raw`
         gives the model's own softmax instead (SFT's likelihood).
         """
-        lm = lm if lm is not None else self._causal_lm()
+        net = net if net is not None else self.net
         ids = mb.input_ids.to(self.device)
         action = mb.action_mask.to(self.device)
         with self._autocast():
-            hidden = lm.get_decoder()(
-                input_ids=ids, attention_mask=mb.attention_mask.to(self.device)
-            ).last_hidden_state  # [B, T, H]
             predicts = action[:, 1:]  # [B, T-1]: position j predicts token j + 1
-            logits = lm.get_output_embeddings()(hidden[:, :-1][predicts]).float()  # [N, V]
+            idx = mb.value_index.to(self.device) if values and self.value_head is not None else None
+            logits, vals = net(ids, mb.attention_mask.to(self.device), predicts, idx)  # [N, V]
+            logits = logits.float()
         eng = self.cfg.engine  # the behavior policy sampled at engine.temperature / top_p
         lp, ent = action_logprobs(logits, ids[:, 1:][predicts], entropy,
                                   1.0 if raw else eng.temperature, 1.0 if raw else eng.top_p)
@@ -139,41 +232,66 @@ class PolicyTrainer:
         out = ForwardOut(zeros.masked_scatter(action, lp), None, None)
         if ent is not None:
             out.entropy = zeros.masked_scatter(action, ent)
-        if values and self.value_head is not None:
-            idx = mb.value_index.to(self.device)
-            last_ctx = hidden[torch.arange(ids.shape[0], device=self.device), idx]  # [B, H]
-            out.values = self.value_head(last_ctx.float()).squeeze(-1)
+        out.values = vals
         return out
 
     def needs_proximal_pass(self, epochs: int) -> bool:
         """False when the proximal log-probs equal the training forward's (see module doc)."""
         return epochs > 1 or self.value_head is not None or self.algo.kl_coef > 0
 
+    def _summed_metrics(self) -> list[str]:
+        """Metric sums every rank reports, even a rank whose micro-batches are all fillers."""
+        keys = list(_SUMMED)
+        if self.algo.kl_coef > 0:
+            keys.append("kl_ref")
+        if self.algo.entropy_coef > 0:
+            keys.append("entropy")
+        if self.value_head is not None:
+            keys += ["value_loss", "value_err_sum"]
+        return keys
+
+    def _lockstep(self, mbs: list[MicroBatch]) -> list[tuple[MicroBatch, bool]]:
+        """This rank's micro-batches, then zero-weight fillers up to the busiest rank's count
+        (FSDP's per-layer collectives need the same number of passes on every rank)."""
+        n = int(dist_util.all_reduce([len(mbs)], op="max")[0])
+        return [(mb, True) for mb in mbs] + [(filler_micro_batch(self.pad_id), False)] * (n - len(mbs))
+
     @torch.no_grad()
     def proximal_pass(self, mbs: list[MicroBatch]) -> None:
         """Record proximal log-probs (+ old values, reference log-probs) on every micro-batch."""
-        for mb in mbs:
+        for mb, real in self._lockstep(mbs):
             out = self.forward(mb, values=self.value_head is not None)
-            mb.proximal_logprobs = out.logprobs.cpu()
-            mb.old_values = out.values.cpu() if out.values is not None else None
-            if self.algo.kl_coef > 0:
-                mb.reference_logprobs = self._reference_logprobs(mb)
+            ref = self._reference_logprobs(mb) if self.algo.kl_coef > 0 else None
+            if real:
+                mb.proximal_logprobs = out.logprobs.cpu()
+                mb.old_values = out.values.cpu() if out.values is not None else None
+                mb.reference_logprobs = ref
 
     def _reference_logprobs(self, mb: MicroBatch) -> Tensor:
         if self.lora:
             with self.model.disable_adapter():
                 return self.forward(mb).logprobs.cpu()
-        return self.forward(mb, lm=self.reference).logprobs.cpu()
+        return self.forward(mb, net=self.reference).logprobs.cpu()
 
     def optimize(self, mbs: list[MicroBatch]) -> dict[str, float]:
-        """One optimizer step over all micro-batches (gradient accumulation); returns metrics."""
+        """One optimizer step over all micro-batches (gradient accumulation); returns metrics.
+
+        Normaliser, global over ranks: each micro-batch loss is its token sum divided by the
+        WHOLE batch's action tokens (rows for seq-mean-token-sum) summed over all ranks, and
+        FSDP sums (not averages) the ranks' gradients, so Σ_ranks Σ_micro ∇loss = ∇(full-batch
+        loss). By hand: rank 0 holds two tokens with ℓ = 1, 2 and rank 1 one with ℓ = 3; the
+        denominator is 3, the ranks' losses 3/3 and 3/3 sum to 2 = mean(1, 2, 3). Normalising
+        per rank (1.5 and 3) and averaging would give 2.25: the lone token counted double.
+        """
         self.optimizer.zero_grad(set_to_none=True)
-        rows = sum(mb.steps for mb in mbs)
-        tokens = sum(mb.num_action_tokens for mb in mbs)
+        clock = StepClock(self.device)
+        rows, tokens = dist_util.all_reduce(
+            [sum(mb.steps for mb in mbs), sum(mb.num_action_tokens for mb in mbs)])
         denom = tokens if self.algo.loss_agg == "token-mean" else rows
-        sums: dict[str, float] = {}
+        sums = dict.fromkeys(self._summed_metrics(), 0.0)
         w_max = 0.0
-        for mb in mbs:
+        for mb, real in self._lockstep(mbs):
+            clock.lap("sync")
             out = self.forward(mb, values=self.value_head is not None,
                                entropy=self.algo.entropy_coef > 0)
             dev = self.device
@@ -193,38 +311,60 @@ class PolicyTrainer:
                                     self.algo.value_clip, denominator=rows)
                 loss = loss + self.algo.value_coef * vl
                 m.update(vm)
+            clock.lap("forward")
+            if not real:  # filler: runs the collectives, contributes an exactly-zero gradient
+                (loss * 0.0).backward()
+                clock.lap("backward")
+                continue
             loss.backward()
+            clock.lap("backward")
             m["loss"] = loss.detach()
             w_max = max(w_max, float(m.pop("is_weight_max")))
             for k, v in m.items():
                 sums[k] = sums.get(k, 0.0) + float(v)
         clip = self.lcfg.grad_clip if self.lcfg.grad_clip > 0 else math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable_parameters(), clip)
+        if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor of the global norm
+            grad_norm = grad_norm.full_tensor()
         self.optimizer.step()
-        return _finish_metrics(sums, w_max, float(grad_norm))
+        clock.lap("optimizer")
+        keys = sorted(sums)  # the same keys on every rank: _SUMMED + the configured terms
+        sums = dict(zip(keys, dist_util.all_reduce([sums[k] for k in keys]), strict=True))
+        w_max = dist_util.all_reduce([w_max], op="max")[0]
+        clock.lap("sync")
+        return {**_finish_metrics(sums, w_max, float(grad_norm)), **clock.metrics()}
 
     @torch.no_grad()
-    def published_state_dict(self) -> dict[str, Tensor]:
-        """Full model weights under their HF names (LoRA merged), tied duplicates dropped."""
+    def iter_published(self) -> Iterator[tuple[str, Tensor]]:
+        """(HF name, full CPU tensor) one at a time (LoRA merged, tied duplicates dropped).
+
+        Sharded: every rank must iterate to the end (each tensor is an all-gather); only rank
+        0 receives the tensors, and each is gathered just before it is yielded, so no rank
+        holds more than one full tensor beyond what its consumer keeps."""
         lm = self._causal_lm()
         if self.lora:
             self.model.merge_adapter()
         try:
-            out: dict[str, Tensor] = {}
             seen: set[int] = set()
-            for name, t in lm.state_dict().items():
-                if "lora_" in name:
+            # keep_vars: the Parameter objects themselves, so a tied weight is seen once
+            # (lm_head = embed_tokens, dropped like save_pretrained does).
+            for name, t in lm.state_dict(keep_vars=True).items():
+                if "lora_" in name or id(t) in seen:
                     continue
-                if t.data_ptr() in seen:  # tied (lm_head = embed_tokens): like save_pretrained
-                    continue
-                seen.add(t.data_ptr())
-                key = name.replace(".base_layer.", ".")
-                out[key] = t.detach().to("cpu", copy=True)  # copy while merged
+                seen.add(id(t))
+                full = t.full_tensor() if hasattr(t, "full_tensor") else t
+                if dist_util.rank() == 0:
+                    # copy while merged (and off the FSDP gather buffer)
+                    yield name.replace(".base_layer.", "."), full.detach().to("cpu", copy=True)
+                del full
         finally:
             if self.lora:
                 self.model.unmerge_adapter()
-        return out
 
+    def published_state_dict(self) -> dict[str, Tensor]:
+        """Full model weights under their HF names on rank 0 (other ranks: {}); a collective
+        when sharded."""
+        return dict(self.iter_published())
 
 def action_logprobs(
     logits: Tensor, targets: Tensor, entropy: bool, temperature: float, top_p: float
@@ -278,6 +418,10 @@ def kl_reference(current: Tensor, reference: Tensor) -> Tensor:
 
 def _to(t: Tensor | None, device: torch.device) -> Tensor | None:
     return None if t is None else t.to(device)
+
+
+_SUMMED = ("loss", "pg_loss", "tokens", "clip_low_sum", "clip_high_sum", "is_weight_sum",
+           "masked_sum", "mismatch_kl_sum", "approx_kl_sum")
 
 
 def _finish_metrics(sums: dict[str, float], w_max: float, grad_norm: float) -> dict[str, float]:

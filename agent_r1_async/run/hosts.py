@@ -10,9 +10,11 @@ Only small control values cross Ray (endpoints, metric dicts); all data moves ov
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import threading
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -43,16 +45,19 @@ def advertised(endpoint: str, bind_host: str) -> str:
     """A socket bound to 0.0.0.0 is reached through this node's address."""
     if bind_host not in ("0.0.0.0", "*"):
         return endpoint
+    return f"tcp://{node_ip()}:{endpoint.rsplit(':', 1)[1]}"
+
+
+def node_ip() -> str:
+    """This node's address as the other nodes of the Ray cluster reach it."""
     import socket
 
-    port = endpoint.rsplit(":", 1)[1]
     try:
         import ray
 
-        ip = ray.util.get_node_ip_address()
+        return ray.util.get_node_ip_address()
     except Exception:  # not inside Ray: fall back to the host name's address
-        ip = socket.gethostbyname(socket.gethostname())
-    return f"tcp://{ip}:{port}"
+        return socket.gethostbyname(socket.gethostname())
 
 
 def _exit_broken_buffer(exc: BaseException) -> None:
@@ -117,32 +122,61 @@ class BufferHost:
 
 
 class LearnerHost:
-    def __init__(
-        self,
-        cfg: RunConfig,
-        control_endpoint: str,
-        run_dir: str,
-        resume: bool,
-        curve: CurveKeys | None,
-    ) -> None:
+    """One learner rank. `learner.world_size` of them form a group (supervisor.LearnerGroup):
+    built cheap, then `start` on all ranks at once joins the process group at rank 0's
+    `rendezvous` address (FSDP2 from there on, learner/trainer.py) and builds the Learner.
+    Rank 0 alone talks to the buffer and publishes weights; every rank runs every update."""
+
+    def __init__(self, cfg: RunConfig, rank: int, run_dir: str, curve: CurveKeys | None) -> None:
         _pin_threads(cfg.learner.num_cpus)
+        self.cfg = cfg
+        self.rank = rank
+        self.run_dir = run_dir
+        self.curve = curve
+        self.learner: Any = None
+        self.publisher: Any = None
+        # The launch test (and an operator) finds a rank's process here (when this node sees
+        # the run directory; checkpoints need it to, see README "Scaling the learner").
+        with contextlib.suppress(OSError):
+            (Path(run_dir) / f"learner-rank-{rank}.pid").write_text(str(os.getpid()))
+
+    def rendezvous(self) -> tuple[str, int]:
+        """Rank 0: this node's address and a free port for the process group's TCP store."""
+        from agent_r1_async.learner.distributed import free_port
+
+        host = self.cfg.launch.bind_host  # 0.0.0.0: a multi-node cluster
+        if host in ("0.0.0.0", "*"):
+            return node_ip(), free_port("0.0.0.0")
+        return host, free_port(host)
+
+    def start(self, master: tuple[str, int], control_endpoint: str, resume: bool) -> None:
+        """Join the group (world_size > 1, or CPU offload, which needs FSDP2) and build the
+        Learner, from the latest checkpoint when resuming; a collective over the ranks."""
+        from agent_r1_async.learner import distributed
         from agent_r1_async.learner.checkpoint import latest_checkpoint
         from agent_r1_async.learner.loop import Learner
+        from agent_r1_async.learner.trainer import resolve_device
         from agent_r1_async.wire.buffer_client import BufferClient
         from agent_r1_async.wire.weights import WeightPublisher
 
-        self.cfg = cfg
-        self.transport = ZmqTransport(curve=curve)
-        self.client = BufferClient(self.transport, control_endpoint, "learner", "learner")
-        self.client.connect()
-        self.publisher = WeightPublisher(self.transport, tcp_endpoint(cfg.launch.bind_host))
-        if resume and latest_checkpoint(run_dir) is not None:
-            self.learner = Learner.from_checkpoint(
-                cfg, self.transport, self.client, self.publisher, run_dir
-            )
+        lc = self.cfg.learner
+        if lc.world_size > 1 or lc.cpu_offload:
+            backend = distributed.resolve_backend(lc.backend, resolve_device(lc.device))
+            distributed.init_group(self.rank, lc.world_size, master[0], master[1], backend)
+        client = None
+        if self.rank == 0:
+            self.transport = ZmqTransport(curve=self.curve)
+            client = self.client = BufferClient(self.transport, control_endpoint, "learner",
+                                                "learner")
+            client.connect()
+            self.publisher = WeightPublisher(self.transport,
+                                             tcp_endpoint(self.cfg.launch.bind_host))
+        if resume and latest_checkpoint(self.run_dir) is not None:
+            self.learner = Learner.from_checkpoint(self.cfg, client, self.publisher, self.run_dir)
         else:
-            self.learner = Learner(cfg, self.transport, self.client, self.publisher, run_dir)
-        self.client.set_version(self.learner.version)
+            self.learner = Learner(self.cfg, client, self.publisher, self.run_dir)
+        if client is not None:
+            client.set_version(self.learner.version)
 
     def weights_endpoint(self) -> str:
         return advertised(self.publisher.endpoint, self.cfg.launch.bind_host)
@@ -155,15 +189,15 @@ class LearnerHost:
         self.learner.publish()
 
     def update(self) -> dict[str, Any]:
-        """One learner update: its metrics and the batch's staleness histogram."""
-        metrics = self.learner.update()
-        if self.learner.updates % self.cfg.learner.checkpoint_every == 0:
-            metrics["checkpoint_saved"] = 1.0
-            self.learner.save_checkpoint()
+        """One learner update (+ its periodic checkpoint): metrics and staleness histogram."""
+        metrics = self.learner.step()
         return {"metrics": metrics, "staleness_hist": self.learner.last_staleness_hist}
 
     def save_checkpoint(self) -> str:
         return str(self.learner.save_checkpoint())
+
+    def pid(self) -> int:
+        return os.getpid()
 
 
 def log_to(path: str) -> None:
@@ -200,6 +234,11 @@ class ActorHost:
         self.cfg = cfg
         self.curve = curve
         self.actor_id = actor_id
+        self.endpoints = endpoints
+        self._stop = threading.Event()
+
+    def set_endpoints(self, endpoints: dict[str, str]) -> None:
+        """A restarted learner group publishes weights elsewhere: the next `run` uses these."""
         self.endpoints = endpoints
         self._stop = threading.Event()
 

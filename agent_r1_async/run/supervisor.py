@@ -2,8 +2,13 @@
 
     Supervisor(cfg, run_dir, resume, curve)
       ├─ BufferHost   ray actor: PULL records, ROUTER credits/samples, snapshots
-      ├─ LearnerHost  ray actor: samples, optimizes, PUBlishes weights
+      ├─ LearnerGroup learner.world_size LearnerHost ray actors in one placement group
+      │               (one bundle per rank): rank 0 samples, PUBlishes weights; all train
       └─ ActorHost×N  ray actors (restarted by Ray up to actors.max_restarts): episodes
+
+The learner ranks are supervised as one unit: when one dies the others are stuck in a
+collective, so the whole group is killed and rebuilt from the last checkpoint (up to
+`learner.max_restarts` times), and the actors' loops restart against the new weights socket.
 
 Only small control values cross Ray (endpoints, metric dicts); data moves over ZeroMQ.
 """
@@ -23,7 +28,8 @@ from agent_r1_async.wire.zmq import CurveKeys
 
 
 def _cpus_needed(cfg: RunConfig) -> float:
-    return cfg.learner.num_cpus + cfg.actors.num_actors * cfg.actors.num_cpus + 0.5
+    return (cfg.learner.world_size * cfg.learner.num_cpus
+            + cfg.actors.num_actors * cfg.actors.num_cpus + 0.5)
 
 
 def ray_address(cfg: RunConfig, address: str | None) -> str | None:
@@ -74,24 +80,75 @@ class EnvFailing(RuntimeError):
 _FAILURE_CHECK_S = 2.0
 
 
+class LearnerGroup:
+    """`learner.world_size` LearnerHost ranks in a placement group, started as one unit."""
+
+    def __init__(self, cfg: RunConfig, run_dir: Path, control_endpoint: str, resume: bool,
+                 curve: CurveKeys | None) -> None:
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from agent_r1_async.run.hosts import LearnerHost
+
+        lc = cfg.learner
+        self.ray = ray
+        bundle = {"CPU": lc.num_cpus, **({"GPU": lc.num_gpus} if lc.num_gpus else {})}
+        self.pg = placement_group([dict(bundle) for _ in range(lc.world_size)], strategy="PACK")
+        ray.get(self.pg.ready())
+        cls = ray.remote(num_cpus=lc.num_cpus, num_gpus=lc.num_gpus, max_concurrency=2)(LearnerHost)
+        self.ranks = [
+            cls.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+                placement_group=self.pg, placement_group_bundle_index=r)).remote(
+                cfg, r, str(run_dir), curve)
+            for r in range(lc.world_size)
+        ]
+        master = ray.get(self.ranks[0].rendezvous.remote())
+        # All at once: joining the process group blocks until every rank is in.
+        self.call("start", master, control_endpoint, resume)
+        self.leader = self.ranks[0]
+
+    def call(self, method: str, *args: Any) -> Any:
+        """Run `method` on every rank (a collective); rank 0's result. Raises as soon as one
+        rank fails (the others may then wait in a collective for good: `kill` them)."""
+        refs = [getattr(r, method).remote(*args) for r in self.ranks]
+        pending = list(refs)
+        while pending:
+            done, pending = self.ray.wait(pending, num_returns=1)
+            self.ray.get(done[0])
+        return self.ray.get(refs[0])
+
+    def submit(self, method: str) -> list[Any]:
+        return [getattr(r, method).remote() for r in self.ranks]
+
+    def kill(self) -> None:
+        from ray.util.placement_group import remove_placement_group
+
+        for r in self.ranks:
+            with contextlib.suppress(Exception):
+                self.ray.kill(r, no_restart=True)
+        with contextlib.suppress(Exception):
+            remove_placement_group(self.pg)
+
+
 class Supervisor:
     """Starts the processes and keeps the actors' run loops alive."""
 
     def __init__(self, cfg: RunConfig, run_dir: Path, resume: bool, curve: CurveKeys | None) -> None:
         import ray
 
-        from agent_r1_async.run.hosts import ActorHost, BufferHost, LearnerHost
+        from agent_r1_async.run.hosts import ActorHost, BufferHost
 
         self.cfg = cfg
         self.ray = ray
+        self.run_dir, self.curve = run_dir, curve
+        self.learner_restarts = 0
         self.buffer = ray.remote(num_cpus=0.5, max_concurrency=4)(BufferHost).remote(
             cfg, str(run_dir / "buffer"), curve, resume
         )
         self.endpoints: dict[str, str] = ray.get(self.buffer.endpoints.remote())
-        self.learner = ray.remote(
-            num_cpus=cfg.learner.num_cpus, num_gpus=cfg.learner.num_gpus, max_concurrency=2
-        )(LearnerHost).remote(cfg, self.endpoints["control"], str(run_dir), resume, curve)
-        self.endpoints["weights"] = ray.get(self.learner.weights_endpoint.remote())
+        self.learner = LearnerGroup(cfg, run_dir, self.endpoints["control"], resume, curve)
+        self.endpoints["weights"] = ray.get(self.learner.leader.weights_endpoint.remote())
         actor_cls = ray.remote(
             num_cpus=cfg.actors.num_cpus,
             num_gpus=cfg.actors.num_gpus,
@@ -105,7 +162,7 @@ class Supervisor:
         self.runs = {a.run.remote(): i for i, a in enumerate(self.actors)}
         self.restarts = [0] * len(self.actors)
         if resume:
-            ray.get(self.learner.publish.remote())
+            self.learner.call("publish")
 
     def check_actors(self) -> None:
         """Re-run the loop of an actor whose process died (Ray restarted it)."""
@@ -143,16 +200,23 @@ class Supervisor:
 
     def version(self) -> int:
         """The learner's current version (0, or the checkpoint's on resume)."""
-        return int(self.ray.get(self.learner.version.remote()))
+        return int(self.ray.get(self.learner.leader.version.remote()))
 
     def update(self) -> dict[str, Any]:
-        """One learner update: {"metrics": ..., "staleness_hist": ...} (see LearnerHost)."""
-        ref = self.learner.update.remote()
+        """One learner update on every rank: {"metrics": ..., "staleness_hist": ...} (rank 0's,
+        see LearnerHost). A rank that dies restarts the group from its last checkpoint; the
+        update is then run again from there."""
+        refs = self.learner.submit("update")
         next_check = time.monotonic() + _FAILURE_CHECK_S
         while True:
-            ready, _ = self.ray.wait([ref], timeout=0.5)
-            if ready:
-                return self.ray.get(ref)
+            ready, _ = self.ray.wait(refs, timeout=0.5, num_returns=len(refs))
+            dead = self._dead_rank(refs, ready)
+            if dead is not None:
+                self.restart_learner(*dead)
+                refs = self.learner.submit("update")
+                continue
+            if len(ready) == len(refs):
+                return self.ray.get(refs[0])
             self.check_actors()
             if time.monotonic() >= next_check:  # with every episode failing no update comes
                 self.check_failures(self.buffer_stats())
@@ -167,6 +231,58 @@ class Supervisor:
         if why:
             raise EnvFailing(why)
 
+    def _dead_rank(self, refs: list[Any], ready: list[Any]) -> tuple[int, Exception] | None:
+        """(rank, error) of a rank whose process died. A rank whose update *raised* (a bug,
+        a data timeout) ends the launch as before, unless another rank died, which is what
+        the survivors' collectives then fail on: give the deaths a moment to surface."""
+        raised = None
+        for ref in ready:
+            try:
+                self.ray.get(ref, timeout=0)
+            except self.ray.exceptions.RayActorError as e:
+                return refs.index(ref), e
+            except self.ray.exceptions.RayTaskError as e:
+                raised = e
+        if raised is None:
+            return None
+        done, _ = self.ray.wait(refs, timeout=10.0, num_returns=len(refs))
+        for ref in done:
+            try:
+                self.ray.get(ref, timeout=0)
+            except self.ray.exceptions.RayActorError as e:
+                return refs.index(ref), e
+            except self.ray.exceptions.RayTaskError:
+                continue
+        raise raised
+
+    def restart_learner(self, rank: int, error: Exception) -> None:
+        """Kill the whole group (the other ranks wait in a collective), start a new one from
+        the last checkpoint and point the actors at its weights socket."""
+        from agent_r1_async.learner.checkpoint import latest_checkpoint
+
+        self.learner_restarts += 1
+        ckpt = latest_checkpoint(str(self.run_dir))
+        why = f"learner rank {rank} failed: {type(error).__name__}"
+        if self.learner_restarts > self.cfg.learner.max_restarts:
+            raise RuntimeError(f"{why}; restarted {self.cfg.learner.max_restarts} times") from error
+        print(f"[launch] {why}; restarting the learner group ({self.cfg.learner.world_size} "
+              f"ranks) from {ckpt or 'the initial weights (no checkpoint yet)'} "
+              f"({self.learner_restarts}/{self.cfg.learner.max_restarts})", flush=True)
+        self.learner.kill()
+        self.learner = LearnerGroup(self.cfg, self.run_dir, self.endpoints["control"],
+                                    resume=ckpt is not None, curve=self.curve)
+        self.endpoints["weights"] = self.ray.get(self.learner.leader.weights_endpoint.remote())
+        self._restart_actor_loops()
+        self.learner.call("publish")
+
+    def _restart_actor_loops(self) -> None:
+        for a in self.actors:
+            with contextlib.suppress(Exception):
+                self.ray.get(a.stop.remote(), timeout=10)
+        self.ray.wait(list(self.runs), timeout=60, num_returns=len(self.runs))
+        self.ray.get([a.set_endpoints.remote(self.endpoints) for a in self.actors])
+        self.runs = {a.run.remote(): i for i, a in enumerate(self.actors)}
+
     def buffer_stats(self) -> dict[str, Any]:
         return self.ray.get(self.buffer.stats.remote())
 
@@ -180,7 +296,11 @@ class Supervisor:
                 ray.get(a.stop.remote(), timeout=10)
         ray.wait(list(self.runs), timeout=30, num_returns=len(self.runs))
         if checkpoint:
-            path = ray.get(self.learner.save_checkpoint.remote())
+            try:
+                path = self.learner.call("save_checkpoint")
+            except Exception as e:  # a dead rank: the last periodic checkpoint stands
+                print(f"[launch] final learner checkpoint failed: {e!r}", file=sys.stderr)
+                self.learner.kill()
         try:
             ray.get(self.buffer.stop.remote(), timeout=30)
         except Exception as e:

@@ -144,10 +144,12 @@ def fit(
 
 
 def trainer_config(cfg: RunConfig) -> RunConfig:
-    """The run config the trainer is built with: `sft.lr`, and no reference model (no KL)."""
+    """The run config the trainer is built with: `sft.lr`, no reference model (no KL), one
+    unsharded process (the RL learner's world_size / CPU offload do not apply)."""
     return msgspec.structs.replace(
         cfg,
-        learner=msgspec.structs.replace(cfg.learner, lr=cfg.sft.lr),
+        learner=msgspec.structs.replace(cfg.learner, lr=cfg.sft.lr, world_size=1,
+                                        cpu_offload=False),
         algorithm=msgspec.structs.replace(cfg.algorithm, kl_coef=0.0),
     )
 

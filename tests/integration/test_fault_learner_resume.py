@@ -73,7 +73,7 @@ def test_learner_killed_after_an_unsaved_update_resumes_without_losing_data(tmp_
     service, client = _start_buffer(cfg, transport, snap)
     try:
         _push(transport, service, first)
-        learner = Learner(cfg, transport, RecordingSource(client, ledger), None, run_dir)
+        learner = Learner(cfg, RecordingSource(client, ledger), None, run_dir)
         learner.update()
         learner.update()
         ckpt = learner.save_checkpoint()
@@ -93,7 +93,7 @@ def test_learner_killed_after_an_unsaved_update_resumes_without_losing_data(tmp_
         with service._lock:
             left = {g.group.group_id for g in service.buffer.state().stored}
         assert left == set(first) - before_kill  # the two not yet sampled, restored
-        resumed = Learner.from_checkpoint(cfg, transport, RecordingSource(client, ledger), None,
+        resumed = Learner.from_checkpoint(cfg, RecordingSource(client, ledger), None,
                                           run_dir)
         assert (resumed.version, resumed.updates, resumed.samples_drawn) == (2, 2, 2)
         assert service.metrics().learner_version == 2  # the buffer follows the resumed learner

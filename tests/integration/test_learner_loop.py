@@ -58,7 +58,7 @@ def test_updates_publish_identical_weights_and_resume(tmp_path, transport):
     source = FakeSource(VOCAB, group_size=2, not_ready_first=1)
     try:
         time.sleep(0.3)  # PUB/SUB: let the subscription reach the publisher first
-        learner = Learner(cfg, transport, source, pub, str(tmp_path))
+        learner = Learner(cfg, source, pub, str(tmp_path))
         before = {k: v.clone() for k, v in learner.trainer.published_state_dict().items()}
         metrics = [learner.update() for _ in range(2)]
         assert learner.version == 2 and source.versions_set == [1, 2]
@@ -77,7 +77,7 @@ def test_updates_publish_identical_weights_and_resume(tmp_path, transport):
 
         ckpt = learner.save_checkpoint()
         assert ckpt.endswith("step-2") and (tmp_path / "checkpoints" / "latest").is_symlink()
-        resumed = Learner.from_checkpoint(cfg, transport, source, pub, str(tmp_path))
+        resumed = Learner.from_checkpoint(cfg, source, pub, str(tmp_path))
         assert resumed.version == 2 and resumed.updates == 2 and resumed.samples_drawn == 2
         res = resumed.trainer.published_state_dict()
         assert all(torch.equal(res[k], mine[k]) for k in mine)
@@ -100,7 +100,7 @@ def test_updates_publish_identical_weights_and_resume(tmp_path, transport):
 ])
 def test_other_algorithms_run(algo):
     cfg = _cfg(**algo)
-    learner = Learner(cfg, None, FakeSource(VOCAB, group_size=2), None, None)
+    learner = Learner(cfg, FakeSource(VOCAB, group_size=2), None, None)
     m = learner.update()
     assert math.isfinite(m["loss"]) and learner.version == 1
     if algo["name"] == "ppo":
@@ -214,7 +214,7 @@ def test_lora_publishes_merged_weights():
         "algorithm": {"group_size": 2, "batch_groups": 1},
         "learner": {"lr": 1e-2, "device": "cpu", "lora": {"enabled": True, "rank": 4}},
     })
-    learner = Learner(cfg, None, FakeSource(VOCAB, group_size=2), None, None)
+    learner = Learner(cfg, FakeSource(VOCAB, group_size=2), None, None)
     base = {k: v.clone() for k, v in learner.trainer.published_state_dict().items()}
     assert not any("lora" in k or "base_layer" in k for k in base)
     learner.update()

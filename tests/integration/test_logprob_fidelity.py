@@ -114,7 +114,7 @@ def learner_log_weights(
         )], float(i % 2)) for i in (2 * g, 2 * g + 1)]
         for g in range(len(contexts) // 2)
     ]
-    learner = Learner(cfg, None, None, None, None)
+    learner = Learner(cfg, None, None, None)
     if engine_model is not None:
         learner.trainer.model.load_state_dict(engine_model.state_dict())
     _, mbs = learner._prepare(sample_batch(groups))

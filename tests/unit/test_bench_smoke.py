@@ -114,7 +114,7 @@ def test_learner_update_runs_with_the_bench_sleep_trainer() -> None:
     source = FakeSource(batch=sample_batch([[one_step(0, 1.0), one_step(1, 0.0)]]))
     cfg = RunConfig(algorithm=AlgorithmConfig(group_size=2, batch_groups=1))
     trainer = load("bench_async_vs_sync").SleepTrainer(0.0)
-    learner = Learner(cfg, None, source, None, None, trainer=trainer)
+    learner = Learner(cfg, source, None, None, trainer=trainer)
     metrics = learner.update()
     assert learner.trainer is trainer
     # one version step, told to the source; 2 episodes of 1 step each = 2 rows, and the GRPO

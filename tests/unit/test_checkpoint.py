@@ -62,7 +62,7 @@ def test_save_load_roundtrip_and_latest_pointer(tmp_path, micro_model_dir):
     assert json.loads((root / "step-2" / "learner_state.json").read_text())["samples_drawn"] == 4
     assert (root / "step-2" / "config.yaml").is_file()
 
-    # A fresh trainer built from the checkpoint's HF weights + trainer_state is identical.
+    # A fresh trainer built from the checkpoint's HF weights + its DCP state is identical.
     restored = _trainer(second)
     state = checkpoint.load_trainer_state(second, restored)
     assert state["version"] == 2 and state["updates"] == 2

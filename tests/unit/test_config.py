@@ -51,6 +51,14 @@ def test_defaults_and_overrides():
         ({}, ["buffer.alpha.x=1"], "config key `buffer.alpha`: Expected `float`, got `object`"),
         ({"buffer": {"alpha": 0.5}}, ["buffer.alpha.x=1"], "`buffer.alpha` is not a section"),
         ([1, 2], [], "a config must be a mapping"),
+        ({}, ["learner.world_size=0"], "learner.world_size: must be >= 1"),
+        ({}, ["learner.cpu_offload=true", "learner.device=cpu"],
+         "learner.cpu_offload: offloads GPU memory to the CPU; learner.device is cpu"),
+        ({}, ["learner.backend=mpi"], "config key `learner.backend`: Invalid enum value 'mpi'"),
+        ({}, ["learner.backend=nccl", "learner.device=cpu"],
+         "learner.backend: nccl needs CUDA devices; learner.device is cpu"),
+        ({}, ["learner.world_size=2", "learner.lora.enabled=true"],
+         "learner.world_size: LoRA (learner.lora.enabled) trains with one learner process only"),
     ],
 )
 def test_bad_configs_name_the_key(data, overrides, message):
