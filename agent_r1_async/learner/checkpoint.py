@@ -72,7 +72,7 @@ def save_checkpoint(run_dir: str, trainer: Any, learner_state: dict[str, Any]) -
     if dist_util.rank() == 0:
         root.mkdir(parents=True, exist_ok=True)
         tmp_name = tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=root)
-    tmp = Path(dist_util.broadcast_object(tmp_name))
+    tmp = Path(dist_util.broadcast(tmp_name, str))
     final = root / name
     try:
         _write(tmp, trainer, learner_state)
@@ -153,6 +153,6 @@ def load_trainer_state(ckpt_dir: str, trainer: Any) -> dict[str, Any]:
     set_model_state_dict(trainer.net, state["model"])
     set_optimizer_state_dict(trainer.net, trainer.optimizer, state["optim"])
     rng = path / "rng" / f"rank-{dist_util.rank()}.pt"
-    _set_rng_state(torch.load(rng if rng.exists() else path / "rng" / "rank-0.pt",
-                              weights_only=True))
+    rng = rng if rng.exists() else path / "rng" / "rank-0.pt"  # a rank the writer did not have
+    _set_rng_state(torch.load(rng, weights_only=True))
     return json.loads((path / "learner_state.json").read_text())

@@ -55,7 +55,7 @@ class Learner:
         self.cfg = cfg
         self.source = source
         self.publisher = publisher
-        self._publishes = bool(dist_util.broadcast_object(publisher is not None))
+        self._publishes = dist_util.broadcast(publisher is not None, bool)
         """Rank 0 has a publisher: then every rank joins the weight gathers for it."""
         self.run_dir = run_dir
         torch.manual_seed(cfg.learner.seed)
@@ -135,7 +135,8 @@ class Learner:
                 ready = batch.ready and bool(batch.groups)
                 outcome = (batch if ready else None, batch.reason,
                            time.monotonic() >= deadline and not ready)
-            batch, reason, timed_out = dist_util.broadcast_object(outcome)
+            batch, reason, timed_out = dist_util.broadcast(
+                outcome, tuple[messages.SampleBatch | None, str, bool])
             if batch is not None:
                 self.samples_drawn += 1
                 return batch
@@ -149,7 +150,7 @@ class Learner:
         """Rank 0's clock decides (the publish is a collective when sharded)."""
         due = self._publishes and (
             time.monotonic() - self._last_publish >= self.cfg.learner.republish_s)
-        if dist_util.broadcast_object(due):
+        if dist_util.broadcast(due, bool):
             self.publish()
 
     def publish(self, only_if_idle_s: float = 0.0) -> None:

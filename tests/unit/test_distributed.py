@@ -28,7 +28,7 @@ def test_without_a_process_group_everything_is_local():
     assert distributed.all_reduce([1, 2.5]) == [1.0, 2.5]
     assert distributed.all_reduce([3.0], op="max") == [3.0]
     box = {"a": 1}
-    assert distributed.broadcast_object(box) is box
+    assert distributed.broadcast(box, dict[str, int]) is box
     distributed.barrier()
 
 
