@@ -1,6 +1,7 @@
 """The learner process: sample → advantages → proximal pass → PPO epochs → publish.
 
-`Learner.update()` is one cycle of the algorithm in DESIGN.md ("The learner's objective"):
+`Learner.update()` is one cycle of the objective in docs/architecture.md ("The learner's
+objective"):
 
     batch    = source.sample(batch_groups)                      # groups of step records
     rows     = one row per step, with its advantage             # GRPO / RLOO / REINFORCE++
@@ -18,15 +19,14 @@ builds the same rows and trains the training sequences `distributed.balance` giv
 action+context tokens, not rows); only rank 0 publishes, but every rank takes part in the
 gather of the full weights. Other ranks get `source=None, publisher=None`.
 
-`source` is anything with `.sample(num_groups, learner_version, timeout_s) -> SampleBatch`
-and `.set_version(version)` (a `BufferClient`, or a fake in tests). A batch that is not
+`source` is a `protocols.SampleSource`: `.sample(num_groups, learner_version, timeout_s) ->
+SampleBatch` and `.set_version(version)` (a `BufferClient`, or a fake in tests). A batch that is not
 ready is asked for again until `learner.sample_timeout_s` has passed (then TimeoutError).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import torch
 
@@ -35,6 +35,7 @@ from agent_r1_async.learner import advantages as adv
 from agent_r1_async.learner import batching, checkpoint
 from agent_r1_async.learner import distributed as dist_util
 from agent_r1_async.learner.episode_stats import episode_stats, staleness_histogram
+from agent_r1_async.learner.protocols import SampleSource
 from agent_r1_async.learner.trainer import PolicyTrainer
 from agent_r1_async.wire import messages
 from agent_r1_async.wire.weights import WeightPublisher
@@ -46,7 +47,7 @@ class Learner:
     def __init__(
         self,
         cfg: config.RunConfig,
-        source: Any,
+        source: SampleSource | None,
         publisher: WeightPublisher | None,
         run_dir: str | None,
         model_path: str | None = None,
@@ -75,7 +76,7 @@ class Learner:
 
     @classmethod
     def from_checkpoint(
-        cls, cfg: config.RunConfig, source: Any,
+        cls, cfg: config.RunConfig, source: SampleSource | None,
         publisher: WeightPublisher | None, run_dir: str, checkpoint_dir: str | None = None,
     ) -> Learner:
         """Resume from `checkpoint_dir` (default: `run_dir`'s latest): versions continue.
@@ -129,6 +130,7 @@ class Learner:
         while True:
             outcome: tuple[messages.SampleBatch | None, str, bool] | None = None
             if dist_util.rank() == 0:
+                assert self.source is not None, "rank 0 samples: it is built with the source"
                 left = deadline - time.monotonic()
                 batch = self.source.sample(self.cfg.algorithm.batch_groups, self.version,
                                            max(min(left, lc.republish_s), 0.0))

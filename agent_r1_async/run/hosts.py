@@ -3,7 +3,8 @@
 Ray stays at the edge. Buffer, learner and actor are plain classes (tests build them
 directly); these hosts only give each one a process-local `ZmqTransport`, pin its torch thread
 count to the CPUs Ray reserved for it, and expose a few methods the launcher calls. The
-launcher wraps them with `ray.remote(...)`; nothing here imports Ray.
+launcher wraps them with `ray.remote(...)`; Ray itself is imported only to learn this
+node's address (`advertised`).
 
 Only small control values cross Ray (endpoints, metric dicts); all data moves over ZeroMQ.
 """

@@ -20,13 +20,13 @@ from typing import Any, ClassVar
 import pytest
 
 from agent_r1_async.actors.context import FullContext
-from agent_r1_async.actors.engines.base import GenResult
 from agent_r1_async.actors.rollout import EpisodeIds, Rollout
 from agent_r1_async.envs import offload
 from agent_r1_async.envs.base import Observation, StepResult, Task
 from agent_r1_async.envs.toolenv import Score, ToolEnv
 from agent_r1_async.models import load_tokenizer, tiny_model_dir
 from agent_r1_async.wire.messages import EpisodeEnd
+from tests.fakes.engine import FakeEngine
 
 BLOCK_S = 3.0
 TOOL_TIMEOUT_S = 1.0
@@ -78,27 +78,15 @@ class QuickEnv:
         return StepResult(Observation([]), 0.0, True, outcome_reward=1.0)
 
 
-class CallThenAnswer:
+def call_then_answer(tokenizer: Any) -> FakeEngine:
     """Turn 0: the nap tool call; afterwards the answer (turn = tool responses in context)."""
+    ids = [[*tokenizer.encode(t, add_special_tokens=False), tokenizer.eos_token_id]
+           for t in (CALL, "<answer>x</answer>")]
 
-    def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
-        self.version = 0
-        self._ids = [
-            [*tokenizer.encode(t, add_special_tokens=False), tokenizer.eos_token_id]
-            for t in (CALL, "<answer>x</answer>")
-        ]
+    def reply(context_ids: list[int], _n: int) -> list[int]:
+        return list(ids[1 if "<tool_response>" in tokenizer.decode(context_ids) else 0])
 
-    async def generate(self, context_ids: list[int], max_new_tokens: int | None = None) -> GenResult:
-        await asyncio.sleep(0.01)
-        turn = 1 if "<tool_response>" in self.tokenizer.decode(context_ids) else 0
-        return GenResult(list(self._ids[turn]), [-0.1] * len(self._ids[turn]), "stop", 0)
-
-    async def load_weights(self, version: int, state_dict: dict) -> None:
-        pass
-
-    async def close(self) -> None:
-        pass
+    return FakeEngine(reply, logprob=-0.1, delay_s=0.01)
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +96,7 @@ def tokenizer():
 
 def _rollout(tokenizer: Any) -> Rollout:
     return Rollout(
-        engine=CallThenAnswer(tokenizer), tokenizer=tokenizer, builder=FullContext(),
+        engine=call_then_answer(tokenizer), tokenizer=tokenizer, builder=FullContext(),
         env_name="nap", actor_id="a0", max_model_len=512, max_turns=3,
         step_timeout_s=STEP_TIMEOUT_S + TOOL_TIMEOUT_S + 5,
     )

@@ -15,6 +15,7 @@ from agent_r1_async.envs.base import Observation, StepResult, Task
 from agent_r1_async.models import load_tokenizer, tiny_model_dir
 from agent_r1_async.run.monitor import failing_actors, merge_metrics
 from agent_r1_async.wire.messages import ActorStats, decode_data, encode
+from tests.fakes.engine import FakeEngine
 
 
 class FailingStepEnv:
@@ -41,15 +42,6 @@ class OkEnv:
         return StepResult(Observation([]), 0.0, True, outcome_reward=1.0)
 
 
-class OneTokenEngine:
-    version = 0
-
-    async def generate(self, context_ids: list[int], max_new_tokens: int | None = None):
-        from agent_r1_async.actors.engines.base import GenResult
-
-        return GenResult([5], [-0.5], "stop", 0)
-
-
 def _no_make() -> OkEnv:
     raise AttributeError("'UnitsEnv' object has no attribute 'make'")
 
@@ -69,7 +61,7 @@ def _run(rollout: Rollout, env, task_id: str) -> str:
 
 def test_each_distinct_env_error_is_logged_once_then_counted(tokenizer, caplog):
     rollout = Rollout(
-        engine=OneTokenEngine(), tokenizer=tokenizer, builder=FullContext(), env_name="units",
+        engine=FakeEngine.repeating([5]), tokenizer=tokenizer, builder=FullContext(), env_name="units",
         actor_id="a0", max_model_len=512, max_turns=2, step_timeout_s=5.0,
     )
     with caplog.at_level(logging.ERROR, logger="agent_r1_async.envs.errors"):

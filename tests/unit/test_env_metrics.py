@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 
 from agent_r1_async.actors.context import FullContext
-from agent_r1_async.actors.engines.base import GenResult
 from agent_r1_async.actors.rollout import EpisodeIds, Rollout
 from agent_r1_async.envs.base import Observation, StepResult, Task
 from agent_r1_async.models import load_tokenizer, tiny_model_dir
 from agent_r1_async.run.evaluate import eval_columns
 from agent_r1_async.run.report import success_metric
+from tests.fakes.engine import FakeEngine
 
 
 class GuessEnv:
@@ -32,16 +32,9 @@ class GuessEnv:
                           metrics={"accuracy": 1.0, "distance": 0.0})
 
 
-class OneToken:
-    version = 0
-
-    async def generate(self, context_ids, max_new_tokens=None) -> GenResult:
-        return GenResult([5], [-0.5], "stop", 0)
-
-
 def test_metrics_of_every_step_are_merged_into_the_episode():
     tok = load_tokenizer(tiny_model_dir())
-    rollout = Rollout(engine=OneToken(), tokenizer=tok, builder=FullContext(), env_name="guess",
+    rollout = Rollout(engine=FakeEngine.repeating([5]), tokenizer=tok, builder=FullContext(), env_name="guess",
                       actor_id="a0", max_model_len=512, max_turns=4, step_timeout_s=5.0)
 
     async def emit(msg) -> None:
