@@ -29,7 +29,7 @@ from agent_r1_async.learner import batching, checkpoint
 from agent_r1_async.learner.episode_stats import episode_stats, staleness_histogram
 from agent_r1_async.learner.trainer import PolicyTrainer
 from agent_r1_async.wire import messages
-from agent_r1_async.wire.weights import WeightPublisher
+from agent_r1_async.wire.weight_channel import WeightSender
 
 
 class Learner:
@@ -40,7 +40,7 @@ class Learner:
         cfg: config.RunConfig,
         transport: Any,
         source: Any,
-        publisher: WeightPublisher | None,
+        publisher: WeightSender | None,
         run_dir: str | None,
         model_path: str | None = None,
         trainer: PolicyTrainer | None = None,
@@ -68,7 +68,7 @@ class Learner:
     @classmethod
     def from_checkpoint(
         cls, cfg: config.RunConfig, transport: Any, source: Any,
-        publisher: WeightPublisher | None, run_dir: str, checkpoint_dir: str | None = None,
+        publisher: WeightSender | None, run_dir: str, checkpoint_dir: str | None = None,
     ) -> Learner:
         """Resume from `checkpoint_dir` (default: `run_dir`'s latest): versions continue."""
         ckpt = checkpoint_dir or checkpoint.latest_checkpoint(run_dir)

@@ -106,13 +106,13 @@ class LearnerHost:
         from agent_r1_async.learner.checkpoint import latest_checkpoint
         from agent_r1_async.learner.loop import Learner
         from agent_r1_async.wire.buffer_client import BufferClient
-        from agent_r1_async.wire.weights import WeightPublisher
+        from agent_r1_async.wire.weight_channel import make_weight_sender
 
         self.cfg = cfg
         self.transport = ZmqTransport(curve=curve)
         self.client = BufferClient(self.transport, control_endpoint, "learner", "learner")
         self.client.connect()
-        self.publisher = WeightPublisher(self.transport, tcp_endpoint(cfg.launch.bind_host))
+        self.publisher = make_weight_sender(cfg, self.transport)  # weights.backend
         if resume and latest_checkpoint(run_dir) is not None:
             self.learner = Learner.from_checkpoint(
                 cfg, self.transport, self.client, self.publisher, run_dir

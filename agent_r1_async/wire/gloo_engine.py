@@ -37,6 +37,13 @@ from vllm.distributed.weight_transfer.base import (
     WeightTransferUpdateInfo,
 )
 
+# At import (when the worker builds the engine), not at the first update: this import takes
+# seconds and would eat into that update's timeout.
+from vllm.model_executor.model_loader.reload import (
+    finalize_layerwise_reload,
+    initialize_layerwise_reload,
+)
+
 from agent_r1_async.wire.rendezvous import gloo_group
 from agent_r1_async.wire.vllm_plugin import GLOO
 from agent_r1_async.wire.weight_channel import ChecksumMismatch, sampled_checksum
@@ -129,19 +136,18 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
         self._load(named)
 
     def _load(self, named: list[tuple[str, torch.Tensor]]) -> None:
-        from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
-
         names = {n for n, _ in named}
         if "lm_head.weight" not in names and "model.embed_tokens.weight" in names:
             embed = dict(named)["model.embed_tokens.weight"]
             named = [*named, ("lm_head.weight", embed)]
+        self._load_into_model(named)
+
+    def _load_into_model(self, named: list[tuple[str, torch.Tensor]]) -> None:
         initialize_layerwise_reload(self.model)
         self._loaded = True
         self.model.load_weights(iter(named))
 
     def finish_weight_update(self) -> None:
-        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
-
         if self._loaded:
             finalize_layerwise_reload(self.model, self.model_config)
             self._loaded = False

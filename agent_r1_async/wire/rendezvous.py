@@ -27,6 +27,7 @@ from __future__ import annotations
 import datetime
 import json
 import socket
+import time
 from typing import Any
 
 import torch.distributed as dist
@@ -91,10 +92,15 @@ def parse_endpoint(endpoint: str) -> tuple[str, int, str]:
 
 
 def wait_get(store: dist.Store, key: str, timeout_s: float, what: str) -> bytes:
-    try:
-        store.wait([key], _td(timeout_s))
-    except Exception as e:  # DistStoreError: torch's message is about keys, say what we waited for
-        raise TimeoutError(f"{what}: nothing after {timeout_s:.0f} s (weights.timeout_s)") from e
+    """`store.get(key)` once it exists. Polls with `check` instead of `store.wait`, which
+    holds the GIL while it blocks (measured: every other thread of the process froze)."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.001
+    while not store.check([key]):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: nothing after {timeout_s:.0f} s (weights.timeout_s)")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.02)
     return store.get(key)
 
 
