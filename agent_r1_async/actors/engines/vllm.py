@@ -128,6 +128,7 @@ class VllmEngine:
         if self.weight_transfer is not None:
             from vllm.config.weight_transfer import WeightTransferConfig
 
+            _require_plugin()
             args.weight_transfer_config = WeightTransferConfig(backend=self.weight_transfer)
         llm = AsyncLLM.from_engine_args(args)
         await llm.update_weight_version(str(self.version))
@@ -314,6 +315,18 @@ class VllmEngine:
         finish = (final.finish_reason if final is not None else None) or "abort"
         spans = final.weight_versions if final is not None else None
         return finish, ids, lps, _versions_from_spans(spans, len(ids), start_version)
+
+
+def _require_plugin() -> None:
+    """vLLM's worker finds our weight-transfer engine only through our entry point."""
+    from importlib.metadata import entry_points
+
+    if not any(e.value.startswith("agent_r1_async.") for e in entry_points(group="vllm.general_plugins")):
+        raise RuntimeError(
+            "weights.backend vllm_gloo/vllm_nccl needs agent-r1-async's vllm.general_plugins "
+            "entry point, which this environment lacks: reinstall the package (`pip install -e .`"
+            ", as scripts/setup.sh does), or set weights.backend=zmq"
+        )
 
 
 def _for_vllm(state_dict: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
