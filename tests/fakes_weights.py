@@ -57,3 +57,45 @@ class GlooRecordingEngine:
 
     async def leave_weight_transfer(self) -> None:
         self.worker.shutdown()
+
+
+def _die_after_first(real_broadcast_all):
+    """A `_broadcast_all` that moves the first tensor, then kills its process (no cleanup,
+    sockets closed by the kernel, as SIGKILL would)."""
+    import os
+
+    def broadcast_all(group, tensors, timeout_s):
+        real_broadcast_all(group, tensors[:1], timeout_s)
+        os._exit(9)
+
+    return broadcast_all
+
+
+def learner_that_dies_mid_transfer(q) -> None:
+    """Child process: a real `NativeWeightSender` that dies after the first tensor of v1."""
+    from agent_r1_async.wire import gloo_engine
+    from agent_r1_async.wire.vllm_sender import NativeWeightSender
+
+    gloo_engine._broadcast_all = _die_after_first(gloo_engine._broadcast_all)
+    sender = NativeWeightSender("vllm_gloo", "127.0.0.1", 0, 3.0)
+    q.put(sender.endpoint)
+    q.get()  # the actor joined
+    sender.publish(1, {"a": torch.ones(1000), "b": torch.ones(1000)})
+    q.get()  # never answered: the process dies in the transfer
+
+
+def actor_that_dies_mid_transfer(endpoint: str) -> None:
+    """Child process: an actor whose worker dies after the first tensor of its first update."""
+    from agent_r1_async.wire import gloo_engine
+    from agent_r1_async.wire.vllm_receiver import NativeWeightChannel
+
+    gloo_engine._broadcast_all = _die_after_first(gloo_engine._broadcast_all)
+    engine = GlooRecordingEngine()
+    channel = NativeWeightChannel(endpoint, "doomed", 3.0)
+
+    async def run() -> None:
+        while True:
+            await channel.update(engine)
+            await asyncio.sleep(0.01)
+
+    asyncio.run(run())

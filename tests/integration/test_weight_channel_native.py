@@ -145,3 +145,72 @@ def test_an_actor_that_stalls_mid_transfer_fails_loudly_and_rejoins(sender):
     assert channels[0].failed == 1 and channels[1].failed == 0
     assert sender.failed == 1 and sender.pairs_joined == 3
     assert sampled_checksum(stalled.weights.items()) == sampled_checksum(healthy.weights.items())
+
+
+@pytest.mark.slow
+def test_learner_killed_mid_transfer_fails_the_update_and_the_actor_keeps_its_weights():
+    import multiprocessing as mp
+
+    from fakes_weights import learner_that_dies_mid_transfer
+
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    learner = ctx.Process(target=learner_that_dies_mid_transfer, args=(q,))
+    learner.start()
+    try:
+        engine = GlooRecordingEngine()
+        channel = NativeWeightChannel(q.get(timeout=120), "actor-0", TIMEOUT_S)
+
+        async def run():
+            while engine.joined == 0:
+                await channel.update(engine)
+            q.put("joined")
+            t0 = time.monotonic()
+            while channel.failed == 0 and time.monotonic() - t0 < TIMEOUT_S + 15:
+                await channel.update(engine)
+                await asyncio.sleep(0.01)
+            return time.monotonic() - t0
+
+        took = asyncio.run(run())
+        learner.join(30)
+        assert learner.exitcode == 9  # it died inside the transfer
+        assert (channel.failed, channel.rejected) == (1, 0) and took < TIMEOUT_S + 20, took
+        assert engine.version == 0 and engine.weights == {}  # nothing half-loaded
+        # with the learner gone, re-joining fails again (counted), it never raises or hangs
+        time.sleep(1.1)
+        assert asyncio.run(asyncio.wait_for(channel.update(engine), TIMEOUT_S + 15)) is None
+        assert channel.failed == 2
+    finally:
+        if learner.is_alive():
+            learner.kill()
+
+
+@pytest.mark.slow
+def test_actor_killed_mid_transfer_fails_its_pair_only(sender):
+    import multiprocessing as mp
+
+    from fakes_weights import actor_that_dies_mid_transfer
+
+    doomed = mp.get_context("spawn").Process(target=actor_that_dies_mid_transfer,
+                                             args=(sender.endpoint,))
+    doomed.start()
+    try:
+        deadline = time.monotonic() + 120
+        while sender.pairs_joined < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        healthy = GlooRecordingEngine()
+        channel = NativeWeightChannel(sender.endpoint, "actor-1", TIMEOUT_S)
+        sender.publish(1, _state(1.0))
+        asyncio.run(_pump([channel], [healthy], 1, 20))
+        doomed.join(30)
+        assert doomed.exitcode == 9
+        sender.publish(2, _state(2.0))
+        asyncio.run(_pump([channel], [healthy], 2, 20))
+        assert healthy.version == 2
+        deadline = time.monotonic() + TIMEOUT_S + 10
+        while sender.failed == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sender.failed == 1 and sender.acked() == {"actor-1": 2}
+    finally:
+        if doomed.is_alive():
+            doomed.kill()
