@@ -67,7 +67,8 @@ def _actor_main(backend: str, model_path: str, endpoints: dict[str, str], n: int
     if "vllm_gloo" in endpoints:
         from agent_r1_async.wire.vllm_receiver import NativeWeightChannel
 
-        channels["vllm_gloo"] = NativeWeightChannel(endpoints["vllm_gloo"], "bench-actor")
+        channels["vllm_gloo"] = NativeWeightChannel(endpoints["vllm_gloo"], "bench-actor",
+                                                    dtype=dtype)
 
     async def serve() -> None:
         await engine.generate([1, 2, 3], max_new_tokens=1)  # the engine is serving v0

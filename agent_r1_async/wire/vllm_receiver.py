@@ -35,9 +35,14 @@ class NativeWeightChannel:
     """`WeightChannel` for an engine with `join_weight_transfer`, `receive_weights` and
     `leave_weight_transfer` (the vLLM engine)."""
 
-    def __init__(self, endpoint: str, actor_id: str, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, endpoint: str, actor_id: str, timeout_s: float = 30.0, dtype: str | None = None
+    ) -> None:
         self.host, self.port, self.token = parse_endpoint(endpoint)
         self.actor_id = actor_id
+        self.dtype = dtype
+        """The engine's dtype: the learner casts floating tensors to it before sending (what
+        vLLM would do on load anyway; bf16 halves the bytes sent while generation pauses)."""
         self.timeout_s = timeout_s
         self.failed = 0
         self.rejected = 0
@@ -78,6 +83,8 @@ class NativeWeightChannel:
                 connect_store, self.host, self.port, self.timeout_s)
         n = await asyncio.to_thread(self._store.add, f"{self.token}/joins", 1)
         pair = f"{self.token}/pair/{n}"
+        if self.dtype is not None:  # before the id: the learner reads it once the id is there
+            await asyncio.to_thread(self._store.set, f"{self.token}/join/{n}/dtype", self.dtype)
         await asyncio.to_thread(self._store.set, f"{self.token}/join/{n}", self.actor_id)
         raw = await asyncio.to_thread(wait_get, self._store, f"{pair}/init", self.timeout_s,
                                       f"the learner never accepted pair {n}")

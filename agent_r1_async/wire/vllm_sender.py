@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
+from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource
 
 from agent_r1_async.wire.rendezvous import StorePairClient, serve_store
 from agent_r1_async.wire.weight_channel import ChecksumMismatch, sampled_checksum
@@ -41,22 +42,26 @@ class _Version:
     published_at: float
 
 
-def _source(tensors: dict[str, torch.Tensor], tied_head: bool):
-    """A vLLM `WeightSource` over one snapshot (imported lazily: vLLM is heavy)."""
-    from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource
+class SnapshotSource(WeightSource):
+    """vLLM's `WeightSource` over the newest snapshot a pair is sending; `set` before each
+    `send_weights` (the trainer engine keeps one source for its lifetime)."""
 
-    items = dict(tensors)
-    if tied_head and "lm_head.weight" not in items and "model.embed_tokens.weight" in items:
-        items["lm_head.weight"] = items["model.embed_tokens.weight"]
+    def __init__(self) -> None:
+        self._items: dict[str, torch.Tensor] = {}
 
-    class SnapshotSource(WeightSource):
-        def metadata(self) -> list[ParamMeta]:
-            return [ParamMeta(k, v.dtype, tuple(v.shape)) for k, v in items.items()]
+    def set(self, tensors: dict[str, torch.Tensor], tied_head: bool) -> None:
+        items = dict(tensors)
+        # The learner publishes a tied head once, as the embedding; vLLM's NCCL worker loads
+        # what it is sent (our gloo worker adds the head itself, saving the bytes).
+        if tied_head and "lm_head.weight" not in items and "model.embed_tokens.weight" in items:
+            items["lm_head.weight"] = items["model.embed_tokens.weight"]
+        self._items = items
 
-        def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
-            return iter(items.items())
+    def metadata(self) -> list[ParamMeta]:
+        return [ParamMeta(k, v.dtype, tuple(v.shape)) for k, v in self._items.items()]
 
-    return SnapshotSource()
+    def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
+        return iter(self._items.items())
 
 
 class NativeWeightSender:
@@ -86,6 +91,7 @@ class NativeWeightSender:
         self._closed = False
         self._threads: list[threading.Thread] = []
         self._acked: dict[str, int] = {}
+        self._casts: dict[tuple[int, str], tuple[dict[str, torch.Tensor], str]] = {}
         accept = threading.Thread(target=self._accept, name="weights-accept", daemon=True)
         accept.start()
         self._threads.append(accept)
@@ -165,18 +171,12 @@ class NativeWeightSender:
         try:
             actor = wait_get(self.store, f"{self.token}/join/{n}", self.timeout_s,
                              f"pair {n} registered no actor id").decode()
+            dtype_key = f"{self.token}/join/{n}/dtype"
+            dtype = self.store.get(dtype_key).decode() if self.store.check([dtype_key]) else None
             client = StorePairClient(self.store, prefix, actor, self.timeout_s)
-            source_box: list = [None]
-
-            class Latest:  # the engine keeps one source; each round it reads the newest
-                def metadata(self):
-                    return source_box[0].metadata()
-
-                def __iter__(self):
-                    return iter(source_box[0])
-
+            source = SnapshotSource()
             engine = WeightTransferTrainerFactory.trainer_init(
-                self._init_info(prefix), client=client, source=Latest())
+                self._init_info(prefix), client=client, source=source)
         except Exception as e:
             self.join_failures += 1
             log.error("weights: pair %d did not form: %s", n, e)
@@ -184,11 +184,37 @@ class NativeWeightSender:
         self.pairs_joined += 1
         log.info("weights: actor %s joined (pair %d, %s)", actor, n, self.backend)
         try:
-            self._send_loop(engine, client, source_box, actor)
+            self._send_loop(engine, client, source, actor, dtype)
         finally:
             engine.shutdown()
 
-    def _send_loop(self, engine, client: StorePairClient, source_box: list, actor: str) -> None:
+    def _in_dtype(
+        self, snap: _Version, dtype: str | None
+    ) -> tuple[dict[str, torch.Tensor], str]:
+        """The snapshot with floating tensors in the actor's dtype, and its checksum; cast
+        once per (version, dtype) and shared by the pairs that want it (newest version only)."""
+        if dtype is None or all(
+            str(t.dtype).removeprefix("torch.") == dtype or not t.is_floating_point()
+            for t in snap.tensors.values()
+        ):
+            return snap.tensors, snap.checksum
+        key = (snap.version, dtype)
+        with self._cond:
+            hit = self._casts.get(key)
+        if hit is None:
+            target = getattr(torch, dtype)
+            cast = {k: v.to(target) if v.is_floating_point() else v
+                    for k, v in snap.tensors.items()}
+            hit = (cast, sampled_checksum(cast.items()))
+            with self._cond:
+                self._casts = {k: v for k, v in self._casts.items() if k[0] >= snap.version}
+                self._casts[key] = hit
+        return hit
+
+    def _send_loop(
+        self, engine, client: StorePairClient, source: SnapshotSource, actor: str,
+        dtype: str | None,
+    ) -> None:
         sent = -1
         while True:
             with self._cond:
@@ -197,8 +223,9 @@ class NativeWeightSender:
                 if self._closed:
                     return
                 snap = self._latest
-            source_box[0] = _source(snap.tensors, tied_head=self.backend == "vllm_nccl")
-            client.stage(snap.version, snap.checksum, snap.published_at)
+            tensors, checksum = self._in_dtype(snap, dtype)
+            source.set(tensors, tied_head=self.backend == "vllm_nccl")
+            client.stage(snap.version, checksum, snap.published_at)
             try:
                 engine.send_weights()
             except ChecksumMismatch as e:  # the group is fine; the next version may pass

@@ -130,4 +130,4 @@ def make_weight_receiver(
         return ZmqWeightChannel(transport, endpoint, actor_id)
     from agent_r1_async.wire.vllm_receiver import NativeWeightChannel
 
-    return NativeWeightChannel(endpoint, actor_id, cfg.weights.timeout_s)
+    return NativeWeightChannel(endpoint, actor_id, cfg.weights.timeout_s, cfg.engine.dtype)

@@ -75,6 +75,17 @@ def test_two_actors_receive_three_versions_bit_exact(sender):
     assert all((c.failed, c.rejected) == (0, 0) for c in channels)
 
 
+def test_an_actor_serving_bf16_is_sent_bf16(sender):
+    engine = GlooRecordingEngine()
+    channel = NativeWeightChannel(sender.endpoint, "actor-0", TIMEOUT_S, dtype="bfloat16")
+    sender.publish(1, _state(1.0))
+    asyncio.run(_pump([channel], [engine], 1, 20))
+    assert engine.version == 1 and channel.failed == 0
+    for k, t in _state(1.0).items():  # cast by the learner, checked against the cast's checksum
+        assert engine.weights[k].dtype == torch.bfloat16
+        assert torch.equal(engine.weights[k], t.to(torch.bfloat16))
+
+
 def test_checksum_mismatch_is_rejected_counted_and_the_next_version_passes(sender, monkeypatch):
     engine = GlooRecordingEngine()
     channel = NativeWeightChannel(sender.endpoint, "actor-0", TIMEOUT_S)
@@ -210,6 +221,7 @@ def test_actor_killed_mid_transfer_fails_its_pair_only(sender):
         deadline = time.monotonic() + TIMEOUT_S + 10
         while sender.failed == 0 and time.monotonic() < deadline:
             time.sleep(0.05)
+        assert sender.wait_acked(2, timeout_s=10)  # the learner reads the ack after the actor
         assert sender.failed == 1 and sender.acked() == {"actor-1": 2}
     finally:
         if doomed.is_alive():
