@@ -35,6 +35,7 @@ import torch.distributed as dist
 from agent_r1_async.wire.weight_channel import ChecksumMismatch
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+WILDCARD = ("0.0.0.0", "*", "::")
 
 
 def _td(seconds: float) -> datetime.timedelta:
@@ -64,6 +65,8 @@ def local_address_towards(host: str) -> str:
     """The address of this machine that reaches `host` (gloo binds its device to it)."""
     if host in LOOPBACK:
         return "127.0.0.1" if host == "localhost" else host
+    if host in WILDCARD:  # the learner bound every interface: use this node's address
+        return socket.gethostbyname(socket.gethostname())
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.connect((host, 9))  # UDP connect sends nothing; it only picks the route
         return s.getsockname()[0]
@@ -79,6 +82,16 @@ def gloo_group(
     opts._timeout = _td(timeout_s)
     opts._devices = [dist.ProcessGroupGloo.create_device(hostname=local_address_towards(host))]
     return dist.ProcessGroupGloo(store, rank, world_size, opts)
+
+
+def reachable_init_info(init_info: dict[str, Any], host: str) -> dict[str, Any]:
+    """The learner's init payload names the host it bound; a wildcard one (0.0.0.0) is
+    replaced by the address the actor reached the learner's store at."""
+    out = dict(init_info)
+    for key in ("host", "master_address"):
+        if out.get(key) in WILDCARD:
+            out[key] = host
+    return out
 
 
 def parse_endpoint(endpoint: str) -> tuple[str, int, str]:

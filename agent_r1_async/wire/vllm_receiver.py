@@ -23,7 +23,12 @@ import json
 import logging
 import time
 
-from agent_r1_async.wire.rendezvous import connect_store, parse_endpoint, wait_get
+from agent_r1_async.wire.rendezvous import (
+    connect_store,
+    parse_endpoint,
+    reachable_init_info,
+    wait_get,
+)
 from agent_r1_async.wire.weight_channel import Applied
 
 log = logging.getLogger(__name__)
@@ -89,7 +94,8 @@ class NativeWeightChannel:
         raw = await asyncio.to_thread(wait_get, self._store, f"{pair}/init", self.timeout_s,
                                       f"the learner never accepted pair {n}")
         try:
-            await asyncio.wait_for(engine.join_weight_transfer(json.loads(raw)),
+            info = reachable_init_info(json.loads(raw), self.host)
+            await asyncio.wait_for(engine.join_weight_transfer(info),
                                    self.timeout_s + _MARGIN_S)
         except BaseException as e:
             await asyncio.to_thread(self._store.set, f"{pair}/init_ack", f"error: {e}")
