@@ -86,3 +86,21 @@ def test_three_versions_in_flight_through_the_gloo_engine(engine):
         assert (channel.failed, channel.rejected) == (0, 0)
     finally:
         sender.close()
+
+
+def test_launch_with_vllm_gloo_trains_on_versions_sent_through_vllms_api(tmp_path):
+    """`launch` (Ray, buffer, learner, one vLLM actor) with weights.backend=vllm_gloo: the
+    learner's publish goes through `NativeWeightSender`, the actor's loop through
+    `NativeWeightChannel`; with buffer.max_staleness 1 (tiny.yaml) update 3 can only train on
+    data from a version the actor received that way."""
+    from test_launch import _launch, _records
+
+    run_dir, _ = _launch(
+        tmp_path, "--set", "engine.backend=vllm", "--set", "weights.backend=vllm_gloo",
+        "--set", "actors.num_actors=1", "--set", "engine.kv_cache_gb=1", timeout=600,
+    )
+    rows = _records(run_dir)
+    assert [r["update"] for r in rows] == [1, 2, 3]
+    assert all(r["staleness/max"] <= 1 for r in rows)
+    served = [r["actor/actor-0/policy_version"] for r in rows if "actor/actor-0/policy_version" in r]
+    assert served and max(served) >= 2
