@@ -471,6 +471,19 @@ class LaunchConfig(_Section):
         )
 
 
+class WeightsConfig(_Section):
+    backend: Literal["zmq", "vllm_gloo", "vllm_nccl"] = "zmq"
+    """How weights travel learner → actors: zmq (full state dict over (Curve)ZeroMQ PUB/SUB, any engine), vllm_gloo (vLLM's weight-transfer API with our gloo engine: CPU), vllm_nccl (vLLM's NCCL engine: GPUs)."""
+    timeout_s: float = 30.0
+    """vllm_* backends: bound on every rendezvous wait and collective; a late peer fails that actor's update (counted, logged; it re-joins)."""
+    rendezvous_port: int = 0
+    """vllm_* backends: port of the learner's rendezvous store on launch.bind_host (0 = any free port)."""
+
+    def __post_init__(self) -> None:
+        _require(self.timeout_s > 0, "weights.timeout_s", "must be > 0: a collective without a timeout can hang forever")
+        _require(0 <= self.rendezvous_port < 65536, "weights.rendezvous_port", "must be a TCP port (0 = any free port)")
+
+
 class SftConfig(_Section):
     demos_source: Literal["oracle", "jsonl"] = "oracle"
     """Demonstrations: replay the env's `oracle(task)` on `env.train_split`, or read chat transcripts."""
@@ -538,6 +551,8 @@ class RunConfig(_Section):
     """Process placement and run directory."""
     sft: SftConfig = msgspec.field(default_factory=SftConfig)
     """Supervised warm start on demonstrations (`agent-r1-async sft`)."""
+    weights: WeightsConfig = msgspec.field(default_factory=WeightsConfig)
+    """Weight transfer learner → actors."""
 
     def __post_init__(self) -> None:
         _require(
@@ -572,6 +587,12 @@ class RunConfig(_Section):
             or self.env.max_turns == 1,
             "algorithm.credit",
             "ppo's GAE is computed per step; use credit: step for multi-turn envs",
+        )
+        _require(
+            self.weights.backend == "zmq" or self.engine.backend == "vllm",
+            "weights.backend",
+            f"{self.weights.backend} is vLLM's weight-transfer API; engine.backend "
+            f"{self.engine.backend!r} receives weights over zmq only",
         )
 
 

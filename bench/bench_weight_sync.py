@@ -1,8 +1,17 @@
 """Weight sync: learner publishes SmolLM2-135M weights -> the actor's engine serves them.
 
-    .venv/bin/python bench/bench_weight_sync.py                  # hf and vllm, ~2-3 minutes
+    .venv/bin/python bench/bench_weight_sync.py                  # hf, then vllm zmq | vllm_gloo
+    .venv/bin/python bench/bench_weight_sync.py --engines vllm   # the two vLLM backends only
     .venv/bin/python bench/bench_weight_sync.py --engines hf     # ~40 s
     .venv/bin/python bench/bench_weight_sync.py --quick          # hf only, 2 publishes
+
+The vLLM rows compare the weight backends side by side on ONE engine in ONE actor process
+(started once with `WeightTransferConfig(backend="agent_r1_gloo")`, so it can take both):
+versions alternate zmq, vllm_gloo, zmq, ... (`--publishes` of each). vllm_gloo: the learner's
+`NativeWeightSender.publish` (CPU snapshot + checksum) → our gloo trainer engine → the
+actor's `NativeWeightChannel` → vLLM's start_weight_update / update_weights /
+finish_weight_update in the engine's pause (keep) → serving. It needs the package's
+`vllm.general_plugins` entry point installed (`pip install -e .`).
 
 The learner (this process) holds the real SmolLM2-135M-Instruct weights (fp32, 135M params,
 ~540 MB as published: tied lm_head dropped like `PolicyTrainer.published_state_dict`) and
@@ -35,46 +44,58 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 MODEL = "smollm2-135m-instruct"
 
 
-def _actor_main(backend: str, model_path: str, endpoint: str, n: int, q: Any) -> None:
-    """Start one engine, then for each version: receive, load, check it serves; report times."""
+def _actor_main(backend: str, model_path: str, endpoints: dict[str, str], n: int, q: Any) -> None:
+    """Start one engine, then apply whatever each weight channel brings; report times."""
     os.dup2(2, 1)  # engine logs go to stderr: stdout keeps only the results table
     import torch
 
     from agent_r1_async.actors.engines import make_engine
-    from agent_r1_async.config import EngineConfig, RunConfig
-    from agent_r1_async.wire.weights import WeightReceiver
+    from agent_r1_async.config import EngineConfig, RunConfig, WeightsConfig
+    from agent_r1_async.wire.weights import ZmqWeightChannel
     from agent_r1_async.wire.zmq import ZmqTransport
 
     torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
     dtype = "bfloat16" if backend == "vllm" else "float32"
-    cfg = RunConfig(engine=EngineConfig(backend=backend, dtype=dtype, max_new_tokens=1))
+    weights = WeightsConfig(backend="vllm_gloo" if "vllm_gloo" in endpoints else "zmq")
+    cfg = RunConfig(engine=EngineConfig(backend=backend, dtype=dtype, max_new_tokens=1),
+                    weights=weights)
     t0 = time.perf_counter()
     engine = make_engine(cfg, model_path)
     start_s = time.perf_counter() - t0
     transport = ZmqTransport()
-    rx = WeightReceiver(transport, endpoint)
+    channels: dict[str, Any] = {"zmq": ZmqWeightChannel(transport, endpoints["zmq"])}
+    if "vllm_gloo" in endpoints:
+        from agent_r1_async.wire.vllm_receiver import NativeWeightChannel
+
+        channels["vllm_gloo"] = NativeWeightChannel(endpoints["vllm_gloo"], "bench-actor",
+                                                    dtype=dtype)
 
     async def serve() -> None:
         await engine.generate([1, 2, 3], max_new_tokens=1)  # the engine is serving v0
+        for ch in channels.values():  # the native channel joins its group here
+            await ch.update(engine)
         q.put(("ready", start_s))
-        for _ in range(n):
-            got = None
-            while got is None:
-                got = rx.poll(timeout_ms=100)
-            header, state = got
-            t_recv = time.time()
-            await engine.load_weights(header.version, state)
-            t_serve = time.time()
-            res = await engine.generate([1, 2, 3], max_new_tokens=1)
-            if res.policy_version != header.version:
-                raise RuntimeError(f"engine serves v{res.policy_version}, want v{header.version}")
-            q.put(("synced", header.published_at, t_recv, t_serve))
+        done = 0
+        while done < n * len(channels):
+            for name, ch in channels.items():
+                applied = await ch.update(engine)
+                if applied is None:
+                    continue
+                t_serve = time.time()
+                res = await engine.generate([1, 2, 3], max_new_tokens=1)
+                if res.policy_version != applied.version:
+                    raise RuntimeError(f"engine serves v{res.policy_version}, want v{applied.version}")
+                q.put(("synced", name, applied.published_at, t_serve, engine.last_swap_s,
+                       ch.failed, ch.rejected))
+                done += 1
+            await asyncio.sleep(0.005)
         await engine.close()
 
     try:
         asyncio.run(serve())
     finally:
-        rx.close()
+        for ch in channels.values():
+            ch.close()
         transport.close()
 
 
@@ -101,39 +122,50 @@ def bench_clone(state: dict[str, Any], repeats: int) -> float:
     return statistics.median(times)
 
 
-def bench_engine(backend: str, state: dict[str, Any], n: int) -> dict[str, float]:
-    """Median publish→serving latency and its parts for one engine (started once)."""
+def bench_engine(backend: str, state: dict[str, Any], n: int) -> dict[str, dict[str, float]]:
+    """Median publish→serving latency per weight backend for one engine (started once)."""
     from agent_r1_async import models
     from agent_r1_async.wire.weights import WeightPublisher
     from agent_r1_async.wire.zmq import ZmqTransport
 
     transport = ZmqTransport()
-    pub = WeightPublisher(transport)
+    senders: dict[str, Any] = {"zmq": WeightPublisher(transport)}
+    if backend == "vllm":
+        from agent_r1_async.wire.vllm_sender import NativeWeightSender
+
+        senders["vllm_gloo"] = NativeWeightSender("vllm_gloo", "127.0.0.1", 0, 60.0)
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    proc = ctx.Process(target=_actor_main,
-                       args=(backend, models.resolve_model(MODEL), pub.endpoint, n, q))
+    proc = ctx.Process(target=_actor_main, args=(
+        backend, models.resolve_model(MODEL), {k: s.endpoint for k, s in senders.items()}, n, q))
     proc.start()
+    rows: dict[str, list[tuple[float, ...]]] = {k: [] for k in senders}
+    fails = (0, 0)
     try:
-        _, start_s = q.get(timeout=600)
+        _, start_s = q.get(timeout=900)
         time.sleep(1.0)  # SUB joins late: let the subscription reach the publisher
-        rows = []
-        for v in range(1, n + 1):
-            t0 = time.perf_counter()
-            pub.publish(v, state)
-            publish_s = time.perf_counter() - t0
-            _, published_at, t_recv, t_serve = q.get(timeout=600)
-            rows.append((t_serve - published_at, publish_s, t_recv - published_at,
-                         t_serve - t_recv))
+        version = 0
+        for _ in range(n):
+            for name, sender in senders.items():  # side by side: alternate the backends
+                version += 1
+                t0 = time.perf_counter()
+                sender.publish(version, state)
+                publish_s = time.perf_counter() - t0
+                _, got, published_at, t_serve, swap_s, *fails = q.get(timeout=600)
+                assert got == name, (got, name)
+                rows[name].append((t_serve - published_at, publish_s, swap_s))
         proc.join(120)
     finally:
         if proc.is_alive():
             proc.terminate()
-        pub.close()
+        for sender in senders.values():
+            sender.close()
         transport.close()
     med = statistics.median
-    return {"start_s": start_s, "total": med(r[0] for r in rows), "publish": med(r[1] for r in rows),
-            "received": med(r[2] for r in rows), "load": med(r[3] for r in rows)}
+    return {name: {"start_s": start_s, "total": med(r[0] for r in rs),
+                   "publish": med(r[1] for r in rs), "swap": med(r[2] for r in rs),
+                   "failed": fails[0], "rejected": fails[1]}
+            for name, rs in rows.items()}
 
 
 def main() -> None:
@@ -149,17 +181,19 @@ def main() -> None:
     nbytes = sum(v.numel() * v.element_size() for v in state.values())
     clone_s = bench_clone(state, 5)
     print(f"## Weight sync: SmolLM2-135M-Instruct, {len(state)} tensors, {nbytes / 1e6:.0f} MB "
-          f"fp32, tcp loopback PUB/SUB to a separate actor process; median of {args.publishes}")
-    print(f"{'':34} {'total s':>8} {'× clone':>8} {'publish s':>9} {'at actor s':>10} "
-          f"{'load s':>7} {'engine start s':>14}")
-    print(f"{'baseline: in-memory clone':34} {clone_s:>8.3f} {1.0:>8.1f}")
+          f"fp32, tcp loopback to a separate actor process; median of {args.publishes}")
+    print(f"{'':44} {'total s':>8} {'× clone':>8} {'publish s':>9} {'swap s':>7} "
+          f"{'engine start s':>14}")
+    print(f"{'baseline: in-memory clone':44} {clone_s:>8.3f} {1.0:>8.1f}")
     for backend in args.engines:
-        r = bench_engine(backend, state, args.publishes)
-        label = f"{backend} engine: publish -> serving"
-        print(f"{label:34} {r['total']:>8.3f} {r['total'] / clone_s:>8.1f} {r['publish']:>9.3f} "
-              f"{r['received']:>10.3f} {r['load']:>7.3f} {r['start_s']:>14.1f}", flush=True)
-    print("(at actor = published_at → decoded at the actor; load = engine.load_weights; "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+        for name, r in bench_engine(backend, state, args.publishes).items():
+            label = f"{backend} engine, {name}: publish -> serving"
+            print(f"{label:44} {r['total']:>8.3f} {r['total'] / clone_s:>8.1f} "
+                  f"{r['publish']:>9.3f} {r['swap']:>7.3f} {r['start_s']:>14.1f}"
+                  f"  (failed {r['failed']}, rejected {r['rejected']})", flush=True)
+    print("(total = learner's publish() call → the engine serves the version; swap = the engine "
+          "paused: zmq reload_weights from the file, vllm_gloo start/update/finish incl. the "
+          f"transfer; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
 
 
 if __name__ == "__main__":

@@ -113,7 +113,7 @@ class Actor:
 
     async def _main(self, stop: threading.Event, max_groups: int | None) -> None:
         from agent_r1_async.models import load_tokenizer, resolve_model
-        from agent_r1_async.wire.weights import WeightReceiver
+        from agent_r1_async.wire.weight_channel import make_weight_receiver
 
         cfg = self.cfg
         model_path = resolve_model(cfg.model.start_from)
@@ -131,7 +131,8 @@ class Actor:
         self._emitter = BatchEmitter(self._pusher)
         client = BufferClient(self.transport, self.control_endpoint, "actor", self.actor_id)
         receiver = (
-            WeightReceiver(self.transport, self.weights_endpoint) if self.weights_endpoint else None
+            make_weight_receiver(cfg, self.transport, self.weights_endpoint, self.actor_id)
+            if self.weights_endpoint else None
         )
         watch = asyncio.create_task(self._release_on_stop(stop))
         try:
@@ -234,22 +235,16 @@ class Actor:
         )
 
     async def _apply_weights(self, receiver) -> None:
+        """The weight channel (wire/weight_channel.py) applies the newest version, if any;
+        it counts and logs a failed or rejected one and the engine keeps serving."""
         if receiver is None:
             return
-        got = receiver.poll(0)
-        if got is None:
+        applied = await receiver.update(self.engine)
+        self.weight_errors = receiver.failed + receiver.rejected
+        if applied is None:
             return
-        header, state_dict = got
-        if header.version <= self.engine.version:
-            return
-        try:
-            await self.engine.load_weights(header.version, state_dict)
-        except Exception as e:  # a bad weight set must not kill the actor; keep serving
-            self.weight_errors += 1
-            log.error("%s: loading weights v%d failed: %s", self.actor_id, header.version, e)
-            return
-        self.rollout.counters.weight_sync_latency_s = max(0.0, time.time() - header.published_at)
-        log.info("%s: serving weights v%d", self.actor_id, header.version)
+        self.rollout.counters.weight_sync_latency_s = max(0.0, time.time() - applied.published_at)
+        log.info("%s: serving weights v%d", self.actor_id, applied.version)
 
     async def emit(self, msg: StepRecord | EpisodeEnd | ActorStats) -> None:
         """Queue one message for the next coalesced frame (waits while too much is queued)."""

@@ -38,7 +38,7 @@ from agent_r1_async.learner.episode_stats import episode_stats, staleness_histog
 from agent_r1_async.learner.protocols import SampleSource
 from agent_r1_async.learner.trainer import PolicyTrainer
 from agent_r1_async.wire import messages
-from agent_r1_async.wire.weights import WeightPublisher
+from agent_r1_async.wire.weight_channel import WeightSender
 
 
 class Learner:
@@ -48,7 +48,7 @@ class Learner:
         self,
         cfg: config.RunConfig,
         source: SampleSource | None,
-        publisher: WeightPublisher | None,
+        publisher: WeightSender | None,
         run_dir: str | None,
         model_path: str | None = None,
         trainer: PolicyTrainer | None = None,
@@ -77,7 +77,7 @@ class Learner:
     @classmethod
     def from_checkpoint(
         cls, cfg: config.RunConfig, source: SampleSource | None,
-        publisher: WeightPublisher | None, run_dir: str, checkpoint_dir: str | None = None,
+        publisher: WeightSender | None, run_dir: str, checkpoint_dir: str | None = None,
     ) -> Learner:
         """Resume from `checkpoint_dir` (default: `run_dir`'s latest): versions continue.
         Any world size resumes any other's checkpoint (DCP reshards on load)."""

@@ -158,7 +158,7 @@ class LearnerHost:
         from agent_r1_async.learner.loop import Learner
         from agent_r1_async.learner.trainer import resolve_device
         from agent_r1_async.wire.buffer_client import BufferClient
-        from agent_r1_async.wire.weights import WeightPublisher
+        from agent_r1_async.wire.weight_channel import make_weight_sender
 
         lc = self.cfg.learner
         if lc.world_size > 1 or lc.cpu_offload:
@@ -170,8 +170,7 @@ class LearnerHost:
             client = self.client = BufferClient(self.transport, control_endpoint, "learner",
                                                 "learner")
             client.connect()
-            self.publisher = WeightPublisher(self.transport,
-                                             tcp_endpoint(self.cfg.launch.bind_host))
+            self.publisher = make_weight_sender(self.cfg, self.transport)  # weights.backend
         if resume and latest_checkpoint(self.run_dir) is not None:
             self.learner = Learner.from_checkpoint(self.cfg, client, self.publisher, self.run_dir)
         else:

@@ -18,6 +18,7 @@ counted in `.rejected` and skipped, never raised. Tensors are copied into owned 
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 
@@ -25,6 +26,9 @@ import numpy as np
 import torch
 
 from agent_r1_async.wire import messages
+from agent_r1_async.wire.weight_channel import Applied
+
+log = logging.getLogger(__name__)
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -151,3 +155,35 @@ class WeightReceiver:
 
     def close(self) -> None:
         self._sub.close()
+
+
+class ZmqWeightChannel:
+    """`WeightChannel` over a `WeightReceiver`: the newest version goes to `engine.load_weights`
+    (weights.backend: zmq). A failed load is counted and logged; the engine keeps its weights."""
+
+    def __init__(self, transport: object, endpoint: str, actor_id: str = "") -> None:
+        self._rx = WeightReceiver(transport, endpoint)
+        self.actor_id = actor_id
+        self.failed = 0
+
+    @property
+    def rejected(self) -> int:
+        return self._rx.rejected
+
+    async def update(self, engine: object) -> Applied | None:
+        got = self._rx.poll(0)
+        if got is None:
+            return None
+        header, state_dict = got
+        if header.version <= engine.version:  # type: ignore[attr-defined]
+            return None
+        try:
+            await engine.load_weights(header.version, state_dict)  # type: ignore[attr-defined]
+        except Exception as e:  # a bad weight set must not kill the actor; keep serving
+            self.failed += 1
+            log.error("%s: loading weights v%d failed: %s", self.actor_id, header.version, e)
+            return None
+        return Applied(header.version, header.published_at)
+
+    def close(self) -> None:
+        self._rx.close()

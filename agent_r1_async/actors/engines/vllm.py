@@ -14,6 +14,12 @@ Design choices
   weight-version label is set, and generation resumes. vLLM labels every engine step with
   the weight version it ran under, so per-token versions come from the engine itself and are
   exact: tokens sampled before the pause carry the old version, tokens after it the new one.
+- Native weight transfer (`weights.backend: vllm_gloo | vllm_nccl`): the engine starts with
+  vLLM's `WeightTransferConfig(backend=...)`; `join_weight_transfer` / `receive_weights` /
+  `leave_weight_transfer` are vLLM's `init_weight_transfer_engine`, `start_weight_update` +
+  `update_weights` and `shutdown_weight_transfer_engine`, inside the same pause (keep) →
+  reset prefix cache → label (`finish_weight_update(weight_version=...)`) → resume sequence,
+  so per-token versions stay exact on either path. The weight channel (wire/) drives them.
 - `engine.abort_on_update`: in-flight requests are aborted instead of frozen and resubmitted
   by `generate` itself under the new version (prefix = context + tokens so far, budget = what
   is left), so per-token versions are exact without relying on the engine's labels.
@@ -31,7 +37,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import torch
@@ -64,8 +70,11 @@ class VllmEngine:
         sampling: SamplingSettings,
         max_model_len: int,
         init_timeout_s: float = 600.0,
+        weight_transfer: str | None = None,
     ) -> None:
         self.cfg = cfg
+        self.weight_transfer = weight_transfer
+        """vLLM weight-transfer engine name (our plugin's), None = reload from files only."""
         self.sampling = sampling
         self.max_model_len = max_model_len
         self.version = 0
@@ -116,6 +125,11 @@ class VllmEngine:
             seed=self.sampling.seed,
             disable_log_stats=True,
         )
+        if self.weight_transfer is not None:
+            from vllm.config.weight_transfer import WeightTransferConfig
+
+            _require_plugin()
+            args.weight_transfer_config = WeightTransferConfig(backend=self.weight_transfer)
         llm = AsyncLLM.from_engine_args(args)
         await llm.update_weight_version(str(self.version))
         return llm
@@ -138,9 +152,44 @@ class VllmEngine:
             lambda: write_safetensors(_for_vllm(state_dict, dtype), self._weights_dir)
         )
         t1 = time.perf_counter()
-        await self._on_engine_loop(self._swap(version, path))
+
+        async def reload() -> None:
+            await self._llm.collective_rpc("reload_weights", kwargs={"weights_path": path})
+
+        async def label() -> None:
+            await self._llm.update_weight_version(str(version))
+
+        await self._on_engine_loop(self._swap(version, reload, label))
         self.last_write_s, self.last_swap_s = t1 - t0, time.perf_counter() - t1
         self.last_load_s = time.perf_counter() - t0
+
+    async def join_weight_transfer(self, init_info: dict[str, Any]) -> None:
+        """vLLM's `init_weight_transfer_engine`: the worker joins the learner's group."""
+        from vllm.distributed.weight_transfer.base import WeightTransferInitRequest
+
+        request = WeightTransferInitRequest(init_info=init_info)
+        await self._on_engine_loop(self._llm.init_weight_transfer_engine(request))
+
+    async def receive_weights(self, version: int, update_info: dict[str, Any]) -> None:
+        """One version through vLLM's weight-transfer API, in flight (module docstring)."""
+        from vllm.distributed.weight_transfer.base import WeightTransferUpdateRequest
+
+        t0 = time.perf_counter()
+
+        async def receive() -> None:
+            await self._llm.start_weight_update()
+            await self._llm.update_weights(WeightTransferUpdateRequest(update_info=update_info))
+
+        async def finish() -> None:
+            await self._llm.finish_weight_update(weight_version=str(version))
+
+        await self._on_engine_loop(self._swap(version, receive, finish))
+        self.last_write_s, self.last_swap_s = 0.0, time.perf_counter() - t0
+        self.last_load_s = self.last_swap_s
+
+    async def leave_weight_transfer(self) -> None:
+        """vLLM's `shutdown_weight_transfer_engine` (before re-joining a new group)."""
+        await self._on_engine_loop(self._llm.shutdown_weight_transfer_engine())
 
     async def close(self) -> None:
         if self._closed:
@@ -181,18 +230,22 @@ class VllmEngine:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=30)
 
-    async def _swap(self, version: int, path: str) -> None:
+    async def _swap(
+        self, version: int, load: Callable[[], Awaitable[None]],
+        label: Callable[[], Awaitable[None]],
+    ) -> None:
+        """pause → `load` → drop stale KV → `label` (the engine's weight version) → resume."""
         abort = self.cfg.abort_on_update
         async with self._update_lock:
             if abort:
                 self._ready.clear()
             try:
                 await self._llm.pause_generation(mode="abort" if abort else "keep", clear_cache=False)
-                await self._llm.collective_rpc("reload_weights", kwargs={"weights_path": path})
+                await load()
                 # KV computed with the old weights must not serve new tokens (prefix hits or
                 # frozen requests): drop it all; running requests are re-prefilled.
                 await self._llm.reset_prefix_cache(reset_running_requests=True)
-                await self._llm.update_weight_version(str(version))
+                await label()
                 self.version = version
             finally:
                 await self._llm.resume_generation()
@@ -262,6 +315,18 @@ class VllmEngine:
         finish = (final.finish_reason if final is not None else None) or "abort"
         spans = final.weight_versions if final is not None else None
         return finish, ids, lps, _versions_from_spans(spans, len(ids), start_version)
+
+
+def _require_plugin() -> None:
+    """vLLM's worker finds our weight-transfer engine only through our entry point."""
+    from importlib.metadata import entry_points
+
+    if not any(e.value.startswith("agent_r1_async.") for e in entry_points(group="vllm.general_plugins")):
+        raise RuntimeError(
+            "weights.backend vllm_gloo/vllm_nccl needs agent-r1-async's vllm.general_plugins "
+            "entry point, which this environment lacks: reinstall the package (`pip install -e .`"
+            ", as scripts/setup.sh does), or set weights.backend=zmq"
+        )
 
 
 def _for_vllm(state_dict: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:

@@ -1,0 +1,38 @@
+"""vLLM plugin: registers our weight-transfer engines in vLLM's factories.
+
+Declared as a `vllm.general_plugins` entry point in pyproject.toml; vLLM calls `register()`
+in every process it starts (the API process, the engine core, each worker), which is the only
+way code of ours reaches the worker that holds the model. Registration is by module path, so
+nothing heavy is imported until an engine of ours is configured.
+"""
+
+from __future__ import annotations
+
+GLOO = "agent_r1_gloo"
+"""Worker + trainer engine: torch.distributed gloo, CPU (weights.backend: vllm_gloo)."""
+NCCL = "agent_r1_nccl"
+"""Worker engine: vLLM's NCCL engine plus our checksum check (weights.backend: vllm_nccl)."""
+
+ENGINE_FOR_BACKEND = {"vllm_gloo": GLOO, "vllm_nccl": NCCL}
+"""weights.backend → the vLLM worker engine it configures (zmq: none)."""
+
+
+def register() -> None:
+    from vllm.distributed.weight_transfer.factory import (
+        WeightTransferEngineFactory,
+        WeightTransferTrainerFactory,
+    )
+
+    # register() runs once per process in vLLM, but tests and the learner may call it again.
+    if GLOO not in WeightTransferEngineFactory._registry:
+        WeightTransferEngineFactory.register_engine(
+            GLOO, "agent_r1_async.wire.gloo_engine", "GlooWeightTransferEngine"
+        )
+    if GLOO not in WeightTransferTrainerFactory._registry:
+        WeightTransferTrainerFactory.register_engine(
+            GLOO, "agent_r1_async.wire.gloo_engine", "GlooTrainerWeightTransferEngine"
+        )
+    if NCCL not in WeightTransferEngineFactory._registry:
+        WeightTransferEngineFactory.register_engine(
+            NCCL, "agent_r1_async.wire.nccl_engine", "ChecksummedNCCLWeightTransferEngine"
+        )

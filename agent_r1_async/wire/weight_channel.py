@@ -1,0 +1,133 @@
+"""The weight channel: one seam between the learner's `publish` and the actor's engine.
+
+    learner:  sender = make_weight_sender(cfg, transport)
+              sender.publish(version, state_dict)      # returns at once; delivery is async
+    actor:    channel = make_weight_receiver(cfg, transport, sender_endpoint, actor_id)
+              applied = await channel.update(engine)   # every loop turn; None = nothing new
+
+Backends (`weights.backend`), each in its own module:
+- `zmq` (weights.py): the full state dict as one (Curve-authenticated) PUB/SUB message; the
+  actor hands it to `engine.load_weights` (vLLM writes a safetensors file and reloads it). Any
+  engine, any network, never blocks the learner; the default.
+- `vllm_gloo` / `vllm_nccl` (vllm_sender.py, vllm_receiver.py): vLLM's own weight-transfer API
+  (`init_weight_transfer_engine`, `start_weight_update`, `update_weights`,
+  `finish_weight_update(weight_version=...)`) over one two-rank group per actor; the learner
+  side is a vLLM *trainer* engine (ours on gloo, vLLM's own on NCCL). vLLM engines only.
+
+Integrity (native backends): the learner computes `sampled_checksum` once per version; the
+actor's worker computes it again on the bytes it received and rejects the version when they
+differ (counted on both sides). It hashes a few slices of every tensor: cheap, and it catches
+a wrong tensor, a truncated or shifted stream and a mixed-up version, not every flipped bit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import torch
+
+    from agent_r1_async.config import RunConfig
+
+BACKENDS = ("zmq", "vllm_gloo", "vllm_nccl")
+_SLICE_BYTES = 64
+_SLICES = 4
+
+
+class ChecksumMismatch(RuntimeError):
+    """The bytes an actor received do not hash to the learner's checksum for that version."""
+
+
+@dataclass(frozen=True)
+class Applied:
+    """One version an actor's engine now serves."""
+
+    version: int
+    published_at: float
+    """`time.time()` of the learner's `publish` (for the publish → serving latency)."""
+
+
+@runtime_checkable
+class WeightSender(Protocol):
+    """Learner side. `publish` takes a snapshot and returns; actors get it asynchronously."""
+
+    endpoint: str
+    published: int
+
+    def publish(self, version: int, state_dict: dict[str, torch.Tensor]) -> object: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class WeightChannel(Protocol):
+    """Actor side: applies the newest version (if any) to the engine; never raises for a bad
+    or failed update (it is counted and logged; the engine keeps serving what it had)."""
+
+    failed: int
+    rejected: int
+
+    async def update(self, engine: object) -> Applied | None: ...
+
+    def close(self) -> None: ...
+
+
+class SampledChecksum:
+    """blake2b over each tensor's name, dtype, shape and `_SLICES` slices of `_SLICE_BYTES`
+    bytes at fixed relative offsets (start, 1/3, 2/3, end). Order-sensitive; fed one tensor
+    at a time so a streaming receiver can hash as tensors arrive."""
+
+    def __init__(self) -> None:
+        self._h = hashlib.blake2b(digest_size=16)
+
+    def update(self, name: str, t: torch.Tensor) -> None:
+        import torch
+
+        raw = t.detach().reshape(-1).contiguous().view(torch.uint8)
+        n = raw.numel()
+        self._h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|{n};".encode())
+        for start in sorted({0, n // 3, 2 * n // 3, max(0, n - _SLICE_BYTES)}):
+            self._h.update(raw[start : start + _SLICE_BYTES].cpu().numpy().tobytes())
+
+    def hexdigest(self) -> str:
+        return self._h.hexdigest()
+
+
+def sampled_checksum(named: Iterable[tuple[str, torch.Tensor]]) -> str:
+    """`SampledChecksum` of a whole (ordered) state dict."""
+    ck = SampledChecksum()
+    for name, t in named:
+        ck.update(name, t)
+    return ck.hexdigest()
+
+
+def make_weight_sender(cfg: RunConfig, transport: object) -> WeightSender:
+    """The configured backend's learner side, bound to `launch.bind_host`."""
+    from agent_r1_async.wire.transport import tcp_endpoint
+
+    if cfg.weights.backend == "zmq":
+        from agent_r1_async.wire.weights import WeightPublisher
+
+        return WeightPublisher(transport, tcp_endpoint(cfg.launch.bind_host))
+    from agent_r1_async.wire.vllm_sender import NativeWeightSender
+
+    return NativeWeightSender(
+        cfg.weights.backend, cfg.launch.bind_host, cfg.weights.rendezvous_port,
+        cfg.weights.timeout_s,
+    )
+
+
+def make_weight_receiver(
+    cfg: RunConfig, transport: object, endpoint: str, actor_id: str
+) -> WeightChannel:
+    """The configured backend's actor side, talking to the sender at `endpoint`."""
+    if cfg.weights.backend == "zmq":
+        from agent_r1_async.wire.weights import ZmqWeightChannel
+
+        return ZmqWeightChannel(transport, endpoint, actor_id)
+    from agent_r1_async.wire.vllm_receiver import NativeWeightChannel
+
+    return NativeWeightChannel(endpoint, actor_id, cfg.weights.timeout_s, cfg.engine.dtype)
