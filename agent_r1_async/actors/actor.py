@@ -113,7 +113,7 @@ class Actor:
 
     async def _main(self, stop: threading.Event, max_groups: int | None) -> None:
         from agent_r1_async.models import load_tokenizer, resolve_model
-        from agent_r1_async.wire.weight_channel import make_weight_receiver
+        from agent_r1_async.wire.weight_backends import make_weight_receiver
 
         cfg = self.cfg
         model_path = resolve_model(cfg.model.start_from)

@@ -158,7 +158,7 @@ class LearnerHost:
         from agent_r1_async.learner.loop import Learner
         from agent_r1_async.learner.trainer import resolve_device
         from agent_r1_async.wire.buffer_client import BufferClient
-        from agent_r1_async.wire.weight_channel import make_weight_sender
+        from agent_r1_async.wire.weight_backends import make_weight_sender
 
         lc = self.cfg.learner
         if lc.world_size > 1 or lc.cpu_offload:

@@ -1,9 +1,12 @@
 """The weight channel: one seam between the learner's `publish` and the actor's engine.
 
-    learner:  sender = make_weight_sender(cfg, transport)
+    learner:  sender = make_weight_sender(cfg, transport)     # weight_backends.py
               sender.publish(version, state_dict)      # returns at once; delivery is async
     actor:    channel = make_weight_receiver(cfg, transport, sender_endpoint, actor_id)
               applied = await channel.update(engine)   # every loop turn; None = nothing new
+
+This module is the seam alone (the Protocols, `Applied`, the checksum); `weight_backends.py`
+picks a backend from the config, so the backends import the seam and nothing imports back.
 
 Backends (`weights.backend`), each in its own module:
 - `zmq` (weights.py): the full state dict as one (Curve-authenticated) PUB/SUB message; the
@@ -30,7 +33,6 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import torch
 
-    from agent_r1_async.config import RunConfig
 
 BACKENDS = ("zmq", "vllm_gloo", "vllm_nccl")
 _SLICE_BYTES = 64
@@ -102,32 +104,3 @@ def sampled_checksum(named: Iterable[tuple[str, torch.Tensor]]) -> str:
     for name, t in named:
         ck.update(name, t)
     return ck.hexdigest()
-
-
-def make_weight_sender(cfg: RunConfig, transport: object) -> WeightSender:
-    """The configured backend's learner side, bound to `launch.bind_host`."""
-    from agent_r1_async.wire.transport import tcp_endpoint
-
-    if cfg.weights.backend == "zmq":
-        from agent_r1_async.wire.weights import WeightPublisher
-
-        return WeightPublisher(transport, tcp_endpoint(cfg.launch.bind_host))
-    from agent_r1_async.wire.vllm_sender import NativeWeightSender
-
-    return NativeWeightSender(
-        cfg.weights.backend, cfg.launch.bind_host, cfg.weights.rendezvous_port,
-        cfg.weights.timeout_s,
-    )
-
-
-def make_weight_receiver(
-    cfg: RunConfig, transport: object, endpoint: str, actor_id: str
-) -> WeightChannel:
-    """The configured backend's actor side, talking to the sender at `endpoint`."""
-    if cfg.weights.backend == "zmq":
-        from agent_r1_async.wire.weights import ZmqWeightChannel
-
-        return ZmqWeightChannel(transport, endpoint, actor_id)
-    from agent_r1_async.wire.vllm_receiver import NativeWeightChannel
-
-    return NativeWeightChannel(endpoint, actor_id, cfg.weights.timeout_s, cfg.engine.dtype)
