@@ -56,6 +56,18 @@ def buffer_service(
     return service
 
 
+def push_records(transport: Transport, endpoint: str, records: Any) -> None:
+    """Send each record as its own data frame to `endpoint` (each send must be taken)."""
+    from agent_r1_async.wire import messages as m
+
+    pusher = transport.pusher(endpoint)
+    try:
+        for r in records:
+            assert pusher.send([m.encode(r)], timeout_ms=2000)
+    finally:
+        pusher.close()
+
+
 def actor_config(backend: str, **engine: object) -> RunConfig:
     """A small actor run on the tiny model: groups of 2, 2 groups in flight, 8 new tokens."""
     return config_from_dict({

@@ -17,10 +17,10 @@ import pytest
 from agent_r1_async.buffers import service as service_mod
 from agent_r1_async.buffers.service import BufferService
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
-from agent_r1_async.wire import messages as m
 from agent_r1_async.wire.buffer_client import BufferClient
 from agent_r1_async.wire.zmq import ZmqTransport
 from tests.fakes.records import episode_records, group_records
+from tests.fakes.services import push_records
 
 
 @pytest.fixture
@@ -37,15 +37,6 @@ def _wait_for(pred, timeout_s: float = 5.0) -> None:
         time.sleep(0.02)
 
 
-def _push(transport, endpoint: str, records) -> None:
-    pusher = transport.pusher(endpoint)
-    try:
-        for r in records:
-            assert pusher.send([m.encode(r)], timeout_ms=2000)
-    finally:
-        pusher.close()
-
-
 def test_outcomes_of_1e200_closed_by_tick_leave_the_service_serving(transport) -> None:
     # group_size 3, 2 episodes sent, group_wait_s 0.3: the *tick* closes the group
     cfg = BufferConfig(spi_tolerance=100.0, snapshot_interval_s=0.0, group_wait_s=0.3,
@@ -57,11 +48,11 @@ def test_outcomes_of_1e200_closed_by_tick_leave_the_service_serving(transport) -
         assert learner.connect().ok
         huge = [r for j, x in enumerate((1e200, -1e200))
                 for r in episode_records(f"h{j}", "huge", reward=x, group_size=3)]
-        _push(transport, service.data_endpoint, huge)
+        push_records(transport, service.data_endpoint, huge)
         _wait_for(lambda: service.metrics().drops.get("invalid_record/reward", 0) == 2)
         time.sleep(0.6)  # two group_wait_s: the tick that used to raise has run
         assert service.alive()
-        _push(transport, service.data_endpoint, group_records("honest", [0.0, 1.0, 1.0]))
+        push_records(transport, service.data_endpoint, group_records("honest", [0.0, 1.0, 1.0]))
         batch = learner.sample(1, 0, timeout_s=5.0)
         assert batch.ready and [g.group_id for g in batch.groups] == ["honest"]
         drops = service.metrics().drops

@@ -12,7 +12,7 @@ from agent_r1_async.wire import messages as m
 from agent_r1_async.wire.buffer_client import BufferClient
 from agent_r1_async.wire.zmq import ZmqTransport
 from tests.fakes.records import episode_records, group_records
-from tests.fakes.services import buffer_service, wait_for
+from tests.fakes.services import buffer_service, push_records, wait_for
 
 ALGO = AlgorithmConfig(group_size=2, batch_groups=2)
 
@@ -22,15 +22,6 @@ def transport():
     t = ZmqTransport()
     yield t
     t.close()
-
-
-def _push(transport, endpoint: str, records) -> None:
-    pusher = transport.pusher(endpoint)
-    try:
-        for r in records:
-            assert pusher.send([m.encode(r)], timeout_ms=2000)
-    finally:
-        pusher.close()
 
 
 def test_records_in_batches_out_and_garbage_is_counted(transport) -> None:
@@ -57,7 +48,7 @@ def test_records_in_batches_out_and_garbage_is_counted(transport) -> None:
             assert isinstance(reply, m.ErrorReply)
         # Honest data: two groups of two episodes each, with the granted ids.
         records = [r for gid in grant.group_ids for r in group_records(gid, [0.0, 1.0])]
-        _push(transport, service.data_endpoint, records)
+        push_records(transport, service.data_endpoint, records)
         batch = learner.sample(2, learner_version=0, timeout_s=5.0)  # parked until ready
         assert batch.ready and sorted(g.group_id for g in batch.groups) == sorted(grant.group_ids)
         assert len(batch.is_weights) == 2 and max(batch.is_weights) == 1.0
@@ -103,7 +94,7 @@ def test_snapshot_restore_keeps_every_accepted_episode(transport, tmp_path) -> N
         records = [r for gid in ("g0", "g1", "g2") for r in group_records(gid, [0.0, 1.0])]
         records += episode_records("g3-e0", "g3", group_size=2)
         records += episode_records("g3-e1", "g3", group_size=2)[:1]
-        _push(transport, first.data_endpoint, records)
+        push_records(transport, first.data_endpoint, records)
         wait_for(lambda: first.metrics().groups_ready == 3)
     finally:
         first.stop()  # writes the snapshot
@@ -117,7 +108,7 @@ def test_snapshot_restore_keeps_every_accepted_episode(transport, tmp_path) -> N
         stats = learner.stats()
         assert (stats.groups_ready, stats.groups_assembling, stats.accepted_groups) == (3, 1, 3)
         # The half-done episode resumes where it stopped: its last step and end arrive now.
-        _push(transport, second.data_endpoint, episode_records("g3-e1", "g3", group_size=2)[1:])
+        push_records(transport, second.data_endpoint, episode_records("g3-e1", "g3", group_size=2)[1:])
         batch = learner.sample(4, learner_version=0, timeout_s=5.0)
         assert batch.ready
         assert sorted(g.group_id for g in batch.groups) == ["g0", "g1", "g2", "g3"]
@@ -146,7 +137,7 @@ def test_periodic_snapshot_and_in_process_transport(tmp_path) -> None:
     learner = BufferClient(transport, service.control_endpoint, "learner", "L", timeout_s=5.0)
     try:
         learner.connect()
-        _push(transport, service.data_endpoint, group_records("g0", [0.0, 1.0]))
+        push_records(transport, service.data_endpoint, group_records("g0", [0.0, 1.0]))
         wait_for(lambda: service.metrics().groups_ready == 1)
         wait_for((snap / "buffer.snapshot").exists)
         first = (snap / "buffer.snapshot").stat().st_mtime_ns
