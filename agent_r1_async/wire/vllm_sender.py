@@ -98,14 +98,26 @@ class NativeWeightSender:
 
     # ------------------------------------------------------------------ learner API
 
-    def publish(self, version: int, state_dict: dict[str, torch.Tensor]) -> _Version:
-        """Snapshot (so training may go on at once) and hand to every pair's thread."""
+    def publish(
+        self, version: int, state_dict: dict[str, torch.Tensor], copy: bool = True
+    ) -> _Version:
+        """Snapshot (so training may go on at once) and hand to every pair's thread.
+
+        `copy=False`: the caller hands over tensors it will not touch again (the learner's
+        freshly gathered weights); they are sent as they are when already where the backend
+        sends from (CPU for gloo, the device for NCCL) and contiguous.
+        """
         started = time.time()
         nccl = self.backend == "vllm_nccl"
-        tensors = {  # NCCL sends from the GPU: keep the copy on the tensors' device
-            k: v.detach().clone().contiguous() if nccl else v.detach().to("cpu", copy=True)
-            .contiguous() for k, v in state_dict.items()
-        }
+
+        def owned(v: torch.Tensor) -> torch.Tensor:
+            v = v.detach()
+            if not copy and v.is_contiguous() and (nccl or v.device.type == "cpu"):
+                return v
+            # NCCL sends from the GPU: keep the copy on the tensors' device
+            return v.clone().contiguous() if nccl else v.to("cpu", copy=True).contiguous()
+
+        tensors = {k: owned(v) for k, v in state_dict.items()}
         snap = _Version(version, tensors, sampled_checksum(tensors.items()), started)
         with self._cond:
             self._latest = snap

@@ -59,7 +59,11 @@ class WeightSender(Protocol):
     endpoint: str
     published: int
 
-    def publish(self, version: int, state_dict: dict[str, torch.Tensor]) -> object: ...
+    def publish(
+        self, version: int, state_dict: dict[str, torch.Tensor], copy: bool = True
+    ) -> object:
+        """Send `version`; `copy=False`: the caller never touches these tensors again."""
+        ...
 
     def close(self) -> None: ...
 
