@@ -342,7 +342,13 @@ class LearnerConfig(_Section):
     bf16: bool = False
     """bf16 autocast for forward/backward."""
     gradient_checkpointing: bool = False
-    """Recompute activations in backward to save memory."""
+    """Recompute each decoder layer's activations in backward (non-reentrant
+    torch.utils.checkpoint; FSDP2 needs that variant): a micro-batch keeps one layer's
+    activations instead of all layers', for one more forward of compute."""
+    head_chunk_tokens: int = 512
+    """LM head + (temperature/top-p) log-softmax over at most this many action tokens at a
+    time, each chunk recomputed in backward, so the [action tokens × vocab] fp32 logits of a
+    micro-batch never exist at once (0 = one piece, all kept for backward)."""
     flash_attention: bool = True
     """Use flash-attention 2 when installed and on GPU."""
     device: str = "auto"
@@ -383,6 +389,7 @@ class LearnerConfig(_Section):
         _require(len(self.betas) == 2, "learner.betas", "must be two numbers [beta1, beta2]")
         _require(self.grad_clip >= 0, "learner.grad_clip", "must be >= 0")
         _require(self.micro_batch_tokens >= 64, "learner.micro_batch_tokens", "must be >= 64")
+        _require(self.head_chunk_tokens >= 0, "learner.head_chunk_tokens", "must be >= 0")
         _require(self.ppo_epochs >= 1, "learner.ppo_epochs", "must be >= 1")
         _require(self.total_updates >= 1, "learner.total_updates", "must be >= 1")
         _require(self.publish_every >= 1, "learner.publish_every", "must be >= 1")

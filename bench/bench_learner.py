@@ -55,6 +55,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 MODEL = "smollm2-135m-instruct"
+DEFAULT_CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "default.yaml")
+DEFAULT_SHAPES = dict(context=320, action=40)
+"""`--default-config` (with `--rows` 12, its default there): 12 rows × (320 + 40) tokens = 3 micro-batches of ≤2,048 tokens, as a
+default launch's update (~28 steps of ~330 context + ~22 action tokens packed into ~16
+episode sequences, ~4.5k tokens, 3 micro-batches; runs/*/metrics.jsonl)."""
+BEFORE = ["learner.gradient_checkpointing=false", "learner.head_chunk_tokens=0"]
+"""`--default-config`'s "before": the learner as it was (no activation checkpointing, the
+LM head and log-softmax of a micro-batch's action tokens in one piece)."""
 
 QWEN2_SHAPES = {  # Qwen2.5-0.5B / 1.5B architecture (random init)
     "0.5b": dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
@@ -104,25 +112,37 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
-def _run(mode: str, bf16: bool, args: Any, model_path: str, q: Any) -> None:
+def _bench_config(bf16: bool, args: Any, overrides: list[str] | None) -> Any:
+    """The RunConfig of one configuration: `overrides` None = the synthetic GRPO learner;
+    a list = configs/default.yaml with those `a.b=value` overrides (`--default-config`)."""
+    from agent_r1_async.config import AlgorithmConfig, LearnerConfig, RunConfig, load_config
+
+    if overrides is not None:
+        return load_config(DEFAULT_CONFIG, [f"learner.device={args.device}", *overrides])
+    return RunConfig(algorithm=AlgorithmConfig(name="grpo"),
+                     learner=LearnerConfig(lr=1e-6, bf16=bf16, device=args.device,
+                                           micro_batch_tokens=args.micro_batch_tokens,
+                                           flash_attention=True))
+
+
+def _run(mode: str, bf16: bool, args: Any, model_path: str, q: Any,
+         overrides: list[str] | None = None) -> None:
     """One configuration in this (fresh) process; puts a result dict on `q`."""
     import torch
 
-    from agent_r1_async.config import AlgorithmConfig, LearnerConfig, RunConfig
     from agent_r1_async.learner.batching import make_micro_batches
     from agent_r1_async.learner.trainer import PolicyTrainer
 
     torch.manual_seed(0)
     cuda = args.device == "cuda"
-    cfg = RunConfig(algorithm=AlgorithmConfig(name="grpo"),
-                    learner=LearnerConfig(lr=1e-6, bf16=bf16, device=args.device,
-                                          micro_batch_tokens=args.micro_batch_tokens,
-                                          flash_attention=True))
+    cfg = _bench_config(bf16, args, overrides)
     trainer = PolicyTrainer(cfg, model_path)
+    # --default-config: the proximal pass only where the launch runs it (not for GRPO, 1 epoch)
+    proximal = overrides is None or trainer.needs_proximal_pass(cfg.learner.ppo_epochs)
     lm = trainer._causal_lm()
     vocab = lm.config.vocab_size
     mbs = make_micro_batches(synthetic_rows(args.rows, args.context, args.action, vocab),
-                             args.micro_batch_tokens, trainer.pad_id)
+                             cfg.learner.micro_batch_tokens, trainer.pad_id)
     tokens = args.rows * (args.context + args.action)
     rss_loaded = _rss_mb()
     if cuda:
@@ -133,7 +153,8 @@ def _run(mode: str, bf16: bool, args: Any, model_path: str, q: Any) -> None:
             torch.cuda.synchronize()
         t0 = time.perf_counter()
         if mode == "ours":
-            trainer.proximal_pass(mbs)
+            if proximal:
+                trainer.proximal_pass(mbs)
             t1 = time.perf_counter()
             trainer.optimize(mbs)
         else:
@@ -246,6 +267,24 @@ def run_world_sizes(sizes: list[int], args: Any, model_path: str) -> None:
               f"{max(r['step_s'] for r in res):>7.2f} {total:>9.1f}", flush=True)
 
 
+def run_default_config(args: Any, model_path: str) -> None:
+    """configs/default.yaml's learner before (BEFORE) vs as configured, in one run."""
+    print(f"## Learner update, configs/default.yaml (fp32, {args.device}): {args.rows} rows × "
+          f"({args.context} + {args.action}) tokens, micro-batches of ≤2048 tokens; median of "
+          f"{args.steps} steps after 1 warm-up")
+    print(f"{'config':44} {'tokens/s':>9} {'step s':>7} {'peak MB':>8} {'loaded MB':>9}")
+    res = {}
+    for label, ov in (("configs/default.yaml as is", []),
+                      ("before (no checkpointing, head in one piece)", BEFORE)):
+        r = res[label] = run_config("ours", False, args, model_path, ov)
+        print(f"{label:44} {r['tok_s']:>9.1f} {r['step_s']:>7.2f} {r['peak_mb']:>8.0f} "
+              f"{r['rss_loaded_mb']:>9.0f}", flush=True)
+    after, before = res.values()
+    print(f"as is / before: tokens/s {after['tok_s'] / before['tok_s']:.2f}×, peak RSS "
+          f"{after['peak_mb'] / before['peak_mb']:.2f}×")
+    print(f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+
+
 def plain_step(trainer: Any, mbs: list[Any], bf16: bool) -> None:
     """The baseline: HF causal-LM loss on the action tokens, full logits, AdamW."""
     import torch
@@ -262,10 +301,11 @@ def plain_step(trainer: Any, mbs: list[Any], bf16: bool) -> None:
     trainer.optimizer.step()
 
 
-def run_config(mode: str, bf16: bool, args: Any, model_path: str) -> dict[str, float]:
+def run_config(mode: str, bf16: bool, args: Any, model_path: str,
+               overrides: list[str] | None = None) -> dict[str, float]:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    proc = ctx.Process(target=_run, args=(mode, bf16, args, model_path, q))
+    proc = ctx.Process(target=_run, args=(mode, bf16, args, model_path, q, overrides))
     proc.start()
     try:
         return q.get(timeout=1800)
@@ -289,7 +329,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--model-size", default="135m", choices=["135m", "0.5b", "1.5b"])
-    ap.add_argument("--rows", type=int, default=8)
+    ap.add_argument("--rows", type=int, default=None, help="default 8 (--default-config: 12)")
     ap.add_argument("--context", type=int, default=192)
     ap.add_argument("--action", type=int, default=64)
     ap.add_argument("--micro-batch-tokens", type=int, default=1024)
@@ -298,7 +338,14 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="4 rows, 1 timed step, fp32 only")
     ap.add_argument("--world-size", default="", help="comma-separated learner world sizes")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    ap.add_argument("--default-config", action="store_true",
+                    help="configs/default.yaml's learner (fp32, micro_batch_tokens 2048) at a "
+                         "default launch's batch shapes, before vs after the memory changes")
     args = ap.parse_args()
+    if args.default_config:
+        for k, v in DEFAULT_SHAPES.items():
+            setattr(args, k, v)
+    args.rows = args.rows or (12 if args.default_config else 8)
     if args.quick:
         args.rows, args.steps = 4, 1
     cuda = args.device == "cuda"
@@ -322,6 +369,9 @@ def main() -> None:
             model_path = resolve_model(MODEL)
         else:
             model_path = random_qwen2_dir(args.model_size, tmp)
+        if args.default_config:
+            run_default_config(args, model_path)
+            return
         if args.world_size:
             run_world_sizes([int(x) for x in args.world_size.split(",")], args, model_path)
             print(f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")

@@ -4,7 +4,9 @@ Log-probs of action tokens are `log_softmax(logits[:, :-1]).gather(ids[:, 1:])`,
 head is applied only at the positions that predict an action token (hidden states
 [N, H] → logits [N, V]) instead of at every position ([B, T, V]): with a 49k vocabulary the
 full logits of a 4k-token micro-batch would be ~0.8 GB in fp32, and context positions are
-never trained. Results are scattered back to [B, T] aligned with `input_ids`. The softmax is
+never trained; and over `learner.head_chunk_tokens` of them at a time, each chunk recomputed
+in backward (`head_logprobs`), so a micro-batch's [N, V] logits never exist at once either.
+Results are scattered back to [B, T] aligned with `input_ids`. The softmax is
 that of the distribution the engines sample from (`engine.temperature`, then `engine.top_p`;
 `action_logprobs`), so proximal and current log-probs compare like with like with the
 behavior log-probs; at temperature 1 and top-p 1 it is the plain softmax, computed as before.
@@ -47,6 +49,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from agent_r1_async import config, models, sampling
 from agent_r1_async.learner import distributed as dist_util
@@ -87,16 +90,57 @@ class PolicyNet(nn.Module):
         self.lm = lm
         self.value_head = value_head
 
-    def forward(self, ids: Tensor, attention_mask: Tensor, predicts: Tensor,
-                value_index: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+    def forward(self, ids: Tensor, attention_mask: Tensor, predicts: Tensor, targets: Tensor,
+                value_index: Tensor | None = None, sampling_params: tuple[float, float] = (1.0, 1.0),
+                entropy: bool = False, chunk: int = 0) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """Log-probs [N] of `targets` (and entropies [N]) at the `predicts` positions under
+        the (temperature, top_p) sampling distribution (`head_logprobs`), V(s_t) [B] or None."""
         hidden = self.lm.get_decoder()(
             input_ids=ids, attention_mask=attention_mask).last_hidden_state  # [B, T, H]
-        logits = self.lm.get_output_embeddings()(hidden[:, :-1][predicts])  # [N, V]
+        lp, ent = head_logprobs(self.lm.get_output_embeddings(), hidden[:, :-1][predicts],
+                                targets, entropy, *sampling_params, chunk=chunk)
         values = None
         if value_index is not None and self.value_head is not None:
             last_ctx = hidden[torch.arange(ids.shape[0], device=ids.device), value_index]  # [B, H]
             values = self.value_head(last_ctx.float()).squeeze(-1)
-        return logits, values
+        return lp, ent, values
+
+
+def head_logprobs(head: nn.Module, hidden: Tensor, targets: Tensor, entropy: bool,
+                  temperature: float, top_p: float, chunk: int = 0) -> tuple[Tensor, Tensor | None]:
+    """`action_logprobs(head(hidden).float(), targets, ...)` over [N, H] hidden states, `chunk`
+    rows at a time (`learner.head_chunk_tokens`; 0 = all at once).
+
+    With a 49k vocabulary each fp32 [N, V] copy (logits, log-softmax, its exp) of 2k action
+    tokens is 0.4 GB, and autograd keeps several for backward. Chunked, only one chunk's
+    logits exist at a time, and with grad enabled each chunk runs under (non-reentrant)
+    torch.utils.checkpoint, which keeps just its input: backward recomputes the chunk's head +
+    log-softmax, one chunk at a time. Every op is row-wise, so the result equals the unchunked
+    one (up to the matmul's blocking). The sampling ops run outside autocast, as fp32.
+    """
+    n = hidden.shape[0]
+    size = chunk if chunk > 0 else max(n, 1)
+    recompute = chunk > 0 and torch.is_grad_enabled()
+    lps, ents = [], []
+    for start in range(0, max(n, 1), size):  # n = 0 (a filler): one empty chunk
+        args = (head, hidden[start:start + size], targets[start:start + size], entropy,
+                temperature, top_p)
+        if recompute:
+            lp, ent = checkpoint(_head_chunk, *args, use_reentrant=False)
+        else:
+            lp, ent = _head_chunk(*args)
+        lps.append(lp)
+        ents.append(ent)
+    if len(lps) == 1:
+        return lps[0], ents[0]
+    return torch.cat(lps), (torch.cat(ents) if entropy else None)
+
+
+def _head_chunk(head: nn.Module, hidden: Tensor, targets: Tensor, entropy: bool,
+                temperature: float, top_p: float) -> tuple[Tensor, Tensor | None]:
+    logits = head(hidden).float()  # [n, V], under the caller's autocast (bf16 matmul)
+    with torch.autocast(hidden.device.type, enabled=False):
+        return action_logprobs(logits, targets, entropy, temperature, top_p)
 
 
 def shard(net: PolicyNet, lcfg: config.LearnerConfig, device: torch.device) -> None:
@@ -219,14 +263,14 @@ class PolicyTrainer:
         net = net if net is not None else self.net
         ids = mb.input_ids.to(self.device)
         action = mb.action_mask.to(self.device)
-        with self._autocast():
-            predicts = action[:, 1:]  # [B, T-1]: position j predicts token j + 1
-            idx = mb.value_index.to(self.device) if values and self.value_head is not None else None
-            logits, vals = net(ids, mb.attention_mask.to(self.device), predicts, idx)  # [N, V]
-            logits = logits.float()
         eng = self.cfg.engine  # the behavior policy sampled at engine.temperature / top_p
-        lp, ent = action_logprobs(logits, ids[:, 1:][predicts], entropy,
-                                  1.0 if raw else eng.temperature, 1.0 if raw else eng.top_p)
+        params = (1.0, 1.0) if raw else (eng.temperature, eng.top_p)
+        predicts = action[:, 1:]  # [B, T-1]: position j predicts token j + 1
+        idx = mb.value_index.to(self.device) if values and self.value_head is not None else None
+        with self._autocast():
+            lp, ent, vals = net(ids, mb.attention_mask.to(self.device), predicts,
+                                ids[:, 1:][predicts], idx, params, entropy,
+                                self.lcfg.head_chunk_tokens)  # [N], [N], [B]
         # Row-major order of `predicts` = that of `action` (shifted by one within each row).
         zeros = torch.zeros(ids.shape, dtype=torch.float32, device=self.device)
         out = ForwardOut(zeros.masked_scatter(action, lp), None, None)

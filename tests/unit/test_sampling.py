@@ -11,7 +11,7 @@ import torch
 from agent_r1_async import sampling
 from agent_r1_async.config import AlgorithmConfig
 from agent_r1_async.learner.losses import OUTSIDE_TOP_P_LOGPROB, ppo_loss
-from agent_r1_async.learner.trainer import action_logprobs
+from agent_r1_async.learner.trainer import action_logprobs, head_logprobs
 
 # probs 0.5, 0.3, 0.15, 0.05. At T = 0.5: ∝ p², i.e. 0.25, 0.09, 0.0225, 0.0025 (sum 0.365):
 # 0.6849, 0.2466, 0.0616, 0.0068. top_p 0.7: mass before token 1 is 0.6849 < 0.7 (kept),
@@ -96,3 +96,46 @@ def test_outside_token_gives_finite_loss_and_no_gradient(outside):
         # the in-set token 1 (r = 1, w = q_1 / 0.3) still learns: −w·A/2 · d log q_1
         torch.testing.assert_close(logits.grad[1], -(Q[1] / 0.3) * adv / 2 * dlogq1,
                                    atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("temperature", "top_p"), [(1.0, 1.0), (0.8, 0.9)])
+def test_chunked_head_equals_one_piece_values_and_gradients(temperature, top_p):
+    """`learner.head_chunk_tokens`: the head + log-softmax over 3-row chunks, each recomputed in
+    backward (checkpoint), gives the one-piece log-probs, entropies and gradients (head weight
+    and hidden states) to 1e-6 relative: every op is row-wise. 10 rows = chunks of 3, 3, 3, 1."""
+    torch.manual_seed(0)
+    head = torch.nn.Linear(16, 50, bias=False)
+    hidden0 = torch.randn(10, 16) * 3
+    targets = torch.randint(0, 50, (10,))
+    w_lp, w_ent = torch.randn(10), torch.randn(10)
+    got = []
+    for chunk in (0, 3):
+        head.zero_grad(set_to_none=True)
+        hidden = hidden0.clone().requires_grad_(True)
+        lp, ent = head_logprobs(head, hidden, targets, True, temperature, top_p, chunk=chunk)
+        if chunk == 0:  # the one-piece path is exactly action_logprobs of the head's logits
+            ref_lp, ref_ent = action_logprobs(head(hidden0), targets, True, temperature, top_p)
+            assert torch.equal(lp, ref_lp) and torch.equal(ent, ref_ent)
+        (lp * w_lp + ent * w_ent).sum().backward()
+        got.append((lp.detach(), ent.detach(), head.weight.grad.clone(), hidden.grad.clone()))
+    (lp0, ent0, gw0, gh0), (lp3, ent3, gw3, gh3) = got
+    if top_p < 1:  # the top-p path was exercised: some targets fall outside the kept set
+        assert (lp0 == OUTSIDE_TOP_P_LOGPROB).any() and (lp0 > OUTSIDE_TOP_P_LOGPROB).any()
+    for a, b in ((lp0, lp3), (ent0, ent3), (gw0, gw3), (gh0, gh3)):
+        torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-7)
+    assert gw0.abs().sum() > 0 and gh0.abs().sum() > 0
+
+
+def test_chunked_head_without_grad_and_without_rows():
+    """No grad (the proximal pass): chunks without checkpointing, same values; a filler
+    micro-batch (0 action tokens) gives empty outputs."""
+    torch.manual_seed(1)
+    head = torch.nn.Linear(8, 20, bias=False)
+    hidden, targets = torch.randn(7, 8), torch.randint(0, 20, (7,))
+    with torch.no_grad():
+        one, _ = head_logprobs(head, hidden, targets, False, 0.8, 0.9, chunk=0)
+        two, ent = head_logprobs(head, hidden, targets, False, 0.8, 0.9, chunk=2)
+    assert ent is None
+    torch.testing.assert_close(two, one, rtol=1e-6, atol=0)
+    lp, ent = head_logprobs(head, hidden[:0], targets[:0], True, 1.0, 1.0, chunk=2)
+    assert lp.shape == (0,) and ent.shape == (0,)
