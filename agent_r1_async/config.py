@@ -345,7 +345,7 @@ class LearnerConfig(_Section):
     """Recompute each decoder layer's activations in backward (non-reentrant
     torch.utils.checkpoint; FSDP2 needs that variant): a micro-batch keeps one layer's
     activations instead of all layers', for one more forward of compute."""
-    head_chunk_tokens: int = 512
+    head_chunk_tokens: int = 0
     """LM head + (temperature/top-p) log-softmax over at most this many action tokens at a
     time, each chunk recomputed in backward, so the [action tokens × vocab] fp32 logits of a
     micro-batch never exist at once (0 = one piece, all kept for backward)."""
