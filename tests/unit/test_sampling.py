@@ -10,8 +10,8 @@ import torch
 
 from agent_r1_async import sampling
 from agent_r1_async.config import AlgorithmConfig
+from agent_r1_async.learner.logprobs import action_logprobs, head_logprobs
 from agent_r1_async.learner.losses import OUTSIDE_TOP_P_LOGPROB, ppo_loss
-from agent_r1_async.learner.trainer import action_logprobs, head_logprobs
 
 # probs 0.5, 0.3, 0.15, 0.05. At T = 0.5: ∝ p², i.e. 0.25, 0.09, 0.0225, 0.0025 (sum 0.365):
 # 0.6849, 0.2466, 0.0616, 0.0068. top_p 0.7: mass before token 1 is 0.6849 < 0.7 (kept),
