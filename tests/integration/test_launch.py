@@ -45,6 +45,26 @@ def _launch(tmp_path: Path, *args: str, timeout: float = 420) -> tuple[Path, str
     return run_dir, out.stdout
 
 
+def _start(tmp_path: Path, *args: str) -> subprocess.Popen:
+    """A tiny launch in the background (stdout and stderr together, as text)."""
+    return subprocess.Popen(
+        [*CLI, "launch", "--config", str(ROOT / "configs/tiny.yaml"),
+         "--set", f"launch.run_root={tmp_path}", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(tmp_path), cwd=ROOT,
+    )
+
+
+def _await_updates(proc: subprocess.Popen, tmp_path: Path, n: int, timeout_s: float = 300) -> Path:
+    """The run's metrics.jsonl once it holds `n` update records (fails after `timeout_s`)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = list(tmp_path.glob("*/metrics.jsonl"))
+        if found and len(found[0].read_text().splitlines()) >= n:
+            return found[0]
+        time.sleep(0.5)
+    raise AssertionError(f"fewer than {n} updates within {timeout_s:.0f} s")
+
+
 def _records(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
@@ -158,22 +178,10 @@ def test_launch_joins_a_separate_ray_head_with_two_actors(tmp_path: Path):
 def test_sigterm_stops_a_launch_as_gracefully_as_ctrl_c(tmp_path: Path):
     """SIGTERM after the first update: exit 130 with the final checkpoint and buffer snapshot
     written (ray.init replaces the driver's SIGTERM handler; launch must take it back)."""
-    proc = subprocess.Popen(
-        [*CLI, "launch", "--config", str(ROOT / "configs/tiny.yaml"),
-         "--set", f"launch.run_root={tmp_path}", "--set", "learner.total_updates=1000",
-         "--set", "learner.checkpoint_every=1000"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(tmp_path), cwd=ROOT,
-    )
+    proc = _start(tmp_path, "--set", "learner.total_updates=1000",
+                  "--set", "learner.checkpoint_every=1000")
     try:
-        deadline = time.monotonic() + 300
-        metrics = None
-        while time.monotonic() < deadline and proc.poll() is None:
-            found = list(tmp_path.glob("tiny-*/metrics.jsonl"))
-            if found and found[0].read_text().strip():
-                metrics = found[0]
-                break
-            time.sleep(0.5)
-        assert metrics is not None, "no update within 300 s"
+        metrics = _await_updates(proc, tmp_path, 1)
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=120)
     finally:

@@ -9,13 +9,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.integration.test_launch import CLI, ROOT, _env, _launch, _records
+from tests.integration.test_launch import _await_updates, _launch, _records, _start
 
 pytestmark = pytest.mark.slow
 
@@ -35,22 +33,10 @@ def test_launch_tiny_with_two_learner_ranks(tmp_path: Path):
 
 
 def test_a_killed_learner_rank_restarts_the_group_from_its_checkpoint(tmp_path: Path):
-    proc = subprocess.Popen(
-        [*CLI, "launch", "--config", str(ROOT / "configs/tiny.yaml"),
-         "--set", f"launch.run_root={tmp_path}", "--set", "learner.world_size=2",
-         "--set", "learner.total_updates=4", "--set", "learner.checkpoint_every=1"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(tmp_path), cwd=ROOT,
-    )
+    proc = _start(tmp_path, "--set", "learner.world_size=2", "--set", "learner.total_updates=4",
+                  "--set", "learner.checkpoint_every=1")
     try:
-        deadline = time.monotonic() + 300
-        metrics = None
-        while time.monotonic() < deadline and proc.poll() is None:
-            found = list(tmp_path.glob("*/metrics.jsonl"))
-            if found and len(found[0].read_text().splitlines()) >= 2:
-                metrics = found[0]
-                break
-            time.sleep(0.5)
-        assert metrics is not None, "no second update"
+        metrics = _await_updates(proc, tmp_path, 2)
         victim = int((metrics.parent / "learner-rank-1.pid").read_text())
         os.kill(victim, signal.SIGKILL)
         stdout, _ = proc.communicate(timeout=400)
