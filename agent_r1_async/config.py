@@ -16,6 +16,7 @@ the sections share the loading and error-naming code below.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
@@ -36,6 +37,22 @@ class _Section(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 def _require(cond: bool, key: str, why: str) -> None:
     if not cond:
         raise ValueError(f"{key}: {why}")
+
+
+SEED_LIMIT = 1 << 32
+"""Seeds are in [0, 2**32): the range torch, vLLM, numpy and `random` all take."""
+MAX_ACTORS = 1024
+"""One buffer process serves every actor (records, credits, stats): more needs a sharded
+buffer, which this design does not have."""
+MAX_BUFFER_BYTES = 1 << 40
+"""1 TiB: the most episodes one buffer process is allowed to hold in memory."""
+
+
+def _require_seed(seed: int, key: str, count: int = 1) -> None:
+    """`count` consecutive seeds from `seed` (actor i uses actors.seed + i) must fit."""
+    last = f"{key} + actors.num_actors - 1 = {seed + count - 1}" if count > 1 else f"({seed})"
+    _require(seed >= 0 and seed + count <= SEED_LIMIT, key,
+             f"{last} must be in [0, 2**32): torch, vLLM and numpy take 32-bit seeds")
 
 
 # --------------------------------------------------------------------------------------
@@ -143,7 +160,7 @@ class EnvConfig(_Section):
 
 class ActorsConfig(_Section):
     num_actors: int = 1
-    """Actor processes (each with its own engine)."""
+    """Actor processes (each with its own engine); at most 1024 (one buffer serves them all)."""
     groups_in_flight: int = 2
     """Groups one actor runs concurrently (each group is `algorithm.group_size` episodes)."""
     num_cpus: float = 1.0
@@ -155,10 +172,14 @@ class ActorsConfig(_Section):
     max_restarts: int = 3
     """Times Ray restarts a dead actor before the launch fails."""
     seed: int = 0
-    """Base seed; actor i uses seed + i for task order and sampling."""
+    """Base seed; actor i uses seed + i for task order and sampling (all in [0, 2**32))."""
 
     def __post_init__(self) -> None:
         _require(self.num_actors >= 1, "actors.num_actors", "must be >= 1")
+        _require(self.num_actors <= MAX_ACTORS, "actors.num_actors",
+                 f"({self.num_actors}) must be at most {MAX_ACTORS}: one buffer process serves "
+                 "every actor")
+        _require_seed(self.seed, "actors.seed", self.num_actors)
         _require(self.groups_in_flight >= 1, "actors.groups_in_flight", "must be >= 1")
         _require(self.num_cpus >= 0, "actors.num_cpus", "must be >= 0")
         _require(self.stats_interval_s > 0, "actors.stats_interval_s", "must be > 0")
@@ -190,7 +211,7 @@ class BufferConfig(_Section):
     max_reuse: int = 1
     """Most times one group may be sampled before it is evicted."""
     max_bytes: int = 1_073_741_824
-    """Memory bound of stored episodes; when reached, no new credits are granted."""
+    """Memory bound of stored episodes; when reached, no new credits are granted (1 MiB to 1 TiB; `launch` also checks it against this machine's memory and the batch's worst case)."""
     group_wait_s: float = 120.0
     """After this, a group with at least `min_group_episodes` ended episodes becomes sampleable."""
     min_group_episodes: int = 2
@@ -200,11 +221,11 @@ class BufferConfig(_Section):
     snapshot_interval_s: float = 60.0
     """How often the buffer snapshots its accepted episodes to disk (0 = only at shutdown)."""
     max_frame_bytes: int = 67_108_864
-    """Largest accepted frame; larger ones are rejected by the socket."""
+    """Largest accepted frame; larger ones are rejected by the socket (64 KiB to buffer.max_bytes)."""
     step_grace_s: float = 5.0
     """After an EpisodeEnd, how long to wait for its missing steps before dropping the episode."""
     seed: int = 0
-    """Seed of the buffer's sampling RNG."""
+    """Seed of the buffer's sampling RNG (in [0, 2**32))."""
     gc_freeze: bool = True
     """Move stored records out of the cyclic GC's scans (gc.freeze, ~2x ingest); off if the process relies on cycle collection."""
     vocab_size: int = 0
@@ -240,6 +261,12 @@ class BufferConfig(_Section):
             "buffer.max_frame_bytes",
             "must be at least 64 KiB (smaller frames would refuse ordinary step records)",
         )
+        _require(self.max_bytes <= MAX_BUFFER_BYTES, "buffer.max_bytes",
+                 f"({self.max_bytes}) must be at most 1 TiB ({MAX_BUFFER_BYTES})")
+        _require(self.max_frame_bytes <= self.max_bytes, "buffer.max_frame_bytes",
+                 f"({self.max_frame_bytes}) cannot exceed buffer.max_bytes ({self.max_bytes}): "
+                 "the buffer could not hold such a frame")
+        _require_seed(self.seed, "buffer.seed")
 
 
 class AlgorithmConfig(_Section):
@@ -323,7 +350,7 @@ class LearnerConfig(_Section):
     weight_decay: float = 0.0
     """AdamW weight decay."""
     betas: list[float] = msgspec.field(default_factory=lambda: [0.9, 0.999])
-    """AdamW betas."""
+    """AdamW betas, each in [0, 1)."""
     grad_clip: float = 1.0
     """Global gradient-norm clip (0 = off)."""
     micro_batch_tokens: int = 4096
@@ -352,7 +379,7 @@ class LearnerConfig(_Section):
     flash_attention: bool = True
     """Use flash-attention 2 when installed and on GPU."""
     device: str = "auto"
-    """torch device: auto (cuda if available), cpu, cuda, cuda:N."""
+    """torch device: auto (cuda if available), cpu, cuda, cuda:N (N below the GPUs Ray gives the learner, ceil(learner.num_gpus); `launch` checks a local run's CUDA devices)."""
     num_cpus: float = 1.0
     """CPUs Ray reserves for the learner."""
     num_gpus: float = 0.0
@@ -362,7 +389,7 @@ class LearnerConfig(_Section):
     republish_s: float = 10.0
     """While waiting for data, re-publish the current weights this often (late-joining actors)."""
     seed: int = 0
-    """torch seed."""
+    """torch seed (in [0, 2**32))."""
     lora: LoraConfig = msgspec.field(default_factory=LoraConfig)
     """LoRA settings."""
     world_size: int = 1
@@ -387,6 +414,10 @@ class LearnerConfig(_Section):
                  "LoRA (learner.lora.enabled) trains with one learner process only; set 1")
         _require(self.lr > 0, "learner.lr", "must be > 0")
         _require(len(self.betas) == 2, "learner.betas", "must be two numbers [beta1, beta2]")
+        _require(all(0 <= b < 1 for b in self.betas), "learner.betas",
+                 f"{self.betas} must each be in [0, 1) (AdamW's moving-average decays)")
+        self._check_device()
+        _require_seed(self.seed, "learner.seed")
         _require(self.grad_clip >= 0, "learner.grad_clip", "must be >= 0")
         _require(self.micro_batch_tokens >= 64, "learner.micro_batch_tokens", "must be >= 64")
         _require(self.head_chunk_tokens >= 0, "learner.head_chunk_tokens", "must be >= 0")
@@ -397,6 +428,17 @@ class LearnerConfig(_Section):
         _require(self.republish_s > 0, "learner.republish_s", "must be > 0")
         _require(self.sample_timeout_s > 0, "learner.sample_timeout_s", "must be > 0")
         _require(self.num_gpus >= 0, "learner.num_gpus", "must be >= 0")
+
+
+    def _check_device(self) -> None:
+        m = re.fullmatch(r"auto|cpu|cuda(?::(\d+))?", self.device)
+        _require(m is not None, "learner.device",
+                 f"{self.device!r} must be auto, cpu, cuda or cuda:N")
+        index = int(m.group(1)) if m and m.group(1) else 0
+        visible = math.ceil(self.num_gpus)
+        _require(not visible or index < visible, "learner.device",
+                 f"{self.device!r}: Ray shows the learner only its learner.num_gpus "
+                 f"({self.num_gpus:g}) GPU(s), numbered from 0: use cuda:0..cuda:{visible - 1}")
 
 
 class LoggingConfig(_Section):
@@ -453,7 +495,7 @@ class LaunchConfig(_Section):
     max_wall_time_s: float = 0.0
     """Stop gracefully after this long (0 = no limit)."""
     seed: int = 0
-    """Global seed."""
+    """Global seed (in [0, 2**32))."""
     stop_after_failed_episodes: int = 32
     """Stop the run with the env's error when the last this-many episodes all failed (each actor's last ceil(N / actors.num_actors)); 0 = never."""
     warm_start: bool = False
@@ -467,6 +509,7 @@ class LaunchConfig(_Section):
             "the run directory",
         )
         _require(self.num_cpus >= 0, "launch.num_cpus", "must be >= 0 (0 = all)")
+        _require_seed(self.seed, "launch.seed")
         _require(self.stop_after_failed_episodes >= 0, "launch.stop_after_failed_episodes",
                  "must be >= 0 (0 = never)")
         _require(self.max_wall_time_s >= 0, "launch.max_wall_time_s", "must be >= 0 (0 = no limit)")
@@ -696,9 +739,13 @@ def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | None
         if not p.is_file():
             raise ConfigError(f"config file {str(p)!r} does not exist")
         try:
-            data = _yaml_load(p.read_text()) or {}
+            data = _yaml_load(p.read_text())
         except yaml.YAMLError as e:
             raise ConfigError(f"{p}: not valid YAML: {e}") from None
+        if data is None:  # an empty file is more likely a mistake than a wish for all defaults
+            raise ConfigError(
+                f"config file {str(p)!r} is empty: for the built-in defaults write `{{}}` in it "
+                "(or give no --config for configs/default.yaml)")
     return config_from_dict(data, overrides)
 
 

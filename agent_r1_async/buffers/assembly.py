@@ -75,6 +75,17 @@ def approx_nbytes(msg: StepRecord | EpisodeEnd) -> int:
             + _field_nbytes(msg.behavior_logprobs, _BYTES_PER_FLOAT))
 
 
+def max_episode_nbytes(max_steps: int, max_model_len: int, max_new_tokens: int) -> int:
+    """The most `approx_nbytes` can count for one episode: `max_steps` steps, each a context
+    and action filling `max_model_len` tokens with `max_new_tokens` of them actions (ids,
+    token versions and log-probs per action token), all as lists, plus an EpisodeEnd (its
+    metrics and error text, a few hundred bytes, left out)."""
+    actions = min(max_new_tokens, max_model_len)
+    step = (_RECORD_OVERHEAD + _BYTES_PER_ID * (max_model_len - actions)
+            + (2 * _BYTES_PER_ID + _BYTES_PER_FLOAT) * actions)
+    return max_steps * step + _RECORD_OVERHEAD
+
+
 def episode_nbytes(episode: Episode) -> int:
     return approx_nbytes(episode.end) + sum(approx_nbytes(s) for s in episode.steps)
 

@@ -25,6 +25,7 @@ from typing import Any
 from agent_r1_async.config import ConfigError, RunConfig, dump_config
 from agent_r1_async.models import attention_implementation
 from agent_r1_async.run.evaluate import held_out
+from agent_r1_async.run.feasibility import check_feasible
 from agent_r1_async.run.monitor import ActorRates, MetricsLogger, merge_metrics, progress_line
 from agent_r1_async.run.run_dir import make_run_dir
 from agent_r1_async.run.supervisor import (
@@ -38,10 +39,11 @@ from agent_r1_async.run.warm_start import prepare_start
 from agent_r1_async.wire.zmq import CurveKeys
 
 
-def preflight(cfg: RunConfig) -> None:
+def preflight(cfg: RunConfig, address: str | None = None, resume: str | None = None) -> None:
     """Fail before Ray starts or a run directory is made: the policy or init checkpoint
-    cannot be found, a configured engine backend is not installed, or the env cannot be
-    imported, configured, built or has no tasks (`env_preflight`).
+    cannot be found, a configured engine backend is not installed, the env cannot be
+    imported, configured, built or has no tasks (`env_preflight`), or the run cannot fit
+    its buffer, this machine or its run root (feasibility.py).
 
     Known aliases are prepared later by the processes that load them (cached, once); local
     paths must exist and hold a HF model; a hub id is left to the loader (it needs network).
@@ -66,6 +68,7 @@ def preflight(cfg: RunConfig) -> None:
         except RuntimeError as e:
             raise ConfigError(f"{key}: {e}") from None
     env_preflight(cfg, "launch")
+    check_feasible(cfg, address, resume)
 
 
 def env_preflight(cfg: RunConfig, command: str, split: str | None = None) -> None:
@@ -137,7 +140,7 @@ def _report(run_dir: Path) -> None:
 
 
 def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None) -> int:
-    preflight(cfg)
+    preflight(cfg, address, resume)
     run_dir = _open_run_dir(cfg, resume)
     _say(f"run directory: {run_dir}")
     attn, why = attention_implementation(cfg.learner.device, cfg.learner.flash_attention)

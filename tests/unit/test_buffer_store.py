@@ -108,7 +108,7 @@ def test_stale_groups_are_dropped_at_sampling_time_per_step() -> None:
 
 
 def test_memory_bound_stops_credits_instead_of_dropping() -> None:
-    buf, _ = _buffer(max_bytes=1 << 20, max_reuse=1)
+    buf, _ = _buffer(max_bytes=1 << 20, max_frame_bytes=1 << 20, max_reuse=1)
 
     # One step with a 10,000-token context: 400 + 40 × (10,000 + 3) + 32 × 3 = 400,616 B;
     # an end record 400 B. A group of 2 one-step episodes: 2 × 401,016 = 802,032 B < 1 MiB.
