@@ -189,7 +189,7 @@ def merge_metrics(
         tok_total = eps_total = 0.0
         for actor_id, stats in actors.items():
             for k in ("weight_sync_latency_s", "policy_version", "episodes_in_flight",
-                      "gen_time_s", "env_time_s"):
+                      "episodes_done", "gen_time_s", "env_time_s"):
                 out[f"actor/{actor_id}/{k}"] = stats[k]
             tok, eps = (rates(actor_id, stats) if rates is not None
                         else (stats["tokens_per_s"], stats["episodes_per_s"]))

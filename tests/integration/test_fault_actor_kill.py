@@ -15,6 +15,13 @@ Checked:
 - the killed actor's unfinished episodes expire (`drops["expired_episode"]`, with
   buffer.episode_timeout_s = 3 s) and none of them is ever sampled: no partial trajectory
   reaches the learner, every sampled episode is whole;
+- exact counts, derived from what the dead process left in the buffer (read 0.5 s after the
+  kill, once the records on the wire have landed): each of its half-sent episodes expires
+  once (`expired_episode`), each of its groups with records can no longer complete and is
+  dropped once (`group_too_small`: min_group_episodes = group_size = 2), and each credit it
+  held without a record yet expires once (`expired_credit`, after grant_timeout_s =
+  episode_timeout_s). The kill is timed right after a fresh grant (< 0.1 s old: a group's
+  first record needs a generation and a 0.2 s env step), so at least one credit is unused;
 - by ids: every group accepted before the kill is sampled, none more than max_reuse (1) times.
 """
 
@@ -66,6 +73,27 @@ def _stored_groups(service: BufferService) -> set[str]:
         return {e.group.group_id for e in service.buffer.store.entries()}
 
 
+def _credits(service: BufferService, actor_id: str) -> tuple[set[str], set[str], float]:
+    """(groups of `actor_id` with records, credits of it without one, age of the newest
+    unused credit in s): what admission control holds for the actor."""
+    with service._lock:
+        held = {g: c for g, c in service.buffer.admission._in_flight.items()
+                if c.actor_id == actor_id}
+        now = service.buffer._clock()
+    unused = {g: c.granted_at for g, c in held.items() if not c.started}
+    newest = now - max(unused.values()) if unused else float("inf")
+    return {g for g, c in held.items() if c.started}, set(unused), newest
+
+
+def _group_of(service: BufferService, episode_ids: set[str]) -> set[str]:
+    with service._lock:
+        return {gid for gid, grp in service.buffer.assembler._groups.items()
+                if episode_ids & set(grp.open)}
+
+
+_KILL_DROPS = ("expired_episode", "group_too_small", "expired_credit")
+
+
 def _supervisor(cfg: RunConfig, ray, actor, run_ref):
     """The launcher's Supervisor, holding just this actor (its restart logic is under test)."""
     from agent_r1_async.run.supervisor import Supervisor
@@ -96,14 +124,21 @@ def test_actor_killed_mid_episode_is_restarted_and_loses_nothing_accepted() -> N
         sup = _supervisor(cfg, ray, actor, actor.run.remote())
         first_pid = ray.get(actor.pid.remote(), timeout=60)
 
-        # Kill when accepted groups exist and an episode is half sent.
-        wait_for(lambda: len(_stored_groups(service)) >= 2 and _partial_episodes(service, "actor-0"),
-                 120, "accepted groups and a half-sent episode")
+        # Kill when accepted groups exist, an episode is half sent and a credit was just
+        # granted (its group cannot have sent a record yet).
+        wait_for(lambda: len(_stored_groups(service)) >= 2 and _partial_episodes(service, "actor-0")
+                 and _credits(service, "actor-0")[2] < 0.1,
+                 120, "accepted groups, a half-sent episode and a fresh credit")
         os.kill(first_pid, signal.SIGKILL)
         killed_at = time.monotonic()
         time.sleep(0.5)  # records already on the wire land (an end record may complete one)
         partial = _partial_episodes(service, "actor-0")  # what the dead process left half-sent
         assert partial, "every half-sent episode completed from records already on the wire"
+        started, unused, _ = _credits(service, "actor-0")
+        assert _group_of(service, partial) <= started and unused
+        expected = {"expired_episode": len(partial), "group_too_small": len(started),
+                    "expired_credit": len(unused)}
+        at_kill = {k: service.metrics().drops.get(k, 0) for k in _KILL_DROPS}
         accepted_before = _stored_groups(service)
 
         wait_for(lambda: (sup.check_actors(), sup.restarts[0] == 1)[1], 120, "loop re-run")
@@ -112,8 +147,15 @@ def test_actor_killed_mid_episode_is_restarted_and_loses_nothing_accepted() -> N
         wait_for(lambda: len(_stored_groups(service) - at_rerun) >= 2, 120,
                  "groups from the restarted actor")
         recovered_s = time.monotonic() - killed_at
-        wait_for(lambda: service.metrics().drops.get("expired_episode", 0) >= 1,
-                 EPISODE_TIMEOUT_S + 10, "the dead actor's episodes to expire")
+
+        def kill_drops() -> dict[str, int]:
+            drops = service.metrics().drops
+            return {k: drops.get(k, 0) - at_kill[k] for k in _KILL_DROPS}
+
+        wait_for(lambda: all(kill_drops()[k] >= n for k, n in expected.items()),
+                 EPISODE_TIMEOUT_S + 10, "the dead actor's episodes, groups and credits to expire")
+        time.sleep(0.5)  # nothing more may come: every count is exact, not a lower bound
+        after_kill = kill_drops()
 
         def reporting() -> bool:  # ActorStats of the new process: it counts from zero again
             stats = service.metrics().actors["actor-0"]
@@ -129,7 +171,6 @@ def test_actor_killed_mid_episode_is_restarted_and_loses_nothing_accepted() -> N
         stored = len(_stored_groups(service))
         ledger.add(learner.sample(stored, learner_version=0, timeout_s=5.0))
         assert not learner.sample(1, learner_version=0, timeout_s=0.2).ready  # reuse cap: 1
-        drops = service.metrics().drops
     finally:
         learner.close()
         ray.shutdown()
@@ -137,8 +178,8 @@ def test_actor_killed_mid_episode_is_restarted_and_loses_nothing_accepted() -> N
         transport.close()
 
     assert partial and not partial & set(ledger.sampled)  # no partial trajectory was sampled
-    assert drops["expired_episode"] >= 1
+    assert after_kill == expected
     assert accepted_before <= set(ledger.groups)  # nothing accepted was lost
     assert set(ledger.groups.values()) == {1} and set(ledger.sampled.values()) == {1}
-    print(f"kill -> 2 new groups accepted in {recovered_s:.1f} s; partial episodes "
-          f"{len(partial)}; drops {dict(drops)}")
+    print(f"kill -> 2 new groups accepted in {recovered_s:.1f} s; drops caused by the kill "
+          f"{after_kill}")

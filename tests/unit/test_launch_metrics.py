@@ -28,6 +28,7 @@ def test_rates_are_differences_of_totals_between_records():
     second = _merge(rates, {"a0": _stats(140.0, 3_400, 24, 0.0), "a1": _stats(121.0, 900, 6, 0.0)})
     assert second["actor/a0/tokens_per_s"] == pytest.approx(2_400 / 40)   # 60
     assert second["actor/a0/episodes_per_s"] == pytest.approx(16 / 40)   # 0.4
+    assert second["actor/a0/episodes_done"] == 23  # its trainable total: 24 ended, 1 failed
     assert second["actor/a1/tokens_per_s"] == pytest.approx(400 / 20)    # 20
     assert second["actors/tokens_per_s"] == pytest.approx(80.0)
     assert second["actors/episodes_per_s"] == pytest.approx(0.4 + 2 / 20)
