@@ -207,8 +207,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return int(args.func(args) or 0)
-    except ConfigError as e:
-        print(f"agent-r1-async: config error: {e}", file=sys.stderr)
+    except ConfigError as e:  # one line, whatever the message (a YAML error spans several)
+        message = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
+        print(f"agent-r1-async: config error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

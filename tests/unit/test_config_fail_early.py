@@ -135,10 +135,11 @@ def test_launch_stops_at_the_feasibility_check(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("yaml_text", "overrides", "key"), [
-    ("learner:\n  betas: [0.9, 1.5]\n", [], "learner.betas"),  # at load
-    ("", ["launch.num_cpus=1"], "launch.num_cpus"),  # in preflight (tiny.yaml)
-    ("", [], "config file"),  # an empty --config
-], ids=["at load", "in preflight", "empty file"])
+    ("learner:\n  betas: [0.9, 1.5]\n", [], "config error: learner.betas: "),  # at load
+    ("", ["launch.num_cpus=1"], "config error: launch.num_cpus: "),  # in preflight (tiny.yaml)
+    ("", [], "bad.yaml' is empty"),  # an empty --config
+    ("buffer: [unclosed\n", [], "bad.yaml: not valid YAML: "),  # PyYAML's message spans lines
+], ids=["at load", "in preflight", "empty file", "invalid YAML"])
 def test_cli_prints_one_line_and_exits_2_without_ray(tmp_path: Path, yaml_text: str,
                                                      overrides: list[str], key: str) -> None:
     # A `ray` package that kills the process on import shadows the real one: had the CLI
@@ -157,6 +158,6 @@ def test_cli_prints_one_line_and_exits_2_without_ray(tmp_path: Path, yaml_text: 
     assert out.returncode == 2, out.stderr
     lines = out.stderr.splitlines()
     assert len(lines) == 1, out.stderr
-    assert lines[0].startswith(f"agent-r1-async: config error: {key}"), lines[0]
+    assert lines[0].startswith("agent-r1-async: config error: ") and key in lines[0], lines[0]
     assert out.stdout == ""
     assert not (tmp_path / "runs").exists()
