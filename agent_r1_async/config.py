@@ -416,7 +416,6 @@ class LearnerConfig(_Section):
         _require(len(self.betas) == 2, "learner.betas", "must be two numbers [beta1, beta2]")
         _require(all(0 <= b < 1 for b in self.betas), "learner.betas",
                  f"{self.betas} must each be in [0, 1) (AdamW's moving-average decays)")
-        self._check_device()
         _require_seed(self.seed, "learner.seed")
         _require(self.grad_clip >= 0, "learner.grad_clip", "must be >= 0")
         _require(self.micro_batch_tokens >= 64, "learner.micro_batch_tokens", "must be >= 64")
@@ -428,7 +427,7 @@ class LearnerConfig(_Section):
         _require(self.republish_s > 0, "learner.republish_s", "must be > 0")
         _require(self.sample_timeout_s > 0, "learner.sample_timeout_s", "must be > 0")
         _require(self.num_gpus >= 0, "learner.num_gpus", "must be >= 0")
-
+        self._check_device()
 
     def _check_device(self) -> None:
         m = re.fullmatch(r"auto|cpu|cuda(?::(\d+))?", self.device)
