@@ -29,7 +29,15 @@ from typing import Any
 
 import msgspec
 
-from agent_r1_async.wire.messages import TRAINABLE_STATUSES, Episode, EpisodeEnd, Group, StepRecord
+from agent_r1_async.wire.messages import (
+    TRAINABLE_STATUSES,
+    Episode,
+    EpisodeEnd,
+    Group,
+    LogProbs,
+    StepRecord,
+    TokenIds,
+)
 
 
 class OpenEpisode(msgspec.Struct, array_like=True, gc=False):
@@ -76,13 +84,14 @@ def approx_nbytes(msg: StepRecord | EpisodeEnd) -> int:
 
 
 def max_episode_nbytes(max_steps: int, max_model_len: int, max_new_tokens: int) -> int:
-    """The most `approx_nbytes` can count for one episode: `max_steps` steps, each a context
-    and action filling `max_model_len` tokens with `max_new_tokens` of them actions (ids,
-    token versions and log-probs per action token), all as lists, plus an EpisodeEnd (its
-    metrics and error text, a few hundred bytes, left out)."""
+    """The most `approx_nbytes` counts for one episode as the wire decodes it: `max_steps`
+    steps, each a context and action filling `max_model_len` tokens with `max_new_tokens` of
+    them actions (ids and log-probs packed; per-token versions, present when an action spans a
+    weight update, a list), plus an EpisodeEnd (its metrics and error text left out)."""
     actions = min(max_new_tokens, max_model_len)
-    step = (_RECORD_OVERHEAD + _BYTES_PER_ID * (max_model_len - actions)
-            + (2 * _BYTES_PER_ID + _BYTES_PER_FLOAT) * actions)
+    ids, logprobs = TokenIds().itemsize, LogProbs().itemsize
+    step = (_RECORD_OVERHEAD + 3 * _ARRAY_OVERHEAD + ids * (max_model_len - actions)
+            + (ids + logprobs + _BYTES_PER_ID) * actions)
     return max_steps * step + _RECORD_OVERHEAD
 
 

@@ -24,10 +24,11 @@ TINY = REPO / "configs" / "tiny.yaml"
 BIG = 10**30
 SECTIONS = ("actors.", "buffer.", "env.", "learner.", "algorithm.", "launch.")
 
-# Worst-case buffer bytes of one tiny episode (buffers/assembly.py constants: 400 B a record,
-# 40 B a token id, 32 B a log-prob): a step is 400 + 40 × (512 - 16) context ids + (40 + 40
-# + 32) × 16 action ids, versions and log-probs = 22032 B; 2 steps + a 400 B EpisodeEnd =
-# 44464 B; a group of 2 = 88928 B; 1 GiB // 88928 = 12074 groups fit.
+# Worst-case buffer bytes of one tiny episode as the wire decodes it (buffers/assembly.py:
+# 400 B a record, 80 B an array, int32 ids, float64 log-probs, 40 B a listed version): a step
+# is 400 + 3 × 80 + 4 × (512 - 16) context ids + (4 + 8 + 40) × 16 action ids, log-probs and
+# versions = 3456 B; 2 steps + a 400 B EpisodeEnd = 7312 B; a group of 2 = 14624 B;
+# 10^6 groups = 1.4624e10 B = 13.6 GiB; 1 GiB // 14624 = 73423 groups fit.
 CASES: list[tuple[str, list[str], str]] = [
     # (what, --set overrides on tiny.yaml, expected substring of the one-line error)
     ("100000 actors", ["actors.num_actors=100000"],
@@ -62,8 +63,9 @@ CASES: list[tuple[str, list[str], str]] = [
     ("negative launch seed", ["launch.seed=-1"], "launch.seed: (-1) must be in [0, 2**32)"),
     ("a batch the buffer cannot hold", ["algorithm.batch_groups=1000000"],
      "algorithm.batch_groups: (1000000) groups of algorithm.group_size (2) episodes can take "
-     "82.8 GiB in the buffer (env.max_turns 2 steps of up to model.max_model_len 512 tokens, "
-     "44464 B an episode), more than buffer.max_bytes (1 GiB)"),
+     "13.6 GiB in the buffer (env.max_turns 2 steps of up to model.max_model_len 512 tokens, "
+     "7312 B an episode), more than buffer.max_bytes (1 GiB): the buffer would stop granting "
+     "credits before a batch is complete; at most 73423 groups fit"),
     ("fewer CPUs than processes", ["launch.num_cpus=1"],
      "launch.num_cpus: (1) is fewer than the run's processes reserve: learner.world_size × "
      "learner.num_cpus (1 × 1) + actors.num_actors × actors.num_cpus (2 × 1) + 0.5 (buffer) "
@@ -101,6 +103,16 @@ def test_unrunnable_config_fails_before_ray(tmp_path: Path, what: str, overrides
         assert f"'{tmp_path / 'FILE'}' is a file, not a directory" in got
     if not ray_before:
         assert "ray" not in sys.modules
+
+
+def test_the_batch_bound_is_what_the_buffer_counts_for_a_longest_episode() -> None:
+    from agent_r1_async.buffers.assembly import approx_nbytes, max_episode_nbytes
+    from agent_r1_async.wire.messages import EpisodeEnd, LogProbs, StepRecord, TokenIds
+
+    step = StepRecord("e", "g", "t", "a", "env", 0, TokenIds(range(496)), TokenIds(range(16)),
+                      LogProbs([-1.0] * 16), 0, token_versions=list(range(16)))
+    end = EpisodeEnd("e", "g", "t", "a", "env", 2, 1.0, "ok", 2)
+    assert max_episode_nbytes(2, 512, 16) == 2 * approx_nbytes(step) + approx_nbytes(end) == 7312
 
 
 def test_empty_config_file_is_refused_and_says_how_to_get_the_defaults(tmp_path: Path) -> None:
