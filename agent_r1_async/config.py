@@ -45,7 +45,8 @@ MAX_ACTORS = 1024
 """One buffer process serves every actor (records, credits, stats): more needs a sharded
 buffer, which this design does not have."""
 MAX_BUFFER_BYTES = 1 << 40
-"""1 TiB: the most episodes one buffer process is allowed to hold in memory."""
+"""1 TiB: a bound one buffer process's memory can actually reach (a larger one would bound
+nothing: the OS kills the process first); `launch` checks a local run against its machine."""
 
 
 def _require_seed(seed: int, key: str, count: int = 1) -> None:

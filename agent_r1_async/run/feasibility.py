@@ -30,6 +30,7 @@ _GIB = 1 << 30
 
 
 def check_feasible(cfg: RunConfig, address: str | None = None, resume: str | None = None) -> None:
+    """Raise a ConfigError if `launch` could not run `cfg` (joining `address`, resuming `resume`)."""
     batch_fits_buffer(cfg)
     if ray_address(cfg, address) is None:
         cpus_fit(cfg)
