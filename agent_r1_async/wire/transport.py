@@ -21,10 +21,15 @@ Flow-control invariants (ZeroMQ implementation)
   timeout the client socket is closed and re-created (the "lazy pirate" pattern), so a late
   reply can never be mistaken for the answer to the next request. The server sets
   ROUTER_MANDATORY: a reply to a peer that has gone raises inside `reply`, which returns False.
-- PUB/SUB: the publisher keeps at most `hwm` frames (default 1,000) per slow subscriber and
-  drops whole messages beyond that. libzmq counts frames, and a weights message is one frame
-  per tensor (~270 for SmolLM2), so the default holds about three versions of a 135M model:
-  a slow actor skips versions (only the newest matters) and memory stays bounded.
+- PUB/SUB: libzmq's high-water marks count whole *messages* (a multipart message of any
+  size is one), not frames or bytes. A weights message is a whole model, so the publisher's
+  SNDHWM is 1 (`DEFAULT_PUB_HWM`): a subscriber that stops reading holds at most two versions
+  in the publisher's process, the one waiting in its pipe and the one its TCP engine is
+  writing; later versions are dropped for it (only the newest matters). The bound is per
+  subscriber: with zero-copy sends, n stalled subscribers pin at most 2n versions (fewer when
+  they stalled on the same ones). Subscribers keep at most `DEFAULT_SUB_HWM` (2) received
+  versions in their own process. (Conflation is not an option: ZMQ_CONFLATE drops multipart
+  messages.) `tests/integration/test_pub_memory.py` measures it.
 - Receiving sockets set ZMQ_MAXMSGSIZE (`max_message_bytes`): a peer that sends a larger
   frame is disconnected by libzmq before the frame is buffered.
 - Sockets bind to loopback unless a host is given. Binding to port 0 picks a free port;
@@ -46,7 +51,10 @@ from typing import Protocol, runtime_checkable
 Frames = Sequence[bytes | memoryview | bytearray]
 
 DEFAULT_DATA_HWM = 10_000
-DEFAULT_PUB_HWM = 1000
+DEFAULT_PUB_HWM = 1
+"""Weights PUB SNDHWM in messages: a stalled subscriber pins <= 2 versions (module docstring)."""
+DEFAULT_SUB_HWM = 2
+"""Weights SUB RCVHWM in messages: what an actor holds between two polls."""
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 

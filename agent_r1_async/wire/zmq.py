@@ -17,6 +17,7 @@ from agent_r1_async.wire.transport import (
     DEFAULT_DATA_HWM,
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_PUB_HWM,
+    DEFAULT_SUB_HWM,
     Frames,
     Receiver,
 )
@@ -245,7 +246,7 @@ class ZmqSubscriber(_ZmqSocket):
         curve: CurveKeys | None = None,
     ) -> None:
         super().__init__(ctx, zmq.SUB, 0, curve)
-        self._sock.setsockopt(zmq.RCVHWM, DEFAULT_PUB_HWM)
+        self._sock.setsockopt(zmq.RCVHWM, DEFAULT_SUB_HWM)
         self._sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
         self._sock.setsockopt(zmq.SUBSCRIBE, b"")
         self._connect(endpoint)

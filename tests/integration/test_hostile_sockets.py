@@ -148,11 +148,19 @@ def test_weight_subscriber_counts_garbage_and_takes_the_next_good_version() -> N
             lambda: [stale],  # another schema version
             lambda: [m.encode(m.StatsRequest())],  # not a weights header at all
         ]
+        assert receiver.poll(300) is None  # drains the subscription loop's extra version 1s
         sent = 0
-        for _ in range(20):  # bursts below the subscriber's high-water mark: nothing dropped
+        for _ in range(20):
             for _ in range(100):
+                time.sleep(0.002)  # libzmq applies the reader's "pipe has room" at most ~1/ms
                 raw.publish(rng.choice(kinds)())
                 sent += 1
+                # One at a time: the weights PUB keeps 1 message per subscriber (SNDHWM 1,
+                # transport.py) and drops what comes while one waits; nothing may be dropped.
+                deadline = time.monotonic() + 10
+                while receiver.rejected < sent:
+                    assert receiver.poll(50) is None and time.monotonic() < deadline, sent
+            time.sleep(0.002)
             publisher.publish(2 + sent, weights)
             wait_for(lambda: receiver.poll(100) is not None or False, 10, "good version")
         assert receiver.rejected == sent and receiver.version == 2 + sent
