@@ -34,11 +34,13 @@ Flow-control invariants (ZeroMQ implementation)
   frame is disconnected by libzmq before the frame is buffered.
 - Sockets bind to loopback unless a host is given. Binding to port 0 picks a free port;
   `.endpoint` is the address peers connect to.
-- Authentication (`curve=CurveKeys`): binding sockets are CurveZMQ servers, connecting
-  sockets are clients. A ZAP authenticator in each binding process admits only the run's
-  client public key, so a peer without the run's keys can neither inject records nor pose as
-  the weight publisher (a subscriber verifies the server key). `launch` generates the keys
-  and hands them to the processes through Ray.
+- Authentication (`curve=CurveKeys`, wire/curve.py; `launch.curve`, on by default): binding
+  sockets are CurveZMQ servers, connecting sockets clients, each process with its own client
+  key pair. A ZAP authenticator in each binding process admits only the run's client public
+  keys and names each peer by its key (ZAP User-Id), which receiving sockets expose as
+  `.user_id` for the role checks (wire/roles.py). A peer without a run key can neither
+  connect, inject records, subscribe to the weights nor pose as a server (clients verify the
+  server key). `launch` generates the keys and hands each process its own through Ray.
 - Shutdown: `close()` uses a bounded linger (`linger_ms`, default 1 s for senders, 0 for
   receivers) so queued outgoing messages get a chance to leave but close never hangs.
 """
@@ -69,6 +71,8 @@ class Pusher(Protocol):
 @runtime_checkable
 class Puller(Protocol):
     endpoint: str
+    user_id: str | None
+    """The authenticated sender of the last message `recv` returned (wire/roles.py)."""
 
     def recv(self, timeout_ms: int | None = None) -> list[memoryview] | None: ...
     def close(self) -> None: ...
@@ -85,6 +89,8 @@ class Client(Protocol):
 @runtime_checkable
 class Server(Protocol):
     endpoint: str
+    user_id: str | None
+    """The authenticated sender of the last request `recv` returned (wire/roles.py)."""
 
     def recv(self, timeout_ms: int | None = None) -> tuple[bytes, list[bytes]] | None: ...
     def reply(self, peer: bytes, frames: Frames) -> bool: ...
