@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_r1_async.config import RunConfig, config_from_dict
+from agent_r1_async.config import config_from_dict
 from agent_r1_async.run.launch import run_keys
 from agent_r1_async.run.supervisor import actor_ids
 from agent_r1_async.wire import messages as m
@@ -77,8 +77,7 @@ def test_a_default_tiny_launch_refuses_a_stranger(tmp_path: Path) -> None:
     try:
         metrics = _await_updates(proc, tmp_path, 1)
         endpoints = json.loads((metrics.parent / "endpoints.json").read_text())
-        cfg: RunConfig = config_from_dict({})
-        assert cfg.launch.curve
+        assert config_from_dict({}).launch.curve  # the run above used the default
         _stranger_tries(endpoints)
         out, _ = proc.communicate(timeout=300)
         assert proc.returncode == 0, out[-3000:]
@@ -90,3 +89,8 @@ def test_a_default_tiny_launch_refuses_a_stranger(tmp_path: Path) -> None:
     assert [r["update"] for r in rows] == [1, 2, 3]  # the version never jumped to 10**9
     last = rows[-1]
     assert last.get("buffer/drops/invalid_record", 0) == 0, last  # not one stranger record
+    # The run's own processes passed every role check, each actor under its own key.
+    refused = [k for k in last if k.startswith(("buffer/drops/unauthorized",
+                                               "buffer/drops/invalid_stats"))]
+    assert refused == [], refused
+    assert last["actor/actor-0/policy_version"] >= 1 and last["actor/actor-1/policy_version"] >= 1
