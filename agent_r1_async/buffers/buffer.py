@@ -3,10 +3,16 @@
 `TrajectoryBuffer` is what the service drives (and what unit tests drive directly, with a
 fake clock). Data flow:
 
-    ingest(StepRecord | EpisodeEnd)  -> Assembler -> ready groups -> (stale? drop) -> GroupStore
+    ingest(StepRecord | EpisodeEnd)  -> granted to its actor? -> range checks -> Assembler
+                                     -> ready groups -> (stale? drop) -> GroupStore
     grant(actor, n)                  -> min(admission capacity, rate-limiter room), 0 if memory full
     try_sample(k, version)           -> drop stale, rate-limiter check, GroupStore.sample
     tick()                           -> timeouts (dead actors, missing steps, unused credits)
+
+Only groups granted to the record's actor are assembled: a record of any other group is refused
+(`invalid_record/ungranted`) and keeps nothing, so foreign records can neither take admission
+credits nor memory. With an authenticated `sender` (CurveZMQ) a record or ActorStats must also
+come from the actor it names (`identity`; wire/roles.py).
 
 Memory bound: when the stored + assembling bytes reach `max_bytes`, credits stop ("memory_full").
 Groups already granted still complete and are kept (bounded overshoot of at most the
