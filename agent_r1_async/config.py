@@ -488,8 +488,8 @@ class LaunchConfig(_Section):
     """Run name (prefix of the run directory and the W&B run)."""
     bind_host: str = "127.0.0.1"
     """Host the ZeroMQ sockets bind to (loopback unless a cluster needs more)."""
-    curve: bool = False
-    """Encrypt and authenticate sockets with CurveZMQ keys generated at launch."""
+    curve: bool = True
+    """Authenticate (and encrypt) every ZeroMQ socket with CurveZMQ keys that `launch` generates for the run, one client key pair per process (wire/curve.py), so that only the run's own processes connect and each has its role (wire/roles.py). false = explicit opt-out on one machine: any local process that reaches the sockets is then trusted."""
     num_cpus: int = 0
     """CPUs of the embedded Ray (0 = all of this machine's)."""
     max_wall_time_s: float = 0.0

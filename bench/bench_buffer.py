@@ -38,13 +38,19 @@ from agent_r1_async.wire.zmq import ZmqTransport
 STEPS, GROUP = 4, 4
 
 
-def make_frames(n_records: int, seed: int = 0) -> list[bytes]:
-    """Encoded records of whole groups: GROUP episodes × (STEPS steps + 1 end)."""
+def n_groups(n_records: int) -> int:
+    return math.ceil(n_records / (GROUP * (STEPS + 1)))
+
+
+def make_frames(n_records: int, seed: int = 0, group_ids: list[str] | None = None) -> list[bytes]:
+    """Encoded records of whole groups: GROUP episodes × (STEPS steps + 1 end). `group_ids`:
+    ids the service granted (it refuses records of other groups); by default ids of the same
+    length, for the raw baseline."""
     rng = random.Random(seed)
     frames: list[bytes] = []
     g = 0
     while len(frames) < n_records:
-        gid = f"g{g}"
+        gid = group_ids[g] if group_ids is not None else f"00000000-{g}"
         for e in range(GROUP):
             eid = f"{gid}-e{e}"
             for i in range(STEPS):
@@ -62,9 +68,10 @@ def make_frames(n_records: int, seed: int = 0) -> list[bytes]:
     return frames
 
 
-def _sender(endpoint: str, n_records: int, ready: mp.Event) -> None:
+def _sender(endpoint: str, n_records: int, ready: mp.Event,
+            group_ids: list[str] | None = None) -> None:
     """A bare PUSH socket (no per-message poll), so the sender is not the bottleneck."""
-    frames = make_frames(n_records)
+    frames = make_frames(n_records, group_ids=group_ids)
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PUSH)
     sock.setsockopt(zmq.SNDHWM, 10_000)
@@ -76,10 +83,10 @@ def _sender(endpoint: str, n_records: int, ready: mp.Event) -> None:
     ctx.term()
 
 
-def _start_sender(endpoint: str, n: int) -> mp.Process:
+def _start_sender(endpoint: str, n: int, group_ids: list[str] | None = None) -> mp.Process:
     ctx = mp.get_context("spawn")
     ready = ctx.Event()
-    proc = ctx.Process(target=_sender, args=(endpoint, n, ready), daemon=True)
+    proc = ctx.Process(target=_sender, args=(endpoint, n, ready, group_ids), daemon=True)
     proc.start()
     ready.wait(60)
     return proc
@@ -106,9 +113,13 @@ def bench_raw(n: int) -> tuple[float, float, int]:
 def bench_service(n: int) -> tuple[float, float, m.BufferStats]:
     """Records/s through BufferService (decode, validate, assemble, store)."""
     transport = ZmqTransport()
-    cfg = BufferConfig(max_bytes=8 << 30, snapshot_interval_s=0.0)
+    groups = n_groups(n)  # credits for all of them up front: staleness and rate never bind
+    cfg = BufferConfig(max_bytes=8 << 30, snapshot_interval_s=0.0, max_staleness=groups,
+                       spi_tolerance=float(groups + 1))
     service = BufferService(cfg, AlgorithmConfig(group_size=GROUP), transport)
-    proc = _start_sender(service.data_endpoint, n)
+    group_ids = service.buffer.grant("a0", groups).group_ids
+    assert len(group_ids) == groups, f"{len(group_ids)} of {groups} credits"
+    proc = _start_sender(service.data_endpoint, n, group_ids)
     service.start()
     buf = service.buffer
     while buf.records == 0:

@@ -32,13 +32,21 @@ from agent_r1_async.wire.zmq import ZmqTransport
 GROUP = 2  # episodes per group (AlgorithmConfig.group_size below)
 
 
-def _push(endpoint: str, stop_at: float) -> None:
-    """Push complete groups (one step + an end per episode) as fast as the pipe takes them."""
+def _push(endpoint: str, control_endpoint: str, stop_at: float) -> None:
+    """Push complete groups (one step + an end per episode) as fast as the pipe takes them,
+    under credits of 1,000 groups at a time (the buffer refuses groups it never granted)."""
     transport = ZmqTransport()
     pusher = transport.pusher(endpoint)
+    credits = BufferClient(transport, control_endpoint, "actor", "load")
+    group_ids: list[str] = []
     n = 0
     while time.monotonic() < stop_at:
-        gid = f"load-{n}"
+        if not group_ids:
+            group_ids = credits.request_credits(1000).group_ids
+            if not group_ids:
+                time.sleep(0.01)
+                continue
+        gid = group_ids.pop()
         for e in range(GROUP):
             eid = f"{gid}-{e}"
             step = m.StepRecord(eid, gid, "t", "load", "bench", 0, m.TokenIds(list(range(128))),
@@ -48,6 +56,7 @@ def _push(endpoint: str, stop_at: float) -> None:
             pusher.send([m.encode(step)], timeout_ms=100)
             pusher.send([m.encode(end)], timeout_ms=100)
         n += 1
+    credits.close()
     pusher.close()
     transport.close()
 
@@ -99,13 +108,16 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     args = ap.parse_args()
     transport = ZmqTransport()
-    cfg = BufferConfig(gc_freeze=False, snapshot_interval_s=0)
+    # Credits never bind: the load is as heavy as the pipe allows, as before groups needed them.
+    cfg = BufferConfig(gc_freeze=False, snapshot_interval_s=0, max_staleness=1_000_000,
+                       spi_tolerance=1e7)
     service = BufferService(cfg, AlgorithmConfig(group_size=GROUP), transport)
     service.start()
     try:
         quiet = _clients(service.control_endpoint, args.clients, args.seconds)
         pusher = mp.get_context("spawn").Process(
-            target=_push, args=(service.data_endpoint, time.monotonic() + args.seconds + 5)
+            target=_push, args=(service.data_endpoint, service.control_endpoint,
+                                time.monotonic() + args.seconds + 5)
         )
         pusher.start()
         time.sleep(2.0)  # the pusher's interpreter starts and the data is flowing

@@ -160,6 +160,10 @@ class Assembler:
     def has_group(self, group_id: str) -> bool:
         return group_id in self._groups
 
+    def closed(self, group_id: str) -> bool:
+        """Whether `group_id` was assembled or dropped lately (its records are late)."""
+        return group_id in self._closed
+
     def drain(self) -> tuple[list[ReadyGroup], list[str]]:
         """Groups that became ready, and ids of groups dropped, since the last call."""
         ready, dropped = self._ready, self._dropped

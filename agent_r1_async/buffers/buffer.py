@@ -3,10 +3,16 @@
 `TrajectoryBuffer` is what the service drives (and what unit tests drive directly, with a
 fake clock). Data flow:
 
-    ingest(StepRecord | EpisodeEnd)  -> Assembler -> ready groups -> (stale? drop) -> GroupStore
+    ingest(StepRecord | EpisodeEnd)  -> granted to its actor? -> range checks -> Assembler
+                                     -> ready groups -> (stale? drop) -> GroupStore
     grant(actor, n)                  -> min(admission capacity, rate-limiter room), 0 if memory full
     try_sample(k, version)           -> drop stale, rate-limiter check, GroupStore.sample
     tick()                           -> timeouts (dead actors, missing steps, unused credits)
+
+Only groups granted to the record's actor are assembled: a record of any other group is refused
+(`invalid_record/ungranted`) and keeps nothing, so foreign records can neither take admission
+credits nor memory. With an authenticated `sender` (CurveZMQ) a record or ActorStats must also
+come from the actor it names (`identity`; wire/roles.py).
 
 Memory bound: when the stored + assembling bytes reach `max_bytes`, credits stop ("memory_full").
 Groups already granted still complete and are kept (bounded overshoot of at most the
@@ -28,6 +34,7 @@ from agent_r1_async.buffers.staleness import AdmissionControl
 from agent_r1_async.buffers.store import GroupStore, StoredGroup, describe
 from agent_r1_async.buffers.validate import RecordBounds, check_record, check_stats
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
+from agent_r1_async.wire import roles
 from agent_r1_async.wire.messages import (
     ActorStats,
     BufferStats,
@@ -120,10 +127,18 @@ class TrajectoryBuffer:
         return RecordBounds(c.vocab_size, c.max_model_len, c.max_steps, self._max_group_size,
                             self.version + 1)
 
-    def ingest(self, msg: StepRecord | EpisodeEnd | ActorStats) -> None:
+    def ingest(
+        self, msg: StepRecord | EpisodeEnd | ActorStats, sender: str | None = None
+    ) -> None:
+        """`sender`: the authenticated identity of the peer that sent `msg` (wire/roles.py),
+        None when the transport does not authenticate."""
         self.records += 1
         if isinstance(msg, ActorStats):
-            self._ingest_stats(msg)
+            self._ingest_stats(msg, sender)
+            return
+        reason, detail = self._origin(msg, sender)
+        if reason:  # not this sender's group: count it, touch nothing of the group's state
+            self._count_refusal(reason, detail)
             return
         reason, detail = check_record(msg, self.bounds())
         if reason:
@@ -132,15 +147,27 @@ class TrajectoryBuffer:
             self.admission.on_record(msg.group_id, msg.actor_id)
         self._collect()
 
+    def _origin(self, msg: StepRecord | EpisodeEnd, sender: str | None) -> tuple[str, str]:
+        """Why a record may not enter its group at all, or ("", ""): its authenticated sender
+        is not its actor (`identity`), or its group was never granted to its actor
+        (`ungranted`: such records used to take an admission credit each, and 4 of them
+        stalled a run for `episode_timeout_s`). Records of a group already closed pass, and
+        assembly counts them `late_record`."""
+        if roles.not_this_actor(sender, msg.actor_id):
+            return "identity", f"record of actor {msg.actor_id!r} sent by {sender!r}"
+        owner = self.admission.owner(msg.group_id)
+        if owner is None and not self.assembler.closed(msg.group_id):
+            return "ungranted", f"group {msg.group_id!r} was never granted"
+        if owner is not None and owner != msg.actor_id:
+            return "ungranted", f"group {msg.group_id!r} was granted to {owner!r}, not " \
+                                f"{msg.actor_id!r}"
+        return "", ""
+
     def _refuse(self, msg: StepRecord | EpisodeEnd, reason: str, detail: str) -> None:
         """Count a refused record; its episode can never be whole, so when its group holds a
         credit (granted or assembling) the episode is dropped now and a group left with
         nothing to wait for releases its credit at once (not after episode_timeout_s)."""
-        self.drops["invalid_record"] += 1
-        self.drops[f"invalid_record/{reason}"] += 1
-        if self.drops["invalid_record"] <= 10 or self.drops["invalid_record"] % 1000 == 0:
-            log.warning("buffer: record refused (%d so far): %s", self.drops["invalid_record"],
-                        detail)
+        self._count_refusal(reason, detail)
         if not (self.assembler.has_group(msg.group_id) or self.admission.holds(msg.group_id)):
             return  # a group nobody granted: nothing to release, nothing to remember
         # The group's size, so that it waits for its other episodes: the refused end's own
@@ -151,9 +178,18 @@ class TrajectoryBuffer:
         if self.assembler.reject(msg, self._clock(), size):
             self.admission.on_record(msg.group_id, msg.actor_id)
 
-    def _ingest_stats(self, msg: ActorStats) -> None:
-        """Keep sane reports of at most `max_actors` actor ids (each id is a metrics key)."""
-        reason = check_stats(msg, self.bounds())
+    def _count_refusal(self, reason: str, detail: str) -> None:
+        self.drops["invalid_record"] += 1
+        self.drops[f"invalid_record/{reason}"] += 1
+        if self.drops["invalid_record"] <= 10 or self.drops["invalid_record"] % 1000 == 0:
+            log.warning("buffer: record refused (%d so far): %s", self.drops["invalid_record"],
+                        detail)
+
+    def _ingest_stats(self, msg: ActorStats, sender: str | None = None) -> None:
+        """Keep sane reports of at most `max_actors` actor ids (each id is a metrics key),
+        each only from the actor it names when senders are authenticated."""
+        reason = "identity" if roles.not_this_actor(sender, msg.actor_id) else ""
+        reason = reason or check_stats(msg, self.bounds())
         if reason:
             self.drops[f"invalid_stats/{reason}"] += 1
         elif msg.actor_id in self.actor_stats or len(self.actor_stats) < self._max_actors:

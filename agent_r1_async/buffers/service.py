@@ -22,6 +22,14 @@ loop. `buffer.records` counts records (the items of a Batch each), not frames. A
 SampleRequest's wait is finite and capped (`_MAX_PARK_S`), and each peer has at most one
 parked request. Replies go out with ROUTER_MANDATORY: a reply to a peer that left is dropped.
 
+Who may send what (wire/roles.py): with CurveZMQ each message carries its sender's
+authenticated identity (the sockets' `.user_id`). VersionUpdate and SampleRequest come from the
+learner's key only, a CreditRequest only from the actor it names, records and ActorStats only
+from the actor they name; anything else is answered with `ErrorReply` and counted
+(`drops["unauthorized/<request>"]`, `invalid_record/identity`, `invalid_stats/identity`).
+Records of groups never granted to their actor are refused (`invalid_record/ungranted`) in
+every mode and never take an admission credit.
+
 The thread never dies silently: each part of the loop (wait, data, control, tick, parked,
 snapshot) runs under a guard that counts an exception (`drops["loop_error/<part>"]`) and logs
 it with its traceback; a part that fails `_MAX_CONSECUTIVE_ERRORS` times in a row is broken
@@ -47,6 +55,7 @@ from agent_r1_async.buffers.buffer import TrajectoryBuffer
 from agent_r1_async.buffers.snapshot import load_snapshot, save_snapshot
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
 from agent_r1_async.wire import messages as m
+from agent_r1_async.wire import roles
 from agent_r1_async.wire.transport import Transport
 
 log = logging.getLogger(__name__)
@@ -238,9 +247,10 @@ class BufferService:
                 budget -= 1
                 continue
             budget -= len(msgs)
+            sender = self._puller.user_id  # who authenticated the message (CurveZMQ), or None
             for msg in msgs:
                 try:
-                    self.buffer.ingest(msg)
+                    self.buffer.ingest(msg, sender)
                 except Exception as e:  # a record no check foresaw must not stop the service
                     self.buffer.drops["ingest_error"] += 1
                     log.error("buffer: record refused: %s: %s", type(e).__name__, e)
@@ -252,7 +262,7 @@ class BufferService:
                 return
             peer, frames = got
             try:
-                reply = self._handle(peer, frames)
+                reply = self._handle(peer, frames, self._server.user_id)
             except Exception as e:  # a request no check foresaw must not stop the service
                 self.buffer.drops["request_error"] += 1
                 log.error("buffer: request failed: %s: %s", type(e).__name__, e)
@@ -260,8 +270,11 @@ class BufferService:
             if reply is not None:
                 self._reply(peer, reply)
 
-    def _handle(self, peer: bytes, frames: list[bytes]) -> m.ControlMessage | None:
-        """The reply to one control request (None when the request was parked)."""
+    def _handle(
+        self, peer: bytes, frames: list[bytes], sender: str | None = None
+    ) -> m.ControlMessage | None:
+        """The reply to one control request (None when the request was parked). `sender`:
+        the peer's authenticated identity (wire/roles.py), None without CurveZMQ."""
         try:
             if len(frames) != 1:
                 raise m.WireError(f"expected 1 frame, got {len(frames)}")
@@ -269,6 +282,11 @@ class BufferService:
         except m.WireError as e:
             self.buffer.drops["malformed"] += 1
             return m.ErrorReply(f"malformed control frame: {e}")
+        denied = self._denied(req, sender)
+        if denied:
+            self.buffer.drops["unauthorized"] += 1
+            self.buffer.drops[f"unauthorized/{type(req).__name__}"] += 1
+            return m.ErrorReply(f"{type(req).__name__} from {sender!r}: {denied}")
         if isinstance(req, m.Hello):
             return m.check_hello(req)
         if isinstance(req, m.CreditRequest):
@@ -282,6 +300,19 @@ class BufferService:
             return self._sample(peer, req)
         self.buffer.drops["unexpected_message"] += 1
         return m.ErrorReply(f"the buffer does not serve {type(req).__name__} requests")
+
+    @staticmethod
+    def _denied(req: m.ControlMessage, sender: str | None) -> str:
+        """Why `sender` may not make this request ("" if it may). A stranger's
+        VersionUpdate(10**9) froze a run for good, and its SampleRequest stole groups."""
+        if isinstance(req, (m.VersionUpdate, m.SampleRequest)) and roles.learner_only(sender):
+            return "only the learner may send it"
+        if isinstance(req, m.CreditRequest) and roles.not_this_actor(sender, req.actor_id):
+            return f"credits for {req.actor_id!r} go to that actor only"
+        if isinstance(req, m.Hello) and sender is not None and (
+                (req.role == "learner") != (sender == roles.LEARNER)):
+            return f"this key is not a {req.role}'s"
+        return ""
 
     def _sample(self, peer: bytes, req: m.SampleRequest) -> m.ControlMessage | None:
         if req.num_groups < 1 or not (math.isfinite(req.timeout_s) and req.timeout_s >= 0):

@@ -88,20 +88,24 @@ class AdmissionControl:
         """Whether `group_id` holds a credit now (granted or tracked, not yet done)."""
         return group_id in self._in_flight
 
+    def owner(self, group_id: str) -> str | None:
+        """The actor `group_id` was granted to, None when it holds no credit."""
+        credit = self._in_flight.get(group_id)
+        return None if credit is None else credit.actor_id
+
     def on_record(self, group_id: str, actor_id: str) -> None:
         """A record of `group_id` arrived: its credit is now in use.
 
-        Group ids are minted here alone (`grant`) and actors use them as they are. A group id
-        this object never granted (a buffer restarted without a snapshot, a foreign sender) is
-        counted in `unbudgeted` and tracked from now on like a granted one, so it still
-        releases its slot when it completes or is dropped.
+        Group ids are minted here alone (`grant`) and actors use them as they are. The buffer
+        refuses records of groups that hold no credit (`ungranted`) before they get here; one
+        that still arrives is counted in `unbudgeted` and never takes a credit (a foreign
+        sender could otherwise fill the admission budget with groups nobody will finish).
         """
         credit = self._in_flight.get(group_id)
         if credit is not None:
             credit.started = True
             return
         self.unbudgeted += 1
-        self._in_flight[group_id] = _Credit(actor_id, self._clock(), started=True)
 
     def on_accepted(self, group_id: str) -> None:
         """The group completed into the buffer."""

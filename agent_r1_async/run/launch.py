@@ -16,6 +16,7 @@ sinks), warm_start.py, evaluate.py (held-out tables), run_dir.py, report.py.
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import time
@@ -31,12 +32,14 @@ from agent_r1_async.run.run_dir import make_run_dir
 from agent_r1_async.run.supervisor import (
     EnvFailing,
     Supervisor,
+    actor_ids,
     ray_address,
     start_ray,
     stop_ray,
 )
 from agent_r1_async.run.warm_start import prepare_start
-from agent_r1_async.wire.zmq import CurveKeys
+from agent_r1_async.wire.curve import RunKeys
+from agent_r1_async.wire.roles import LEARNER
 
 
 def preflight(cfg: RunConfig, address: str | None = None, resume: str | None = None) -> None:
@@ -85,6 +88,15 @@ def env_preflight(cfg: RunConfig, command: str, split: str | None = None) -> Non
     if command == "sft" and (cfg.sft.eval_before or cfg.sft.eval_after):
         splits.setdefault(env.eval_split, 1)
     preflight_env(env, splits)
+
+
+def run_keys(cfg: RunConfig, address: str | None) -> RunKeys | None:
+    """The run's own CurveZMQ keys: one client key pair for the learner and one per actor
+    (their identities, wire/roles.py), generated fresh for every launch; None only with
+    `launch.curve: false` on one machine (joining a cluster always authenticates)."""
+    if not cfg.launch.curve and ray_address(cfg, address) is None:
+        return None
+    return RunKeys.generate([LEARNER, *actor_ids(cfg)])
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
@@ -157,9 +169,8 @@ def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None
         start_ray(cfg, address)
         signal.signal(signal.SIGTERM, _raise_interrupt)  # ray.init installed its own handler
         # Keys travel to the processes as Ray task arguments; they never touch a ZMQ socket.
-        joined = ray_address(cfg, address) is not None
-        curve = CurveKeys.generate() if cfg.launch.curve or joined else None
-        sup = Supervisor(cfg, run_dir, resume=bool(resume), curve=curve)
+        sup = Supervisor(cfg, run_dir, resume=bool(resume), curve=run_keys(cfg, address))
+        (run_dir / "endpoints.json").write_text(json.dumps(sup.endpoints))  # for operators
         # loop
         version, stop_reason = _train(cfg, sup, logger)
     except KeyboardInterrupt:

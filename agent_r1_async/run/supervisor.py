@@ -24,7 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from agent_r1_async.config import RunConfig
-from agent_r1_async.wire.zmq import CurveKeys
+from agent_r1_async.wire.curve import RunKeys, keys_for
+from agent_r1_async.wire.roles import LEARNER
+
+
+def actor_ids(cfg: RunConfig) -> list[str]:
+    """The actors' ids, which are also their CurveZMQ identities (wire/roles.py)."""
+    return [f"actor-{i}" for i in range(cfg.actors.num_actors)]
 
 
 def _cpus_needed(cfg: RunConfig) -> float:
@@ -84,7 +90,7 @@ class LearnerGroup:
     """`learner.world_size` LearnerHost ranks in a placement group, started as one unit."""
 
     def __init__(self, cfg: RunConfig, run_dir: Path, control_endpoint: str, resume: bool,
-                 curve: CurveKeys | None) -> None:
+                 curve: RunKeys | None) -> None:
         import ray
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -100,7 +106,7 @@ class LearnerGroup:
         self.ranks = [
             cls.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
                 placement_group=self.pg, placement_group_bundle_index=r)).remote(
-                cfg, r, str(run_dir), curve)
+                cfg, r, str(run_dir), keys_for(curve, LEARNER, binds=True))
             for r in range(lc.world_size)
         ]
         master = ray.get(self.ranks[0].rendezvous.remote())
@@ -134,7 +140,7 @@ class LearnerGroup:
 class Supervisor:
     """Starts the processes and keeps the actors' run loops alive."""
 
-    def __init__(self, cfg: RunConfig, run_dir: Path, resume: bool, curve: CurveKeys | None) -> None:
+    def __init__(self, cfg: RunConfig, run_dir: Path, resume: bool, curve: RunKeys | None) -> None:
         import ray
 
         from agent_r1_async.run.hosts import ActorHost, BufferHost
@@ -144,7 +150,7 @@ class Supervisor:
         self.run_dir, self.curve = run_dir, curve
         self.learner_restarts = 0
         self.buffer = ray.remote(num_cpus=0.5, max_concurrency=4)(BufferHost).remote(
-            cfg, str(run_dir / "buffer"), curve, resume
+            cfg, str(run_dir / "buffer"), keys_for(curve, None, binds=True), resume
         )
         self.endpoints: dict[str, str] = ray.get(self.buffer.endpoints.remote())
         self.learner = LearnerGroup(cfg, run_dir, self.endpoints["control"], resume, curve)
@@ -155,9 +161,9 @@ class Supervisor:
             max_restarts=cfg.actors.max_restarts,
             max_concurrency=2,
         )(ActorHost)
-        self.actors = [
-            actor_cls.remote(cfg, f"actor-{i}", self.endpoints, curve, str(run_dir / "logs"))
-            for i in range(cfg.actors.num_actors)
+        self.actors = [  # each actor with its own client key and no server secret
+            actor_cls.remote(cfg, a, self.endpoints, keys_for(curve, a), str(run_dir / "logs"))
+            for a in actor_ids(cfg)
         ]
         self.runs = {a.run.remote(): i for i, a in enumerate(self.actors)}
         self.restarts = [0] * len(self.actors)

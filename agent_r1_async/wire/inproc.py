@@ -52,6 +52,7 @@ class _Hub:
 
 class _InProcReceiver:
     endpoint = ""
+    user_id: str | None = None  # nothing in one process is authenticated
     queue: queue.Queue
 
     def close(self) -> None:

@@ -21,19 +21,26 @@ Flow-control invariants (ZeroMQ implementation)
   timeout the client socket is closed and re-created (the "lazy pirate" pattern), so a late
   reply can never be mistaken for the answer to the next request. The server sets
   ROUTER_MANDATORY: a reply to a peer that has gone raises inside `reply`, which returns False.
-- PUB/SUB: the publisher keeps at most `hwm` frames (default 1,000) per slow subscriber and
-  drops whole messages beyond that. libzmq counts frames, and a weights message is one frame
-  per tensor (~270 for SmolLM2), so the default holds about three versions of a 135M model:
-  a slow actor skips versions (only the newest matters) and memory stays bounded.
+- PUB/SUB: libzmq's high-water marks count whole *messages* (a multipart message of any
+  size is one), not frames or bytes. A weights message is a whole model, so the publisher's
+  SNDHWM is 1 (`DEFAULT_PUB_HWM`): a subscriber that stops reading holds at most two versions
+  in the publisher's process, the one waiting in its pipe and the one its TCP engine is
+  writing; later versions are dropped for it (only the newest matters). The bound is per
+  subscriber: with zero-copy sends, n stalled subscribers pin at most 2n versions (fewer when
+  they stalled on the same ones). Subscribers keep at most `DEFAULT_SUB_HWM` (2) received
+  versions in their own process. (Conflation is not an option: ZMQ_CONFLATE drops multipart
+  messages.) `tests/integration/test_pub_memory.py` measures it.
 - Receiving sockets set ZMQ_MAXMSGSIZE (`max_message_bytes`): a peer that sends a larger
   frame is disconnected by libzmq before the frame is buffered.
 - Sockets bind to loopback unless a host is given. Binding to port 0 picks a free port;
   `.endpoint` is the address peers connect to.
-- Authentication (`curve=CurveKeys`): binding sockets are CurveZMQ servers, connecting
-  sockets are clients. A ZAP authenticator in each binding process admits only the run's
-  client public key, so a peer without the run's keys can neither inject records nor pose as
-  the weight publisher (a subscriber verifies the server key). `launch` generates the keys
-  and hands them to the processes through Ray.
+- Authentication (`curve=CurveKeys`, wire/curve.py; `launch.curve`, on by default): binding
+  sockets are CurveZMQ servers, connecting sockets clients, each process with its own client
+  key pair. A ZAP authenticator in each binding process admits only the run's client public
+  keys and names each peer by its key (ZAP User-Id), which receiving sockets expose as
+  `.user_id` for the role checks (wire/roles.py). A peer without a run key can neither
+  connect, inject records, subscribe to the weights nor pose as a server (clients verify the
+  server key). `launch` generates the keys and hands each process its own through Ray.
 - Shutdown: `close()` uses a bounded linger (`linger_ms`, default 1 s for senders, 0 for
   receivers) so queued outgoing messages get a chance to leave but close never hangs.
 """
@@ -46,7 +53,10 @@ from typing import Protocol, runtime_checkable
 Frames = Sequence[bytes | memoryview | bytearray]
 
 DEFAULT_DATA_HWM = 10_000
-DEFAULT_PUB_HWM = 1000
+DEFAULT_PUB_HWM = 1
+"""Weights PUB SNDHWM in messages: a stalled subscriber pins <= 2 versions (module docstring)."""
+DEFAULT_SUB_HWM = 2
+"""Weights SUB RCVHWM in messages: what an actor holds between two polls."""
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
@@ -61,6 +71,8 @@ class Pusher(Protocol):
 @runtime_checkable
 class Puller(Protocol):
     endpoint: str
+    user_id: str | None
+    """The authenticated sender of the last message `recv` returned (wire/roles.py)."""
 
     def recv(self, timeout_ms: int | None = None) -> list[memoryview] | None: ...
     def close(self) -> None: ...
@@ -77,6 +89,8 @@ class Client(Protocol):
 @runtime_checkable
 class Server(Protocol):
     endpoint: str
+    user_id: str | None
+    """The authenticated sender of the last request `recv` returned (wire/roles.py)."""
 
     def recv(self, timeout_ms: int | None = None) -> tuple[bytes, list[bytes]] | None: ...
     def reply(self, peer: bytes, frames: Frames) -> bool: ...

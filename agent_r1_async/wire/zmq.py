@@ -1,7 +1,8 @@
 """The ZeroMQ transport (the flow-control invariants are in `transport.py`'s docstring).
 
-CurveZMQ: binding sockets are servers, connecting sockets clients; a ZAP authenticator in each
-binding process admits only the run's client public key.
+CurveZMQ (wire/curve.py): binding sockets are servers, connecting sockets clients; a ZAP
+authenticator in each binding process admits only the run's client public keys and names each
+peer (`.user_id` on receiving sockets).
 """
 
 from __future__ import annotations
@@ -9,45 +10,17 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-import msgspec
 import zmq
-import zmq.auth.thread
 
+from agent_r1_async.wire.curve import ZAP_DOMAIN, CurveKeys, RunAuthenticator
 from agent_r1_async.wire.transport import (
     DEFAULT_DATA_HWM,
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_PUB_HWM,
+    DEFAULT_SUB_HWM,
     Frames,
     Receiver,
 )
-
-ZAP_DOMAIN = "agent-r1-async"
-
-
-
-class CurveKeys(msgspec.Struct, frozen=True):
-    """One run's CurveZMQ keys (Z85 text): the servers' key pair and the clients' key pair."""
-
-    server_public: bytes
-    server_secret: bytes
-    client_public: bytes
-    client_secret: bytes
-
-    @classmethod
-    def generate(cls) -> CurveKeys:
-        server_public, server_secret = zmq.curve_keypair()
-        client_public, client_secret = zmq.curve_keypair()
-        return cls(server_public, server_secret, client_public, client_secret)
-
-
-class _AllowClientKey:
-    """ZAP credentials provider: only the run's client public key may connect."""
-
-    def __init__(self, client_public: bytes) -> None:
-        self._allowed = client_public
-
-    def callback(self, domain: str, key: bytes) -> bool:
-        return key == self._allowed  # pyzmq hands the client key over Z85-encoded
 
 
 class _ZmqSocket:
@@ -58,9 +31,24 @@ class _ZmqSocket:
         self._sock.setsockopt(zmq.LINGER, linger_ms)
         self._curve = curve
         self.endpoint = ""
+        self.user_id: str | None = None
+        """Receiving sockets: the authenticated identity (ZAP User-Id) of the sender of the
+        message `recv` returned last; None without CurveZMQ."""
+
+    def _sender(self, frame: zmq.Frame) -> str | None:
+        """The ZAP User-Id libzmq attached to `frame` (CurveZMQ only)."""
+        if self._curve is None:
+            return None
+        try:
+            return frame.get("User-Id")
+        except zmq.ZMQError:  # no such property: the peer did not go through ZAP
+            return None
 
     def _bind(self, endpoint: str) -> None:
         if self._curve is not None:
+            if not self._curve.server_secret:
+                raise ValueError(f"cannot bind {endpoint}: this process's CurveZMQ keys hold "
+                                 "no server secret (it is not a server of the run)")
             self._sock.setsockopt(zmq.CURVE_SERVER, 1)
             self._sock.setsockopt(zmq.CURVE_SECRETKEY, self._curve.server_secret)
             self._sock.setsockopt(zmq.CURVE_PUBLICKEY, self._curve.server_public)
@@ -75,6 +63,9 @@ class _ZmqSocket:
 
     def _connect(self, endpoint: str) -> None:
         if self._curve is not None:
+            if not self._curve.client_secret:
+                raise ValueError(f"cannot connect to {endpoint}: this process's CurveZMQ keys "
+                                 "hold no client key pair")
             self._sock.setsockopt(zmq.CURVE_SERVERKEY, self._curve.server_public)
             self._sock.setsockopt(zmq.CURVE_PUBLICKEY, self._curve.client_public)
             self._sock.setsockopt(zmq.CURVE_SECRETKEY, self._curve.client_secret)
@@ -151,6 +142,7 @@ class ZmqPuller(_ZmqSocket):
             frame = self._sock.recv(zmq.NOBLOCK, copy=False)
         except zmq.Again:
             return None
+        self.user_id = self._sender(frame)
         frames = [memoryview(frame)]
         while frame.more:  # the rest of a multipart message is already here
             frame = self._sock.recv(copy=False)
@@ -209,8 +201,9 @@ class ZmqServer(_ZmqSocket):
     def recv(self, timeout_ms: int | None = None) -> tuple[bytes, list[bytes]] | None:
         if not self._poll(timeout_ms):
             return None
-        parts = self._sock.recv_multipart()
-        return parts[0], parts[1:]
+        parts = self._sock.recv_multipart(copy=False)
+        self.user_id = self._sender(parts[0])  # every frame of a message carries it
+        return parts[0].bytes, [p.bytes for p in parts[1:]]
 
     def reply(self, peer: bytes, frames: Frames) -> bool:
         try:
@@ -245,7 +238,7 @@ class ZmqSubscriber(_ZmqSocket):
         curve: CurveKeys | None = None,
     ) -> None:
         super().__init__(ctx, zmq.SUB, 0, curve)
-        self._sock.setsockopt(zmq.RCVHWM, DEFAULT_PUB_HWM)
+        self._sock.setsockopt(zmq.RCVHWM, DEFAULT_SUB_HWM)
         self._sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
         self._sock.setsockopt(zmq.SUBSCRIBE, b"")
         self._connect(endpoint)
@@ -277,16 +270,13 @@ class ZmqTransport:
     def __init__(self, ctx: zmq.Context | None = None, curve: CurveKeys | None = None) -> None:
         self.ctx = ctx or zmq.Context()
         self.curve = curve
-        self._auth: zmq.auth.thread.ThreadAuthenticator | None = None
+        self._auth: RunAuthenticator | None = None
 
     def _server_side(self) -> CurveKeys | None:
         """Binding sockets need the ZAP authenticator running in this process."""
         if self.curve is not None and self._auth is None:
-            self._auth = zmq.auth.thread.ThreadAuthenticator(self.ctx)
+            self._auth = RunAuthenticator(self.ctx, self.curve)
             self._auth.start()
-            self._auth.configure_curve_callback(
-                domain=ZAP_DOMAIN, credentials_provider=_AllowClientKey(self.curve.client_public)
-            )
         return self.curve
 
     def puller(self, endpoint: str, **kw: int) -> ZmqPuller:

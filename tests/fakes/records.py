@@ -100,13 +100,14 @@ def episode_records(
 
 
 def group_records(
-    group_id: str, rewards: list[float], *, version: int = 0, num_steps: int = 2
+    group_id: str, rewards: list[float], *, version: int = 0, num_steps: int = 2,
+    actor_id: str = "a0",
 ) -> list[StepRecord | EpisodeEnd]:
     """Records of a whole group: episode `<group>-e<j>` ends with `rewards[j]`, all ok."""
     out: list[StepRecord | EpisodeEnd] = []
     for j, r in enumerate(rewards):
         out += episode_records(f"{group_id}-e{j}", group_id, num_steps=num_steps, reward=r,
-                               version=version, group_size=len(rewards))
+                               version=version, group_size=len(rewards), actor_id=actor_id)
     return out
 
 

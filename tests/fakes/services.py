@@ -68,6 +68,20 @@ def push_records(transport: Transport, endpoint: str, records: Any) -> None:
         pusher.close()
 
 
+def granted(transport: Transport, control_endpoint: str, n: int, actor_id: str = "a0") -> list[str]:
+    """`n` group ids granted to `actor_id` by the real service (the buffer refuses records of
+    groups it never granted)."""
+    from agent_r1_async.wire.buffer_client import BufferClient
+
+    client = BufferClient(transport, control_endpoint, "actor", actor_id, timeout_s=5.0)
+    try:
+        ids = client.request_credits(n).group_ids
+    finally:
+        client.close()
+    assert len(ids) == n, f"{len(ids)} of {n} credits granted"
+    return ids
+
+
 def actor_config(backend: str, **engine: object) -> RunConfig:
     """A small actor run on the tiny model: groups of 2, 2 groups in flight, 8 new tokens."""
     return config_from_dict({

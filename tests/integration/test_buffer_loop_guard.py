@@ -20,7 +20,7 @@ from agent_r1_async.config import AlgorithmConfig, BufferConfig
 from agent_r1_async.wire.buffer_client import BufferClient
 from agent_r1_async.wire.zmq import ZmqTransport
 from tests.fakes.records import episode_records, group_records
-from tests.fakes.services import push_records
+from tests.fakes.services import granted, push_records
 
 
 @pytest.fixture
@@ -46,15 +46,16 @@ def test_outcomes_of_1e200_closed_by_tick_leave_the_service_serving(transport) -
     learner = BufferClient(transport, service.control_endpoint, "learner", "L", timeout_s=5.0)
     try:
         assert learner.connect().ok
+        huge_g, honest_g = granted(transport, service.control_endpoint, 2)
         huge = [r for j, x in enumerate((1e200, -1e200))
-                for r in episode_records(f"h{j}", "huge", reward=x, group_size=3)]
+                for r in episode_records(f"h{j}", huge_g, reward=x, group_size=3)]
         push_records(transport, service.data_endpoint, huge)
         _wait_for(lambda: service.metrics().drops.get("invalid_record/reward", 0) == 2)
         time.sleep(0.6)  # two group_wait_s: the tick that used to raise has run
         assert service.alive()
-        push_records(transport, service.data_endpoint, group_records("honest", [0.0, 1.0, 1.0]))
+        push_records(transport, service.data_endpoint, group_records(honest_g, [0.0, 1.0, 1.0]))
         batch = learner.sample(1, 0, timeout_s=5.0)
-        assert batch.ready and [g.group_id for g in batch.groups] == ["honest"]
+        assert batch.ready and [g.group_id for g in batch.groups] == [honest_g]
         drops = service.metrics().drops
         assert not any(k.startswith("loop_error/") for k in drops), drops
     finally:

@@ -12,7 +12,7 @@ from agent_r1_async.wire import messages as m
 from agent_r1_async.wire.buffer_client import BufferClient
 from agent_r1_async.wire.zmq import ZmqTransport
 from tests.fakes.records import episode_records, group_records
-from tests.fakes.services import buffer_service, push_records, wait_for
+from tests.fakes.services import buffer_service, granted, push_records, wait_for
 
 ALGO = AlgorithmConfig(group_size=2, batch_groups=2)
 
@@ -91,9 +91,10 @@ def test_snapshot_restore_keeps_every_accepted_episode(transport, tmp_path) -> N
     first.start()
     try:
         # Three complete groups, and one group with one episode ended and one mid-way.
-        records = [r for gid in ("g0", "g1", "g2") for r in group_records(gid, [0.0, 1.0])]
-        records += episode_records("g3-e0", "g3", group_size=2)
-        records += episode_records("g3-e1", "g3", group_size=2)[:1]
+        g0, g1, g2, g3 = gids = granted(transport, first.control_endpoint, 4)
+        records = [r for gid in (g0, g1, g2) for r in group_records(gid, [0.0, 1.0])]
+        records += episode_records(f"{g3}-e0", g3, group_size=2)
+        records += episode_records(f"{g3}-e1", g3, group_size=2)[:1]
         push_records(transport, first.data_endpoint, records)
         wait_for(lambda: first.metrics().groups_ready == 3)
     finally:
@@ -108,19 +109,20 @@ def test_snapshot_restore_keeps_every_accepted_episode(transport, tmp_path) -> N
         stats = learner.stats()
         assert (stats.groups_ready, stats.groups_assembling, stats.accepted_groups) == (3, 1, 3)
         # The half-done episode resumes where it stopped: its last step and end arrive now.
-        push_records(transport, second.data_endpoint, episode_records("g3-e1", "g3", group_size=2)[1:])
+        push_records(transport, second.data_endpoint,
+                     episode_records(f"{g3}-e1", g3, group_size=2)[1:])
         batch = learner.sample(4, learner_version=0, timeout_s=5.0)
         assert batch.ready
-        assert sorted(g.group_id for g in batch.groups) == ["g0", "g1", "g2", "g3"]
+        assert sorted(g.group_id for g in batch.groups) == sorted(gids)
         episode_ids = sorted(e.end.episode_id for g in batch.groups for e in g.episodes)
-        expected = [f"g{i}-e{j}" for i in range(4) for j in range(2)]
+        expected = sorted(f"{g}-e{j}" for g in gids for j in range(2))
         assert episode_ids == expected
         steps = {
             e.end.episode_id: [s.step_index for s in e.steps]
             for g in batch.groups
             for e in g.episodes
         }
-        assert steps["g3-e1"] == [0, 1]
+        assert steps[f"{g3}-e1"] == [0, 1]
     finally:
         learner.close()
         second.stop()
@@ -137,13 +139,14 @@ def test_periodic_snapshot_and_in_process_transport(tmp_path) -> None:
     learner = BufferClient(transport, service.control_endpoint, "learner", "L", timeout_s=5.0)
     try:
         learner.connect()
-        push_records(transport, service.data_endpoint, group_records("g0", [0.0, 1.0]))
+        [g0] = granted(transport, service.control_endpoint, 1)
+        push_records(transport, service.data_endpoint, group_records(g0, [0.0, 1.0]))
         wait_for(lambda: service.metrics().groups_ready == 1)
         wait_for((snap / "buffer.snapshot").exists)
         first = (snap / "buffer.snapshot").stat().st_mtime_ns
         wait_for(lambda: (snap / "buffer.snapshot").stat().st_mtime_ns != first)  # rewritten
         batch = learner.sample(1, learner_version=0, timeout_s=1.0)
-        assert [g.group_id for g in batch.groups] == ["g0"]
+        assert [g.group_id for g in batch.groups] == [g0]
     finally:
         learner.close()
         service.stop()

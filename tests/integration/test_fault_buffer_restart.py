@@ -27,7 +27,7 @@ from agent_r1_async.wire.buffer_client import BufferClient
 from agent_r1_async.wire.zmq import ZmqTransport
 from tests.fakes.checks import Ledger
 from tests.fakes.records import group_records
-from tests.fakes.services import free_tcp_endpoint, start_buffer_process, wait_for
+from tests.fakes.services import free_tcp_endpoint, granted, start_buffer_process, wait_for
 
 SNAPSHOT_S = 0.3
 
@@ -35,7 +35,8 @@ SNAPSHOT_S = 0.3
 class PushingActor:
     """Pushes group after group until stopped; remembers when each group was sent."""
 
-    def __init__(self, transport: ZmqTransport, endpoint: str) -> None:
+    def __init__(self, transport: ZmqTransport, endpoint: str, group_ids: list[str]) -> None:
+        self.group_ids = group_ids  # granted before the first snapshot: restored with it
         self.pusher = transport.pusher(endpoint)
         self.sent: list[tuple[float, str]] = []  # (wall time the last record left, group id)
         self.stop = threading.Event()
@@ -43,8 +44,8 @@ class PushingActor:
 
     def _run(self) -> None:
         n = 0
-        while not self.stop.is_set():
-            gid = f"g{n:05d}"
+        while not self.stop.is_set() and n < len(self.group_ids):
+            gid = self.group_ids[n]
             for rec in group_records(gid, [0.0, 1.0]):
                 while not self.pusher.send([m.encode(rec)], timeout_ms=100):
                     pass  # full pipe: wait and retry, never drop
@@ -65,7 +66,9 @@ def test_buffer_killed_and_restarted_from_its_snapshot_keeps_accepted_groups(tmp
     data_ep, control_ep, snap = free_tcp_endpoint(), free_tcp_endpoint(), str(tmp_path)
     transport = ZmqTransport()
     proc = start_buffer_process(buf, algo, data_ep, control_ep, snap)
-    actor = PushingActor(transport, data_ep)
+    # The buffer refuses records of groups it never granted: 1,000 credits up front (about
+    # 5x what the test sends), so the ones in use are in every snapshot.
+    actor = PushingActor(transport, data_ep, granted(transport, control_ep, 1000))
     learner = None
     try:
         actor.thread.start()

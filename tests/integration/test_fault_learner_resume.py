@@ -31,7 +31,7 @@ from agent_r1_async.wire.zmq import ZmqTransport
 from tests.fakes.checks import Ledger
 from tests.fakes.learner import RecordingSource
 from tests.fakes.records import group_records
-from tests.fakes.services import wait_for
+from tests.fakes.services import granted, wait_for
 
 
 def _cfg() -> config.RunConfig:
@@ -53,7 +53,9 @@ def _start_buffer(cfg: config.RunConfig, transport: ZmqTransport, snap: str):
     return service, client
 
 
-def _push(transport: ZmqTransport, service: BufferService, group_ids: list[str]) -> None:
+def _push(transport: ZmqTransport, service: BufferService, n: int) -> list[str]:
+    """`n` whole groups, under ids the buffer granted (it refuses others: `ungranted`)."""
+    group_ids = granted(transport, service.control_endpoint, n)
     pusher = transport.pusher(service.data_endpoint)
     try:
         for gid in group_ids:
@@ -62,6 +64,7 @@ def _push(transport: ZmqTransport, service: BufferService, group_ids: list[str])
     finally:
         pusher.close()
     wait_for(lambda: service.metrics().accepted_groups >= len(group_ids), 10, "groups accepted")
+    return group_ids
 
 
 def test_learner_killed_after_an_unsaved_update_resumes_without_losing_data(tmp_path) -> None:
@@ -69,10 +72,9 @@ def test_learner_killed_after_an_unsaved_update_resumes_without_losing_data(tmp_
     run_dir, snap = str(tmp_path / "run"), str(tmp_path / "buffer")
     transport = ZmqTransport()
     ledger = Ledger.empty()
-    first = [f"a{i}" for i in range(8)]
     service, client = _start_buffer(cfg, transport, snap)
     try:
-        _push(transport, service, first)
+        first = _push(transport, service, 8)
         learner = Learner(cfg, RecordingSource(client, ledger), None, run_dir)
         learner.update()
         learner.update()
@@ -99,7 +101,7 @@ def test_learner_killed_after_an_unsaved_update_resumes_without_losing_data(tmp_
         assert service.metrics().learner_version == 2  # the buffer follows the resumed learner
         weights = resumed.trainer.published_state_dict()
         assert all(torch.equal(weights[k], saved[k]) for k in saved)  # the checkpoint's weights
-        _push(transport, service, ["b0", "b1"])
+        second = _push(transport, service, 2)
         versions = [int(resumed.update()["version"]) for _ in range(2)]
         assert versions == [3, 4]  # numbering continues from the checkpoint
         assert service.metrics().learner_version == 4
@@ -109,7 +111,7 @@ def test_learner_killed_after_an_unsaved_update_resumes_without_losing_data(tmp_
         service.stop()
         transport.close()
 
-    accepted = set(first) | {"b0", "b1"}
+    accepted = set(first) | set(second)
     assert set(ledger.groups) == accepted  # none lost
     assert all(n == 1 for n in ledger.groups.values())  # none sampled twice
     assert len(ledger.sampled) == 2 * len(accepted) and set(ledger.sampled.values()) == {1}

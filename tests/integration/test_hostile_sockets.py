@@ -21,7 +21,7 @@ from agent_r1_async.wire.buffer_client import BufferClient
 from agent_r1_async.wire.weights import WeightPublisher, WeightReceiver
 from agent_r1_async.wire.zmq import ZmqTransport
 from tests.fakes.records import group_records
-from tests.fakes.services import buffer_service, wait_for
+from tests.fakes.services import buffer_service, granted, wait_for
 
 FLOOD = 20_000
 MAX_FRAME = 1 << 16
@@ -49,6 +49,7 @@ def test_data_socket_counts_a_flood_and_keeps_serving() -> None:
     frames = _garbage(random.Random(0), FLOOD)
     try:
         learner.connect()
+        honest_g, after_g = granted(transport, service.control_endpoint, 2)
 
         def flood() -> None:
             for f in frames:
@@ -56,11 +57,11 @@ def test_data_socket_counts_a_flood_and_keeps_serving() -> None:
 
         thread = threading.Thread(target=flood)
         thread.start()
-        for rec in group_records("honest", [0.0, 1.0]):  # while the flood is on
+        for rec in group_records(honest_g, [0.0, 1.0]):  # while the flood is on
             assert honest.send([m.encode(rec)], timeout_ms=5000)
         t0 = time.monotonic()
         batch = learner.sample(1, learner_version=0, timeout_s=10.0)
-        assert [g.group_id for g in batch.groups] == ["honest"]
+        assert [g.group_id for g in batch.groups] == [honest_g]
         assert time.monotonic() - t0 < 10.0
         thread.join(30)
         # Every garbage frame arrives (PUSH never drops) and is counted once, as malformed.
@@ -68,10 +69,10 @@ def test_data_socket_counts_a_flood_and_keeps_serving() -> None:
         # A frame over the size limit: libzmq disconnects its sender before buffering it.
         big = transport.pusher(service.data_endpoint)
         big.send([b"\x00" * (2 * MAX_FRAME)], timeout_ms=1000)
-        for rec in group_records("after", [0.0, 1.0]):
+        for rec in group_records(after_g, [0.0, 1.0]):
             assert honest.send([m.encode(rec)], timeout_ms=5000)
         batch = learner.sample(1, learner_version=0, timeout_s=10.0)
-        assert [g.group_id for g in batch.groups] == ["after"]
+        assert [g.group_id for g in batch.groups] == [after_g]
         big.close()
         stats = learner.stats()
         assert stats.drops["malformed"] == FLOOD and stats.accepted_groups == 2
@@ -148,11 +149,19 @@ def test_weight_subscriber_counts_garbage_and_takes_the_next_good_version() -> N
             lambda: [stale],  # another schema version
             lambda: [m.encode(m.StatsRequest())],  # not a weights header at all
         ]
+        assert receiver.poll(300) is None  # drains the subscription loop's extra version 1s
         sent = 0
-        for _ in range(20):  # bursts below the subscriber's high-water mark: nothing dropped
+        for _ in range(20):
             for _ in range(100):
+                time.sleep(0.002)  # libzmq applies the reader's "pipe has room" at most ~1/ms
                 raw.publish(rng.choice(kinds)())
                 sent += 1
+                # One at a time: the weights PUB keeps 1 message per subscriber (SNDHWM 1,
+                # transport.py) and drops what comes while one waits; nothing may be dropped.
+                deadline = time.monotonic() + 10
+                while receiver.rejected < sent:
+                    assert receiver.poll(50) is None and time.monotonic() < deadline, sent
+            time.sleep(0.002)
             publisher.publish(2 + sent, weights)
             wait_for(lambda: receiver.poll(100) is not None or False, 10, "good version")
         assert receiver.rejected == sent and receiver.version == 2 + sent

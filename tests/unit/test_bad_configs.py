@@ -56,7 +56,7 @@ BAD_CONFIGS: list[tuple[str, dict, str]] = [
     ("ppo with token credit, multi-turn", {"algorithm": {"name": "ppo", "credit": "token"},
                                            "env": {"max_turns": 3}},
      "algorithm.credit: ppo's GAE is computed per step"),
-    ("public bind without keys", {"launch": {"bind_host": "0.0.0.0"}},
+    ("public bind without keys", {"launch": {"bind_host": "0.0.0.0", "curve": False}},
      "launch.bind_host: '0.0.0.0' exposes the sockets beyond this machine"),
     ("run name that escapes run_root", {"launch": {"name": "../elsewhere"}},
      "launch.name: '../elsewhere' must be a plain name"),

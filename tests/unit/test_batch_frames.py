@@ -61,13 +61,17 @@ def test_a_batch_is_ingested_exactly_like_its_items_sent_one_by_one():
             one_by_one._drain_data()
             batched._drain_data()
 
-        feed(episode_records("g0-e0", "g0", num_steps=2))  # 2 StepRecords + EpisodeEnd
+        # The same granted group id in both (records of groups never granted are refused).
+        batched.buffer.admission._prefix = one_by_one.buffer.admission._prefix
+        [g0] = one_by_one.buffer.grant("a0", 1).group_ids
+        assert batched.buffer.grant("a0", 1).group_ids == [g0]
+        feed(episode_records(f"{g0}-e0", g0, num_steps=2))  # 2 StepRecords + EpisodeEnd
         # One episode of a 2-episode group: 3 records in, the group still assembling.
         for service in (one_by_one, batched):
             buf = service.buffer
             assert (buf.records, buf.assembler.groups_assembling, len(buf.store)) == (3, 1, 0)
         assert batched.buffer.state() == one_by_one.buffer.state()
-        feed(episode_records("g0-e1", "g0", num_steps=2))
+        feed(episode_records(f"{g0}-e1", g0, num_steps=2))
         for service in (one_by_one, batched):
             buf = service.buffer
             assert (buf.records, buf.assembler.groups_assembling, len(buf.store)) == (6, 0, 1)
@@ -81,8 +85,9 @@ def test_a_batch_is_ingested_exactly_like_its_items_sent_one_by_one():
 def test_a_bad_item_the_buffer_refuses_is_counted_per_item():
     service, pusher = _service()
     try:
-        good = step("e0", "g0", 0)
-        bad = msgspec.structs.replace(step("e0", "g0", 1), behavior_logprobs=[-0.5])  # 3 actions
+        [g0] = service.buffer.grant("a0", 1).group_ids
+        good = step("e0", g0, 0)
+        bad = msgspec.structs.replace(step("e0", g0, 1), behavior_logprobs=[-0.5])  # 3 actions
         assert pusher.send([m.encode_batch([m.encode(good), m.encode(bad), m.encode(good)])])
         service._drain_data()
         buf = service.buffer
@@ -96,10 +101,10 @@ def test_an_item_whose_ingest_raises_is_one_ingest_error_and_the_rest_go_on(monk
     service, pusher = _service()
     ingest = service.buffer.ingest
 
-    def flaky(msg) -> None:
+    def flaky(msg, sender=None) -> None:
         if isinstance(msg, m.StepRecord) and msg.step_index == 1:
             raise KeyError("unforeseen")
-        ingest(msg)
+        ingest(msg, sender)
 
     monkeypatch.setattr(service.buffer, "ingest", flaky)
     try:

@@ -85,15 +85,16 @@ def _buffer(**kw) -> tuple[TrajectoryBuffer, FakeClock]:
 
 def test_stale_groups_are_dropped_at_sampling_time_per_step() -> None:
     buf, _ = _buffer(max_staleness=1, max_reuse=1)
+    buf.set_version(1)  # records carry versions up to the learner's + 1 (more are refused)
+    mixed, fresh = buf.grant("a0", 2).group_ids
     # Group "mixed": episode 0 spans versions (step 0 at v0, step 1 at v2), so its oldest step
     # is version 0. Group "fresh": step 0 at v1 with one action token generated at v2.
-    recs = [step("m0", "mixed", 0, version=0), step("m0", "mixed", 1, version=2)]
-    recs += [end("m0", "mixed", 2, reward=0.0)]
-    recs += [step("m1", "mixed", 0, version=2), end("m1", "mixed", 1, reward=1.0)]
-    recs += [step("f0", "fresh", 0, version=1, token_versions=[1, 1, 2])]
-    recs += [end("f0", "fresh", 1, reward=0.0)]
-    recs += [step("f1", "fresh", 0, version=2), end("f1", "fresh", 1, reward=1.0)]
-    buf.set_version(1)  # records carry versions up to the learner's + 1 (more are refused)
+    recs = [step("m0", mixed, 0, version=0), step("m0", mixed, 1, version=2)]
+    recs += [end("m0", mixed, 2, reward=0.0)]
+    recs += [step("m1", mixed, 0, version=2), end("m1", mixed, 1, reward=1.0)]
+    recs += [step("f0", fresh, 0, version=1, token_versions=[1, 1, 2])]
+    recs += [end("f0", fresh, 1, reward=0.0)]
+    recs += [step("f1", fresh, 0, version=2), end("f1", fresh, 1, reward=1.0)]
     for r in recs:
         buf.ingest(r)
     assert len(buf.store) == 2
@@ -102,7 +103,7 @@ def test_stale_groups_are_dropped_at_sampling_time_per_step() -> None:
     assert batch is None and "1 groups ready" in why
     assert buf.drops["stale"] == 1
     batch, _ = buf.try_sample(1, learner_version=2)
-    assert batch is not None and [g.group_id for g in batch.groups] == ["fresh"]
+    assert batch is not None and [g.group_id for g in batch.groups] == [fresh]
     # Token-weighted histogram: f0 has 2 tokens at v1 (staleness 1) and 1 at v2; f1 3 at v2.
     assert buf.staleness_hist == {1: 2, 0: 4}
 
@@ -118,7 +119,7 @@ def test_memory_bound_stops_credits_instead_of_dropping() -> None:
             buf.ingest(s)
             buf.ingest(end(f"{gid}{j}", gid, 1, reward=float(j)))
 
-    big_group("g0")
+    big_group(buf.grant("a0", 1).group_ids[0])
     assert buf.nbytes == 802_032
     grant = buf.grant("a0", 1)
     assert grant.groups == 1

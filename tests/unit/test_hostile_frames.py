@@ -58,7 +58,13 @@ def _stored_steps_are_sane(service: BufferService) -> None:
                 assert math.isfinite(s.process_reward)
 
 
-def _honest_group_is_served(service: BufferService, pusher, group_id: str) -> None:
+def _gid(service: BufferService) -> str:
+    """A group id the service granted (records of other groups are refused: `ungranted`)."""
+    return service.buffer.grant("a0", 1).group_ids[0]
+
+
+def _honest_group_is_served(service: BufferService, pusher) -> None:
+    group_id = _gid(service)
     for rec in group_records(group_id, [0.0, 1.0]):
         assert pusher.send([m.encode(rec)])
     service._drain_data()
@@ -97,7 +103,7 @@ def test_data_socket_rejects_and_counts_hostile_frames() -> None:
         assert buf.drops["malformed"] > CASES // 4 and buf.drops["invalid_record"] > 0
         buf.tick()
         _stored_steps_are_sane(service)
-        _honest_group_is_served(service, pusher, "honest-after-flood")
+        _honest_group_is_served(service, pusher)
     finally:
         service.stop()
 
@@ -137,7 +143,8 @@ def test_control_socket_answers_every_hostile_request_and_counts_it() -> None:
         stale = service._handle(b"old", [m.encode(m.Hello(m.SCHEMA_VERSION + 1, "actor", "a1"))])
         assert isinstance(stale, m.HelloAck) and not stale.ok and "schema" in stale.reason
         service._parked.clear()
-        _honest_group_is_served(service, transport.pusher(service.data_endpoint), "honest")
+        buf.admission.release_all()  # the flood's CreditRequests' credits (as if expired)
+        _honest_group_is_served(service, transport.pusher(service.data_endpoint))
     finally:
         service.stop()
 
@@ -189,11 +196,12 @@ def test_token_ids_outside_the_vocabulary_are_refused_and_counted() -> None:
     service, transport = _service(vocab_size=1000)
     pusher = transport.pusher(service.data_endpoint)
     try:
-        too_big = group_records("too-big", [0.0, 1.0])
+        too_big = group_records(_gid(service), [0.0, 1.0])
         too_big[0] = msgspec.structs.replace(too_big[0], action_ids=m.TokenIds([5, 1000, 7]))
-        negative = group_records("negative", [0.0, 1.0])
+        negative = group_records(_gid(service), [0.0, 1.0])
         negative[0] = msgspec.structs.replace(negative[0], context_ids=m.TokenIds([-1, 2]))
-        edge = group_records("edge", [0.0, 1.0])  # 0 and vocab_size - 1 are valid ids
+        edge_g = _gid(service)
+        edge = group_records(edge_g, [0.0, 1.0])  # 0 and vocab_size - 1 are valid ids
         edge[0] = msgspec.structs.replace(edge[0], context_ids=m.TokenIds([0, 999]))
         for rec in too_big + negative + edge:
             assert pusher.send([m.encode(rec)])
@@ -201,7 +209,7 @@ def test_token_ids_outside_the_vocabulary_are_refused_and_counted() -> None:
         service.buffer.tick()
         assert service.buffer.drops["invalid_record"] == 2
         stored = {e.group.group_id for e in service.buffer.store.entries()}
-        assert stored == {"edge"}
+        assert stored == {edge_g}
         _stored_steps_are_sane(service)
     finally:
         service.stop()
@@ -213,10 +221,10 @@ def test_a_whole_group_with_nan_numbers_is_refused_and_counted() -> None:
     service, transport = _service()
     pusher = transport.pusher(service.data_endpoint)
     try:
-        nan_reward = group_records("nan-reward", [math.nan, 1.0])
-        nan_logprob = group_records("nan-logprob", [0.0, 1.0])
+        nan_reward = group_records(_gid(service), [math.nan, 1.0])
+        nan_logprob = group_records(_gid(service), [0.0, 1.0])
         nan_logprob[0] = msgspec.structs.replace(nan_logprob[0], behavior_logprobs=[math.nan] * 3)
-        inf_process = group_records("inf-process", [0.0, 1.0])
+        inf_process = group_records(_gid(service), [0.0, 1.0])
         inf_process[1] = msgspec.structs.replace(inf_process[1], process_reward=math.inf)
         for rec in nan_reward + nan_logprob + inf_process:
             assert pusher.send([m.encode(rec)])
@@ -225,7 +233,7 @@ def test_a_whole_group_with_nan_numbers_is_refused_and_counted() -> None:
         assert service.buffer.drops["invalid_record"] == 3
         assert len(service.buffer.store) == 0 and service.buffer.drops["ingest_error"] == 0
         _stored_steps_are_sane(service)
-        _honest_group_is_served(service, pusher, "honest")
+        _honest_group_is_served(service, pusher)
     finally:
         service.stop()
 

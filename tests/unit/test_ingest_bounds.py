@@ -71,28 +71,30 @@ REFUSED = {
 def test_each_out_of_range_field_is_refused_and_counted_by_reason(name: str) -> None:
     buf, _ = _buffer()
     record, reason = REFUSED[name]
-    buf.ingest(record)
+    gid = buf.grant("a0", 1).group_ids[0]  # a granted group: the range checks come next
+    buf.ingest(msgspec.structs.replace(record, group_id=gid))
     assert buf.drops["invalid_record"] == 1
     assert buf.drops[f"invalid_record/{reason}"] == 1, dict(buf.drops)
-    assert buf.assembler.groups_assembling == 0  # group "g" was never granted: nothing kept
+    assert buf.assembler.drops["rejected_episode"] == 1  # its episode can never be whole
 
 
 def test_values_at_the_bounds_are_accepted() -> None:
     buf, _ = _buffer()
+    gid = buf.grant("a0", 1).group_ids[0]
     # context 509 + 3 actions = 512 = max_model_len; last step index 3; version learner + 1;
     # rewards ±1e6; log-probs -1e4 and 0; ids 0 and vocab_size - 1.
     recs: list[StepRecord | EpisodeEnd] = []
     for j, reward in enumerate((1e6, -1e6)):
         eid = f"e{j}"
         recs += [msgspec.structs.replace(
-            step(eid, "edge", i, version=1), context_ids=TokenIds([0] * 508 + [999]),
+            step(eid, gid, i, version=1), context_ids=TokenIds([0] * 508 + [999]),
             behavior_logprobs=[-1e4, 0.0, -0.5], token_versions=[0, 1, 1],
             process_reward=-1e6) for i in range(4)]
-        recs.append(end(eid, "edge", 4, reward=reward))
+        recs.append(end(eid, gid, 4, reward=reward))
     for r in recs:
         buf.ingest(r)
     assert buf.drops["invalid_record"] == 0, dict(buf.drops)
-    assert [e.group.group_id for e in buf.store.entries()] == ["edge"]
+    assert [e.group.group_id for e in buf.store.entries()] == [gid]
 
 
 @pytest.mark.parametrize("outcome", [math.nan, 1e200])

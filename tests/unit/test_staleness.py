@@ -52,10 +52,10 @@ def test_group_ids_are_minted_by_grant_alone() -> None:
     granted = ctl.grant("a0", 2)
     ctl.on_record(granted[0], "a0")  # a granted id: its credit is used, nothing new tracked
     assert ctl.in_flight == 2 and ctl.unbudgeted == 0
-    # An id the buffer never minted is not reconciled against a0's other credit: it is
-    # counted and tracked on its own, and a0's unstarted credit stays a0's.
+    # An id the buffer never minted (the buffer refuses its records as `ungranted` first) is
+    # counted and takes no credit: a foreign sender cannot fill the admission budget.
     ctl.on_record("my-own-id", "a0")
-    assert ctl.in_flight == 3 and ctl.unbudgeted == 1
+    assert ctl.in_flight == 2 and ctl.unbudgeted == 1
     ctl.on_accepted("my-own-id")
     assert (ctl.accepted, ctl.in_flight) == (1, 2)
     # 12 - accepted 1 - in flight 2 (granted[0] started, granted[1] still unstarted)
