@@ -339,6 +339,9 @@ class LearnerConfig(_Section):
     """Publish weights to the actors every N updates."""
     checkpoint_every: int = 50
     """Checkpoint every N updates (and at the end)."""
+    keep_checkpoints: int = 3
+    """Keep the newest N complete checkpoints of the run, removing older ones after each new
+    one is in place (never the one `checkpoints/latest` names); 0 = keep all."""
     bf16: bool = False
     """bf16 autocast for forward/backward."""
     gradient_checkpointing: bool = False
@@ -394,6 +397,7 @@ class LearnerConfig(_Section):
         _require(self.total_updates >= 1, "learner.total_updates", "must be >= 1")
         _require(self.publish_every >= 1, "learner.publish_every", "must be >= 1")
         _require(self.checkpoint_every >= 1, "learner.checkpoint_every", "must be >= 1")
+        _require(self.keep_checkpoints >= 0, "learner.keep_checkpoints", "must be >= 0 (0 = keep all)")
         _require(self.republish_s > 0, "learner.republish_s", "must be > 0")
         _require(self.sample_timeout_s > 0, "learner.sample_timeout_s", "must be > 0")
         _require(self.num_gpus >= 0, "learner.num_gpus", "must be >= 0")
