@@ -198,7 +198,10 @@ class BufferConfig(_Section):
     episode_timeout_s: float = 600.0
     """An episode with no new record for this long expires (its actor is presumed dead)."""
     snapshot_interval_s: float = 60.0
-    """How often the buffer snapshots its accepted episodes to disk (0 = only at shutdown)."""
+    """How often the buffer snapshots its accepted episodes to disk (0 = only at shutdown and
+    on learner checkpoints)."""
+    max_restarts: int = 3
+    """`launch`: times a buffer process that died is restarted from its latest snapshot."""
     max_frame_bytes: int = 67_108_864
     """Largest accepted frame; larger ones are rejected by the socket."""
     step_grace_s: float = 5.0
@@ -235,6 +238,7 @@ class BufferConfig(_Section):
         _require(self.step_grace_s >= 0, "buffer.step_grace_s", "must be >= 0")
         _require(self.group_wait_s > 0, "buffer.group_wait_s", "must be > 0")
         _require(self.snapshot_interval_s >= 0, "buffer.snapshot_interval_s", "must be >= 0 (0 = at shutdown only)")
+        _require(self.max_restarts >= 0, "buffer.max_restarts", "must be >= 0")
         _require(
             self.max_frame_bytes >= 1 << 16,
             "buffer.max_frame_bytes",

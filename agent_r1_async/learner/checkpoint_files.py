@@ -65,6 +65,22 @@ def disk_full_error(exc: BaseException, what: str, directory: Path, free: int,
         "(learner.keep_checkpoints).")
 
 
+def disk_full_message(exc: BaseException) -> str | None:
+    """The message of a `DiskFullError` behind `exc` (raised in another process: Ray's task
+    error keeps it as `.cause`), or None."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, DiskFullError) and str(e).startswith("disk full"):
+            return str(e)
+        todo += [getattr(e, "cause", None), e.__cause__, e.__context__]
+    return None
+
+
 def dir_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 

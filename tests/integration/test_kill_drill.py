@@ -1,0 +1,128 @@
+"""Kill drill: SIGKILL the buffer, then the learner, then an actor, during ONE tiny launch.
+
+The real console script in a subprocess (as test_launch.py): Ray, ZeroMQ, the buffer, a
+one-rank learner and two HF actors. Each victim is found by the pid file its own process
+wrote in the run directory (`buffer.pid`, `learner-rank-0.pid`, `actor-0.pid`) and killed by
+that pid only, with SIGKILL (no shutdown code runs: no final snapshot, no checkpoint). The run
+must still finish every update:
+
+- the buffer is restarted from its snapshot (written on every learner checkpoint) on the same
+  endpoints, and the learner's and actors' clients carry on;
+- the learner is restarted from its latest checkpoint: versions continue from it;
+- the actor's process is restarted by Ray and its loop re-run;
+- each restart is one console line, and metrics.jsonl holds each update exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_launch import _await_updates, _start
+
+pytestmark = pytest.mark.slow
+
+TOTAL = 30
+
+
+class _Output:
+    """The launch's stdout+stderr, read by a thread (the pipe must never fill up)."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self._thread.start()
+
+    def _read(self, proc: subprocess.Popen) -> None:
+        for line in proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_for(self, proc: subprocess.Popen, text: str, timeout_s: float = 180) -> str:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            found = [x for x in self.lines if text in x]
+            if found:
+                return found[0]
+            assert proc.poll() is None, "\n".join(self.lines[-60:])
+            time.sleep(0.2)
+        raise AssertionError(f"no line with {text!r} in {timeout_s:.0f} s:\n"
+                             + "\n".join(self.lines[-60:]))
+
+    def text(self) -> str:
+        self._thread.join(timeout=30)
+        return "\n".join(self.lines)
+
+
+def _kill(run_dir: Path, role: str) -> int:
+    """SIGKILL the process that wrote RUN_DIR/<role>.pid (only that pid)."""
+    pid = int((run_dir / f"{role}.pid").read_text())
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+def _updates(metrics: Path) -> list[int]:
+    return [json.loads(x)["update"] for x in metrics.read_text().splitlines()]
+
+
+def test_buffer_learner_and_actor_killed_in_one_launch_and_every_update_logged_once(tmp_path):
+    proc = _start(tmp_path, "--set", f"learner.total_updates={TOTAL}",
+                  "--set", "learner.checkpoint_every=2")
+    out = _Output(proc)
+    try:
+        metrics = _await_updates(proc, tmp_path, 3)
+        run_dir = metrics.parent
+
+        buffer_pid = _kill(run_dir, "buffer")
+        buffer_line = out.wait_for(proc, "[launch] buffer process died")
+        n = len(_updates(metrics))
+        metrics = _await_updates(proc, tmp_path, n + 3)
+
+        learner_pid = _kill(run_dir, "learner-rank-0")
+        learner_line = out.wait_for(proc, "[launch] learner rank 0 failed")
+        n = len(_updates(metrics))
+        metrics = _await_updates(proc, tmp_path, n + 3)
+
+        actor_pid = _kill(run_dir, "actor-0")
+        actor_line = out.wait_for(proc, "[launch] actor-0 died")
+        proc.wait(timeout=400)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    stdout = out.text()
+    (run_dir / "launch-output.log").write_text(stdout)  # kept with the run for a post-mortem
+    assert proc.returncode == 0, stdout[-5000:]
+
+    # One line per restart: which process, why, from which version.
+    assert stdout.count("[launch] buffer process died") == 1
+    assert "restarted from its snapshot of version " in buffer_line, buffer_line
+    assert "on the same endpoints" in buffer_line and "(1/3)" in buffer_line
+    assert stdout.count("[launch] learner rank 0 failed") == 1
+    assert "restarting the learner group (1 ranks) from " in learner_line, learner_line
+    resumed = int(learner_line.split("/checkpoints/step-")[1].split()[0])
+    assert f"(version {resumed}" in learner_line and resumed >= 2
+    assert stdout.count("[launch] actor-0 died") == 1
+    assert "restarting its loop (1)" in actor_line, actor_line
+    # New processes wrote their pid files.
+    for role, old in (("buffer", buffer_pid), ("learner-rank-0", learner_pid),
+                      ("actor-0", actor_pid)):
+        assert int((run_dir / f"{role}.pid").read_text()) != old, role
+
+    # Every update exactly once, in order; the run ended at the last one with a checkpoint.
+    assert _updates(metrics) == list(range(1, TOTAL + 1))
+    records = [json.loads(x) for x in metrics.read_text().splitlines()]
+    assert [r["version"] for r in records] == list(range(1, TOTAL + 1))
+    assert f"v{TOTAL} | reward" in stdout
+    ckpts = run_dir / "checkpoints"
+    assert (ckpts / "latest").resolve().name == f"step-{TOTAL}"
+    # learner.keep_checkpoints (default 3): old ones pruned.
+    steps = sorted(p.name for p in ckpts.iterdir() if p.name.startswith("step-"))
+    assert len(steps) == 3 and f"step-{TOTAL}" in steps, steps
+    assert (run_dir / "buffer" / "buffer.snapshot").stat().st_size > 0

@@ -1,0 +1,85 @@
+"""Supervision decisions that need no running Ray: which learner failures are deaths (and
+restart the group), what the one restart line says, and a full disk behind Ray's task error."""
+
+from __future__ import annotations
+
+import pytest
+import ray.exceptions as rex
+
+from agent_r1_async.learner.checkpoint_files import DiskFullError, disk_full_message
+from agent_r1_async.run.buffer_supervisor import death_cause
+from agent_r1_async.run.supervisor import Supervisor
+
+_SIGKILLED = ("The actor died unexpectedly before finishing this task.\n\tclass_name: LearnerHost"
+              "\n\tpid: 1234\nThe actor is dead because its worker process has died. Worker "
+              "exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a "
+              "connection error code 2. End of file.")
+_OOM = ("Task was killed due to the node running low on memory.\nMemory on the node (IP: "
+        "10.0.0.1) where the task was running was 22.5GB / 23.4GB (0.96), which exceeds the "
+        "memory usage threshold of 0.95. Ray killed this worker because it was the most "
+        "recently scheduled task")
+
+
+def _Died(text: str) -> rex.ActorDiedError:
+    """An ActorDiedError with the text Ray gives it (the cause is a protobuf in real life)."""
+    e = rex.ActorDiedError()
+    e.error_msg = text
+    return e
+
+
+class _FakeRay:
+    """`ray.get` on a ref raises what that ref's task ended with."""
+
+    exceptions = rex
+
+    def __init__(self, outcomes: dict[str, BaseException | None]) -> None:
+        self.outcomes = outcomes
+
+    def get(self, ref: str, timeout: float | None = None):
+        if self.outcomes[ref] is not None:
+            raise self.outcomes[ref]
+        return {"metrics": {}}
+
+    def wait(self, refs, timeout=None, num_returns=1):
+        return list(refs), []
+
+
+def _supervisor(outcomes: dict[str, BaseException | None]) -> Supervisor:
+    sup = Supervisor.__new__(Supervisor)  # only its decision logic, no processes
+    sup.ray = _FakeRay(outcomes)
+    return sup
+
+
+@pytest.mark.parametrize("error", [rex.OutOfMemoryError(_OOM), _Died(_SIGKILLED)],
+                         ids=["OutOfMemoryError", "ActorDiedError"])
+def test_a_learner_killed_mid_update_is_a_death_that_restarts_the_group(error):
+    # Ray's memory monitor killing the learner mid-update surfaces as OutOfMemoryError, which
+    # is no RayActorError: it must restart the group, not end the launch.
+    sup = _supervisor({"r0": error, "r1": None})
+    assert sup._dead_rank(["r0", "r1"], ["r0", "r1"]) == (0, error)
+
+
+def test_a_learner_whose_update_raised_still_ends_the_launch():
+    bug = rex.RayTaskError("update", "Traceback: ValueError", ValueError("a bug"))
+    sup = _supervisor({"r0": bug})
+    with pytest.raises(rex.RayTaskError):
+        sup._dead_rank(["r0"], ["r0"])
+
+
+def test_death_causes_are_short():
+    assert death_cause(rex.OutOfMemoryError(_OOM)) == (
+        "OutOfMemoryError: killed by Ray's memory monitor (out of memory)")
+    assert death_cause(_Died(_SIGKILLED)) == (
+        "ActorDiedError (worker exit type SYSTEM_ERROR: the process was killed or crashed)")
+    assert death_cause(_Died("killed by the memory monitor")) == (
+        "ActorDiedError: killed by Ray's memory monitor (out of memory)")
+    assert death_cause(rex.ActorUnavailableError("restarting", None)) == "ActorUnavailableError"
+
+
+def test_a_full_disk_behind_rays_task_error_is_found():
+    full = DiskFullError("disk full: checkpoint step-4 could not be written under /r")
+    wrapped = rex.RayTaskError("update", "Traceback (most recent call last): ...", full)
+    assert disk_full_message(wrapped) == str(full)
+    assert disk_full_message(wrapped.as_instanceof_cause()) == str(full)
+    assert disk_full_message(rex.RayTaskError("update", "tb", ValueError("x"))) is None
+    assert disk_full_message(ValueError("disk full")) is None
