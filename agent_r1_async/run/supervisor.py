@@ -136,7 +136,7 @@ class LearnerGroup:
 
 
 class Supervisor:
-    """Starts the processes and keeps the actors' run loops alive."""
+    """Starts the processes and keeps all three roles alive (buffer, learner group, actors)."""
 
     def __init__(self, cfg: RunConfig, run_dir: Path, resume: bool, curve: CurveKeys | None) -> None:
         import ray

@@ -3,6 +3,8 @@ restart the group), what the one restart line says, and a full disk behind Ray's
 
 from __future__ import annotations
 
+import types
+
 import pytest
 import ray.exceptions as rex
 
@@ -83,3 +85,54 @@ def test_a_full_disk_behind_rays_task_error_is_found():
     assert disk_full_message(wrapped.as_instanceof_cause()) == str(full)
     assert disk_full_message(rex.RayTaskError("update", "tb", ValueError("x"))) is None
     assert disk_full_message(ValueError("disk full")) is None
+
+
+class _Handle:
+    """A Ray actor handle whose `.method.remote()` runs `method` when `ray.get` asks."""
+
+    def __init__(self, name: str, calls: list[str], fail: dict[str, BaseException]) -> None:
+        self.name, self.calls, self.fail = name, calls, fail
+
+    def __getattr__(self, method: str):
+        def run():
+            self.calls.append(f"{self.name}.{method}")
+            if method in self.fail:
+                raise self.fail[method]
+            return f"{self.name}.{method}"
+        return types.SimpleNamespace(remote=lambda *a: run)
+
+
+class _OrderRay:
+    exceptions = rex
+
+    def get(self, ref, timeout=None):
+        return [r() for r in ref] if isinstance(ref, list) else ref()
+
+    def wait(self, refs, timeout=None, num_returns=1):
+        return list(refs), []
+
+
+def test_the_final_snapshot_is_written_before_the_final_checkpoint(capsys):
+    """A final checkpoint that finds the disk full cannot cost the buffer's state: the buffer
+    snapshots first; the checkpoint's failure is one line saying the disk is full."""
+    calls: list[str] = []
+    full = DiskFullError("disk full: checkpoint step-9 could not be written under /r")
+
+    class _Learner:
+        def call(self, method):
+            calls.append(f"learner.{method}")
+            raise rex.RayTaskError("save_checkpoint", "Traceback ...", full)
+
+        def kill(self):
+            calls.append("learner.kill")
+
+    sup = Supervisor.__new__(Supervisor)
+    sup.ray = _OrderRay()
+    sup.actors = [_Handle("actor-0", calls, {})]
+    sup.runs = {}
+    sup.learner = _Learner()
+    sup.buffers = types.SimpleNamespace(handle=_Handle("buffer", calls, {}))
+    assert sup.shutdown(checkpoint=True) is None
+    assert calls == ["actor-0.stop", "buffer.snapshot", "learner.save_checkpoint",
+                     "learner.kill", "buffer.stop"]
+    assert f"[launch] final learner checkpoint failed: {full}" in capsys.readouterr().err
