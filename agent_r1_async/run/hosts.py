@@ -159,6 +159,9 @@ class BufferHost:
         self.service.stop()
 
 
+_LEARNER_CLIENT_RETRIES = 12
+
+
 class LearnerHost:
     """One learner rank. `learner.world_size` of them form a group (supervisor.LearnerGroup):
     built cheap, then `start` on all ranks at once joins the process group at rank 0's
@@ -204,8 +207,10 @@ class LearnerHost:
         client = None
         if self.rank == 0:
             self.transport = ZmqTransport(curve=self.curve)
+            # Enough tries to outlast a buffer restart (run/buffer_supervisor.py) on a loaded
+            # machine: the launcher, not this client, gives up on a buffer that stays dead.
             client = self.client = BufferClient(self.transport, control_endpoint, "learner",
-                                                "learner")
+                                                "learner", retries=_LEARNER_CLIENT_RETRIES)
             client.connect()
             self.publisher = make_weight_sender(self.cfg, self.transport)  # weights.backend
         if resume and latest_checkpoint(self.run_dir) is not None:

@@ -44,7 +44,7 @@ class _Output:
         for line in proc.stdout:
             self.lines.append(line.rstrip("\n"))
 
-    def wait_for(self, proc: subprocess.Popen, text: str, timeout_s: float = 180) -> str:
+    def wait_for(self, proc: subprocess.Popen, text: str, timeout_s: float = 300) -> str:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             found = [x for x in self.lines if text in x]
