@@ -165,6 +165,11 @@ class BufferService:
             if self.on_fatal is not None:
                 self.on_fatal(self.failure)
 
+    def join(self) -> None:
+        """Block until the service thread ends (stopped, or its loop broken for good)."""
+        if self._thread is not None:
+            self._thread.join()
+
     def alive(self) -> bool:
         """The service thread runs and its loop is not broken."""
         return self._thread is not None and self._thread.is_alive() and self.failure is None

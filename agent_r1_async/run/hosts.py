@@ -126,9 +126,7 @@ class BufferHost:
     def serve(self) -> str:
         """Returns when the service loop ends (its failure, or "" after `stop`): the launcher
         keeps this call pending to see the buffer die."""
-        thread = self.service._thread
-        if thread is not None:
-            thread.join()
+        self.service.join()
         return repr(self.service.failure) if self.service.failure is not None else ""
 
     def restored(self) -> dict[str, int]:

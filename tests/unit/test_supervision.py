@@ -136,3 +136,18 @@ def test_the_final_snapshot_is_written_before_the_final_checkpoint(capsys):
     assert calls == ["actor-0.stop", "buffer.snapshot", "learner.save_checkpoint",
                      "learner.kill", "buffer.stop"]
     assert f"[launch] final learner checkpoint failed: {full}" in capsys.readouterr().err
+
+
+def test_a_buffer_that_keeps_dying_ends_the_launch_after_max_restarts():
+    from agent_r1_async.config import config_from_dict
+    from agent_r1_async.run.buffer_supervisor import SupervisedBuffer
+
+    buffers = SupervisedBuffer.__new__(SupervisedBuffer)  # no processes: the count only
+    buffers.cfg = config_from_dict({"buffer": {"max_restarts": 0}})
+    buffers.restarts = 0
+    with pytest.raises(RuntimeError, match=r"^buffer process died: ActorDiedError \(worker exit "
+                       r"type SYSTEM_ERROR: the process was killed or crashed\); restarted 0 "
+                       r"times \(buffer\.max_restarts\)$"):
+        buffers.restart(_Died(_SIGKILLED), learner_version=3)
+    with pytest.raises(Exception, match=r"buffer\.max_restarts: must be >= 0"):
+        config_from_dict({"buffer": {"max_restarts": -1}})
