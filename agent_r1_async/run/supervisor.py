@@ -314,8 +314,8 @@ class Supervisor:
         return self.buffers.call("stats", learner_version=self.last_version)
 
     def shutdown(self, checkpoint: bool) -> str | None:
-        """Actors first (their aborted-episode records reach the buffer), then the learner's
-        checkpoint, then the buffer's final snapshot."""
+        """Actors first (their aborted-episode records reach the buffer), then a buffer
+        snapshot, then the learner's checkpoint, then the buffer's stop (its final snapshot)."""
         ray = self.ray
         path = None
         for a in self.actors:
