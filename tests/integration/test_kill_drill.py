@@ -85,6 +85,7 @@ def test_buffer_learner_and_actor_killed_in_one_launch_and_every_update_logged_o
     proc = _start(tmp_path, "--set", f"learner.total_updates={TOTAL}",
                   "--set", "learner.checkpoint_every=2", "--set", "buffer.snapshot_interval_s=3600")
     out = _Output(proc)
+    metrics = tmp_path / "metrics.jsonl"  # until the run's own exists
     try:
         metrics = _await_updates(proc, tmp_path, 3)
         run_dir = metrics.parent
@@ -111,7 +112,7 @@ def test_buffer_learner_and_actor_killed_in_one_launch_and_every_update_logged_o
             proc.kill()
             proc.wait()
     stdout = out.text()
-    (run_dir / "launch-output.log").write_text(stdout)  # kept with the run for a post-mortem
+    (metrics.parent / "launch-output.log").write_text(stdout)  # kept for a post-mortem
     assert proc.returncode == 0, stdout[-5000:]
 
     # One line per restart: which process, why, from which version; no traceback anywhere
