@@ -95,6 +95,15 @@ class SupervisedBuffer:
         self.restart(error, learner_version)
         return True
 
+    def ensure_alive(self, learner_version: int | None, timeout_s: float = 30.0) -> None:
+        """Ask the buffer's process for its pid; restart it if it is dead."""
+        try:
+            self.ray.get(self.handle.pid.remote(), timeout=timeout_s)
+        except self.ray.exceptions.GetTimeoutError:
+            return  # busy, not dead: its watch call reports a death
+        except (self.ray.exceptions.RayActorError, self.ray.exceptions.OutOfMemoryError) as e:
+            self.restart(self.dead() or e, learner_version)
+
     def restart(self, error: BaseException, learner_version: int | None) -> None:
         self.restarts += 1
         why = f"buffer process died: {death_cause(error)}"
@@ -117,7 +126,7 @@ class SupervisedBuffer:
         """`method` on the buffer; a buffer that died is restarted and asked again once."""
         try:
             return self.ray.get(getattr(self.handle, method).remote(*args), timeout=timeout)
-        except self.ray.exceptions.RayActorError as e:
+        except (self.ray.exceptions.RayActorError, self.ray.exceptions.OutOfMemoryError) as e:
             error = self.dead() or e
         self.restart(error, learner_version)
         return self.ray.get(getattr(self.handle, method).remote(*args), timeout=timeout)

@@ -190,6 +190,9 @@ class Supervisor:
                 raise RuntimeError(f"{reason}; restarted {self.cfg.actors.max_restarts} times")
             print(f"[launch] {reason}; restarting its loop ({self.restarts[i]})", file=sys.stderr)
             self._wait_restarted(i, reason)
+            # Ray re-ran its constructor with the endpoints of launch time; a learner restarted
+            # since then publishes weights elsewhere.
+            self.ray.get(self.actors[i].set_endpoints.remote(self.endpoints))
             self.runs[self.actors[i].run.remote()] = i
 
     def _wait_restarted(self, i: int, reason: str, timeout_s: float = 300.0) -> None:
@@ -289,6 +292,9 @@ class Supervisor:
         if self.learner_restarts > self.cfg.learner.max_restarts:
             raise RuntimeError(f"{why}; restarted {self.cfg.learner.max_restarts} times") from error
         self.learner.kill()
+        # The new learner's first act is a handshake with the buffer: the memory monitor may
+        # have taken the buffer too (it kills several workers at once), so restart it first.
+        self.buffers.ensure_alive(self.last_version)
         self.learner = LearnerGroup(self.cfg, self.run_dir, self.endpoints["control"],
                                     resume=ckpt is not None, curve=self.curve)
         lost, self.last_version = self.last_version, self.version()
@@ -307,7 +313,9 @@ class Supervisor:
             with contextlib.suppress(Exception):
                 self.ray.get(a.stop.remote(), timeout=10)
         self.ray.wait(list(self.runs), timeout=60, num_returns=len(self.runs))
-        self.ray.get([a.set_endpoints.remote(self.endpoints) for a in self.actors])
+        for i, a in enumerate(self.actors):  # one that Ray is restarting answers once back
+            self._wait_restarted(i, f"actor-{i} (restarting its loop for the new learner)")
+            self.ray.get(a.set_endpoints.remote(self.endpoints))
         self.runs = {a.run.remote(): i for i, a in enumerate(self.actors)}
 
     def buffer_stats(self) -> dict[str, Any]:

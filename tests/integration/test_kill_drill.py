@@ -146,6 +146,8 @@ def test_buffer_learner_and_actor_killed_in_one_launch_and_every_update_logged_o
     records = [json.loads(x) for x in metrics.read_text().splitlines()]
     assert [r["version"] for r in records] == list(range(1, TOTAL + 1))
     assert f"v{TOTAL} | reward" in stdout
+    # The restarted actor serves the restarted learner's weights (not launch time's endpoint).
+    assert records[-1]["actor/actor-0/policy_version"] >= TOTAL - 4, records[-1]
     ckpts = run_dir / "checkpoints"
     assert (ckpts / "latest").resolve().name == f"step-{TOTAL}"
     # learner.keep_checkpoints (default 3): old ones pruned.

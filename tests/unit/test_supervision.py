@@ -92,14 +92,19 @@ class _Handle:
 
     def __init__(self, name: str, calls: list[str], fail: dict[str, BaseException]) -> None:
         self.name, self.calls, self.fail = name, calls, fail
+        self.args: dict[str, tuple] = {}
 
     def __getattr__(self, method: str):
         def run():
-            self.calls.append(f"{self.name}.{method}")
             if method in self.fail:
                 raise self.fail[method]
             return f"{self.name}.{method}"
-        return types.SimpleNamespace(remote=lambda *a: run)
+
+        def remote(*args):
+            self.calls.append(f"{self.name}.{method}")
+            self.args[method] = args
+            return run
+        return types.SimpleNamespace(remote=remote)
 
 
 class _OrderRay:
@@ -151,3 +156,22 @@ def test_a_buffer_that_keeps_dying_ends_the_launch_after_max_restarts():
         buffers.restart(_Died(_SIGKILLED), learner_version=3)
     with pytest.raises(Exception, match=r"buffer\.max_restarts: must be >= 0"):
         config_from_dict({"buffer": {"max_restarts": -1}})
+
+
+def test_an_actor_restarted_by_ray_gets_the_current_endpoints_before_its_loop_reruns(capsys):
+    """Ray re-runs a restarted actor's constructor with launch-time endpoints; after a learner
+    restart the weights are published elsewhere (the kill drill's actor-0 served v0 forever)."""
+    calls: list[str] = []
+    dead_run = _Handle("actor-0", [], {"run": _Died(_SIGKILLED)}).run.remote()
+    sup = Supervisor.__new__(Supervisor)
+    sup.ray = _OrderRay()
+    sup.cfg = types.SimpleNamespace(actors=types.SimpleNamespace(max_restarts=3))
+    sup.actors = [_Handle("actor-0", calls, {})]
+    sup.runs, sup.restarts = {dead_run: 0}, [0]
+    sup.endpoints = {"data": "tcp://d", "control": "tcp://c", "weights": "tcp://new-learner"}
+    sup.check_actors()
+    assert calls == ["actor-0.pid", "actor-0.set_endpoints", "actor-0.run"]
+    assert sup.actors[0].args["set_endpoints"] == (sup.endpoints,)
+    assert sup.restarts == [1] and list(sup.runs.values()) == [0]
+    assert "[launch] actor-0 died: ActorDiedError (worker exit type SYSTEM_ERROR" in (
+        capsys.readouterr().err)
