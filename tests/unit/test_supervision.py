@@ -175,3 +175,50 @@ def test_an_actor_restarted_by_ray_gets_the_current_endpoints_before_its_loop_re
     assert sup.restarts == [1] and list(sup.runs.values()) == [0]
     assert "[launch] actor-0 died: ActorDiedError (worker exit type SYSTEM_ERROR" in (
         capsys.readouterr().err)
+
+
+def test_a_learner_restart_first_restarts_a_buffer_the_memory_monitor_took_too(
+        monkeypatch, tmp_path, capsys):
+    """Ray's memory monitor killed the buffer, the learner and both actors at once in a drill
+    run; the new learner's handshake then waited on the dead buffer. The buffer comes first."""
+    from agent_r1_async.run import supervisor as sup_mod
+
+    calls: list[str] = []
+
+    class _Group:
+        def __init__(self, *args, **kwargs) -> None:
+            calls.append("learner.start")
+            self.leader = _Handle("learner", calls, {})
+
+        def call(self, method: str) -> None:
+            calls.append(f"learner.{method}")
+
+        def kill(self) -> None:
+            calls.append("learner.kill")
+
+    class _Buffers:
+        def ensure_alive(self, version: int) -> None:
+            calls.append(f"buffer.ensure_alive(v{version})")
+
+    class _Ray(_OrderRay):
+        def get(self, ref, timeout=None):
+            out = super().get(ref, timeout)
+            return 6 if out == "learner.version" else out
+
+    monkeypatch.setattr(sup_mod, "LearnerGroup", _Group)
+    (tmp_path / "checkpoints" / "step-6").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "latest").symlink_to("step-6")
+    sup = Supervisor.__new__(Supervisor)
+    sup.ray, sup.run_dir, sup.curve = _Ray(), tmp_path, None
+    sup.cfg = types.SimpleNamespace(learner=types.SimpleNamespace(max_restarts=3, world_size=1))
+    sup.learner, sup.buffers, sup.actors, sup.runs = _Group(), _Buffers(), [], {}
+    sup.endpoints, sup.learner_restarts, sup.last_version = {"control": "tcp://c"}, 0, 7
+    calls.clear()
+    sup.restart_learner(0, rex.OutOfMemoryError(_OOM))
+    assert calls == ["learner.kill", "buffer.ensure_alive(v7)", "learner.start",
+                     "learner.version", "learner.weights_endpoint", "learner.publish"]
+    line = capsys.readouterr().out
+    assert line.startswith("[launch] learner rank 0 failed: OutOfMemoryError: killed by Ray's "
+                           "memory monitor (out of memory); restarting the learner group (1 "
+                           f"ranks) from {tmp_path}/checkpoints/step-6 (version 6; "
+                           "updates 7..7 are redone, not logged again) (1/3)")
