@@ -112,7 +112,11 @@ class SupervisedBuffer:
                                "(buffer.max_restarts)") from error
         with contextlib.suppress(Exception):
             self.ray.kill(self.handle, no_restart=True)
-        self._start(relaunch=False)  # the same actors go on: their credits stand
+        try:
+            self._start(relaunch=False)  # the same actors go on: their credits stand
+        except Exception as e:  # e.g. its port was taken meanwhile: say which, end the launch
+            cause = death_cause(e) if isinstance(e, self.ray.exceptions.RayError) else repr(e)
+            raise RuntimeError(f"{why}; restarting it on {self._bound} failed: {cause}") from e
         restored = self.ray.get(self.handle.restored.remote())
         if learner_version is not None:
             self.ray.get(self.handle.set_version.remote(learner_version))
