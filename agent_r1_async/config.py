@@ -220,7 +220,10 @@ class BufferConfig(_Section):
     episode_timeout_s: float = 600.0
     """An episode with no new record for this long expires (its actor is presumed dead)."""
     snapshot_interval_s: float = 60.0
-    """How often the buffer snapshots its accepted episodes to disk (0 = only at shutdown)."""
+    """How often the buffer snapshots its accepted episodes to disk (0 = only at shutdown and
+    on learner checkpoints)."""
+    max_restarts: int = 3
+    """`launch`: times a buffer process that died is restarted from its latest snapshot."""
     max_frame_bytes: int = 67_108_864
     """Largest accepted frame; larger ones are rejected by the socket (64 KiB to buffer.max_bytes)."""
     step_grace_s: float = 5.0
@@ -257,6 +260,7 @@ class BufferConfig(_Section):
         _require(self.step_grace_s >= 0, "buffer.step_grace_s", "must be >= 0")
         _require(self.group_wait_s > 0, "buffer.group_wait_s", "must be > 0")
         _require(self.snapshot_interval_s >= 0, "buffer.snapshot_interval_s", "must be >= 0 (0 = at shutdown only)")
+        _require(self.max_restarts >= 0, "buffer.max_restarts", "must be >= 0")
         _require(
             self.max_frame_bytes >= 1 << 16,
             "buffer.max_frame_bytes",
@@ -367,6 +371,9 @@ class LearnerConfig(_Section):
     """Publish weights to the actors every N updates."""
     checkpoint_every: int = 50
     """Checkpoint every N updates (and at the end)."""
+    keep_checkpoints: int = 3
+    """Keep the newest N complete checkpoints of the run, removing older ones after each new
+    one is in place (never the one `checkpoints/latest` names); 0 = keep all."""
     bf16: bool = False
     """bf16 autocast for forward/backward."""
     gradient_checkpointing: bool = False
@@ -425,6 +432,7 @@ class LearnerConfig(_Section):
         _require(self.total_updates >= 1, "learner.total_updates", "must be >= 1")
         _require(self.publish_every >= 1, "learner.publish_every", "must be >= 1")
         _require(self.checkpoint_every >= 1, "learner.checkpoint_every", "must be >= 1")
+        _require(self.keep_checkpoints >= 0, "learner.keep_checkpoints", "must be >= 0 (0 = keep all)")
         _require(self.republish_s > 0, "learner.republish_s", "must be > 0")
         _require(self.sample_timeout_s > 0, "learner.sample_timeout_s", "must be > 0")
         _require(self.num_gpus >= 0, "learner.num_gpus", "must be >= 0")

@@ -245,6 +245,12 @@ class TrajectoryBuffer:
         return CreditGrant(actor_id, len(ids), self.version, reason=reason, group_ids=ids)
 
     def set_version(self, version: int) -> None:
+        if version < self.version:
+            # A learner restarted from an older checkpoint: the groups its lost updates trained
+            # on are gone, and untrained in the new lineage. Admission must stop counting them
+            # (accepted = trained + ready), or each restart shrinks the budget for good and a
+            # small one (max_staleness 1) stalls the run.
+            self.admission.rewind(version * self.admission.batch_groups + len(self.store))
         self.version = version
         self.store.set_version(version)
         for entry in self.store.drop_stale(version):

@@ -174,6 +174,11 @@ class BufferService:
             if self.on_fatal is not None:
                 self.on_fatal(self.failure)
 
+    def join(self) -> None:
+        """Block until the service thread ends (stopped, or its loop broken for good)."""
+        if self._thread is not None:
+            self._thread.join()
+
     def alive(self) -> bool:
         """The service thread runs and its loop is not broken."""
         return self._thread is not None and self._thread.is_alive() and self.failure is None
@@ -224,6 +229,22 @@ class BufferService:
     def metrics(self) -> m.BufferStats:
         with self._lock:
             return self.buffer.stats(self._rate)
+
+    def snapshot_now(self) -> str | None:
+        """Write a snapshot now (the launcher asks on every learner checkpoint, and before the
+        final one, so that a full disk there cannot cost the buffer's state); its path."""
+        if not self.snapshot_dir:
+            return None
+        with self._lock:
+            if self._closed:
+                return None
+            return save_snapshot(self.snapshot_dir, self.buffer.state())
+
+    def set_version(self, version: int) -> None:
+        """The learner's version, from the launcher (a buffer restarted from an older snapshot
+        learns it before the learner's next request)."""
+        with self._lock:
+            self.buffer.set_version(version)
 
     # ---- the loop's parts ---------------------------------------------------------------
 

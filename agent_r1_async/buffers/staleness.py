@@ -118,6 +118,11 @@ class AdmissionControl:
         would shrink the budget for good and a long run would stall."""
         self.accepted = max(0, self.accepted - 1)
 
+    def rewind(self, accepted: int) -> None:
+        """The learner went back to an older version (restarted from a checkpoint): at most
+        `accepted` groups (trained in its lineage + ready) still count as accepted."""
+        self.accepted = max(0, min(self.accepted, accepted))
+
     def on_dropped(self, group_id: str) -> None:
         """The group was dropped before completing (failed or expired): release its credit."""
         self._in_flight.pop(group_id, None)

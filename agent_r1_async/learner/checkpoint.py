@@ -21,6 +21,10 @@ after a barrier rank 0 renames it to `step-N` (a rename within one directory is 
 re-points `latest` with a symlink swap (`os.replace` of a fresh symlink). A crash leaves either
 the old or the new checkpoint, and `latest` only ever names a complete one. With several
 machines the run directory must be on storage they share.
+
+A full disk is reported as such (`checkpoint_files.DiskFullError`: the directory and the bytes
+free), not as torch's writer error; after a new checkpoint is in place, all but the newest
+`keep` complete ones are removed (`learner.keep_checkpoints`, never the one `latest` names).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import numpy as np
 import torch
 
 from agent_r1_async import config, models
+from agent_r1_async.learner import checkpoint_files as files
 from agent_r1_async.learner import distributed as dist_util
 
 LATEST = "latest"
@@ -63,9 +68,11 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))
 
 
-def save_checkpoint(run_dir: str, trainer: Any, learner_state: dict[str, Any]) -> str:
+def save_checkpoint(run_dir: str, trainer: Any, learner_state: dict[str, Any],
+                    keep: int = 0) -> str:
     """Write checkpoint `step-{learner_state['updates']}`; return its directory. A collective
-    when sharded: every rank calls it."""
+    when sharded: every rank calls it. `keep` > 0: then remove all but the newest `keep`
+    complete checkpoints. A full disk raises `DiskFullError`."""
     root = Path(run_dir) / "checkpoints"
     name = f"step-{int(learner_state['updates'])}"
     tmp_name = None
@@ -75,7 +82,14 @@ def save_checkpoint(run_dir: str, trainer: Any, learner_state: dict[str, Any]) -
     tmp = Path(dist_util.broadcast(tmp_name, str))
     final = root / name
     try:
-        _write(tmp, trainer, learner_state)
+        try:
+            _write(tmp, trainer, learner_state)
+        except Exception as e:
+            free = files.free_bytes(tmp)
+            if files.disk_full(e, free):
+                raise files.disk_full_error(e, f"checkpoint {name}", root, free,
+                                            _previous(root)) from e
+            raise
         dist_util.barrier()  # every rank's shards are on disk
         if dist_util.rank() == 0:
             if final.exists():  # re-saving the same step (final save right after a periodic one)
@@ -86,11 +100,17 @@ def save_checkpoint(run_dir: str, trainer: Any, learner_state: dict[str, Any]) -
                 link.unlink()
             os.symlink(name, link)
             os.replace(link, root / LATEST)
+            files.prune_checkpoints(root, keep, latest=final)
     finally:
         if dist_util.rank() == 0 and tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     dist_util.barrier()  # nobody returns a path that is not there yet
     return str(final)
+
+
+def _previous(root: Path) -> Path | None:
+    link = root / LATEST
+    return link.resolve() if link.exists() else None
 
 
 def _dcp_state(trainer: Any) -> dict[str, Any]:

@@ -193,7 +193,7 @@ class Learner:
             raise ValueError("Learner.save_checkpoint needs a run_dir")
         return checkpoint.save_checkpoint(self.run_dir, self.trainer, {
             "version": self.version, "updates": self.updates, "samples_drawn": self.samples_drawn,
-        })
+        }, keep=self.cfg.learner.keep_checkpoints)
 
     def step(self) -> dict[str, float]:
         """One update, then the periodic checkpoint (`learner.checkpoint_every`): the cadence

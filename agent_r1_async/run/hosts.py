@@ -83,8 +83,13 @@ def buffer_bounds(cfg: RunConfig) -> BufferConfig:
 
 
 class BufferHost:
+    """`bind`: the endpoints to bind (a restarted buffer takes its predecessor's, see
+    run/buffer_supervisor.py); default: free ports on `launch.bind_host`. `pid_file`: where
+    this process writes its pid."""
+
     def __init__(
-        self, cfg: RunConfig, snapshot_dir: str | None, curve: CurveKeys | None, resume: bool
+        self, cfg: RunConfig, snapshot_dir: str | None, curve: CurveKeys | None, resume: bool,
+        bind: dict[str, str] | None = None, pid_file: str | None = None,
     ) -> None:
         from agent_r1_async.buffers.service import BufferService
         from agent_r1_async.models import model_vocab_size
@@ -100,13 +105,43 @@ class BufferHost:
             cfg.buffer,
             cfg.algorithm,
             self.transport,
-            data_endpoint=tcp_endpoint(host),
-            control_endpoint=tcp_endpoint(host),
+            data_endpoint=bind["data"] if bind else tcp_endpoint(host),
+            control_endpoint=bind["control"] if bind else tcp_endpoint(host),
             snapshot_dir=snapshot_dir,
             fresh_actors=resume,  # a relaunch starts new actors: the old ones' credits are void
             on_fatal=_exit_broken_buffer,
         )
         self.service.start()
+        if pid_file:
+            with contextlib.suppress(OSError):
+                Path(pid_file).write_text(str(os.getpid()))
+
+    def placement(self) -> tuple[dict[str, str], str]:
+        """The endpoints as bound, and this node's Ray id: where a restart must bind again."""
+        import ray
+
+        bound = {"data": self.service.data_endpoint, "control": self.service.control_endpoint}
+        return bound, ray.get_runtime_context().get_node_id()
+
+    def serve(self) -> str:
+        """Returns when the service loop ends (its failure, or "" after `stop`): the launcher
+        keeps this call pending to see the buffer die."""
+        self.service.join()
+        return repr(self.service.failure) if self.service.failure is not None else ""
+
+    def restored(self) -> dict[str, int]:
+        """What this process restored from the snapshot: its version and ready groups."""
+        stats = self.service.metrics()
+        return {"version": stats.learner_version, "groups": stats.groups_ready}
+
+    def set_version(self, version: int) -> None:
+        self.service.set_version(version)
+
+    def snapshot(self) -> str | None:
+        return self.service.snapshot_now()
+
+    def pid(self) -> int:
+        return os.getpid()
 
     def endpoints(self) -> dict[str, str]:
         host = self.cfg.launch.bind_host
@@ -120,6 +155,9 @@ class BufferHost:
 
     def stop(self) -> None:
         self.service.stop()
+
+
+_LEARNER_CLIENT_RETRIES = 12
 
 
 class LearnerHost:
@@ -167,8 +205,10 @@ class LearnerHost:
         client = None
         if self.rank == 0:
             self.transport = ZmqTransport(curve=self.curve)
+            # Enough tries to outlast a buffer restart (run/buffer_supervisor.py) on a loaded
+            # machine: the launcher, not this client, gives up on a buffer that stays dead.
             client = self.client = BufferClient(self.transport, control_endpoint, "learner",
-                                                "learner")
+                                                "learner", retries=_LEARNER_CLIENT_RETRIES)
             client.connect()
             self.publisher = make_weight_sender(self.cfg, self.transport)  # weights.backend
         if resume and latest_checkpoint(self.run_dir) is not None:
@@ -236,6 +276,9 @@ class ActorHost:
         self.actor_id = actor_id
         self.endpoints = endpoints
         self._stop = threading.Event()
+        if log_dir:  # RUN_DIR/actor-N.pid, rewritten by each process Ray restarts
+            with contextlib.suppress(OSError):
+                (Path(log_dir).parent / f"{actor_id}.pid").write_text(str(os.getpid()))
 
     def set_endpoints(self, endpoints: dict[str, str]) -> None:
         """A restarted learner group publishes weights elsewhere: the next `run` uses these."""

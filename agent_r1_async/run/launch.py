@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_r1_async.config import ConfigError, RunConfig, dump_config
+from agent_r1_async.learner.checkpoint_files import disk_full_message
 from agent_r1_async.models import attention_implementation
 from agent_r1_async.run.evaluate import held_out
 from agent_r1_async.run.feasibility import check_feasible
@@ -123,9 +124,29 @@ def _wandb_id(run_dir: Path, resume: str | None) -> str | None:
     return path.read_text().strip() if resume and path.exists() else None
 
 
+def last_logged_update(metrics_path: Path) -> int:
+    """The highest update with a training record in metrics.jsonl (0: none yet). A line cut
+    short by a crash is skipped."""
+    last = 0
+    if metrics_path.exists():
+        for line in metrics_path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and "version" in record:
+                last = max(last, int(record.get("update", 0)))
+    return last
+
+
 def _train(cfg: RunConfig, sup: Supervisor, logger: MetricsLogger) -> tuple[int, str]:
-    """The RL loop: (last version, why it stopped)."""
+    """The RL loop: (last version, why it stopped).
+
+    Each update is logged once: after a learner restart from an older checkpoint (in the run,
+    or `--resume` after a crash), the updates redone up to the last one logged keep their first
+    record (W&B, too, takes each step once) and only print their progress line."""
     version = sup.version()
+    logged = last_logged_update(logger.run_dir / "metrics.jsonl")
     t_start = time.monotonic()
     rates = ActorRates()
     while version < cfg.learner.total_updates:
@@ -134,8 +155,11 @@ def _train(cfg: RunConfig, sup: Supervisor, logger: MetricsLogger) -> tuple[int,
         buffer = sup.buffer_stats()
         sup.check_failures(buffer)
         record, hists = merge_metrics(update, buffer, rates)
-        logger.log(record, step=version, histograms=hists)
-        logger.console(progress_line(record))
+        redone = version <= logged
+        if not redone:
+            logger.log(record, step=version, histograms=hists)
+            logged = version
+        logger.console(progress_line(record) + (" (redone)" if redone else ""))
         if cfg.launch.max_wall_time_s and time.monotonic() - t_start > cfg.launch.max_wall_time_s:
             return version, "max_wall_time_s"
     return version, "done"
@@ -178,6 +202,12 @@ def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None
     except EnvFailing as e:
         stop_reason, failure = "env failing", str(e)
         print(f"[launch] stopping: {e}", file=sys.stderr, flush=True)
+    except Exception as e:
+        full = disk_full_message(e)  # a checkpoint found the disk full: say so, not torch's error
+        if full is None:
+            raise
+        stop_reason, failure = "disk full", full
+        print(f"[launch] stopping: {full}", file=sys.stderr, flush=True)
     finally:
         # stop
         try:

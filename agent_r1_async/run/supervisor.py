@@ -1,7 +1,9 @@
 """Ray at the edge: start (or join) Ray, place the three roles, keep the actors running.
 
     Supervisor(cfg, run_dir, resume, curve)
-      ├─ BufferHost   ray actor: PULL records, ROUTER credits/samples, snapshots
+      ├─ BufferHost   ray actor: PULL records, ROUTER credits/samples, snapshots; restarted
+      │               from its snapshot on the same endpoints when it dies
+      │               (buffer_supervisor.py, up to buffer.max_restarts)
       ├─ LearnerGroup learner.world_size LearnerHost ray actors in one placement group
       │               (one bundle per rank): rank 0 samples, PUBlishes weights; all train
       └─ ActorHost×N  ray actors (restarted by Ray up to actors.max_restarts): episodes
@@ -24,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from agent_r1_async.config import RunConfig
+from agent_r1_async.learner.checkpoint_files import disk_full_message
+from agent_r1_async.run.buffer_supervisor import SupervisedBuffer, death_cause
 from agent_r1_async.wire.curve import RunKeys, keys_for
 from agent_r1_async.wire.roles import LEARNER
 
@@ -138,22 +142,22 @@ class LearnerGroup:
 
 
 class Supervisor:
-    """Starts the processes and keeps the actors' run loops alive."""
+    """Starts the processes and keeps all three roles alive (buffer, learner group, actors)."""
 
     def __init__(self, cfg: RunConfig, run_dir: Path, resume: bool, curve: RunKeys | None) -> None:
         import ray
 
-        from agent_r1_async.run.hosts import ActorHost, BufferHost
+        from agent_r1_async.run.hosts import ActorHost
 
         self.cfg = cfg
         self.ray = ray
         self.run_dir, self.curve = run_dir, curve
         self.learner_restarts = 0
-        self.buffer = ray.remote(num_cpus=0.5, max_concurrency=4)(BufferHost).remote(
-            cfg, str(run_dir / "buffer"), keys_for(curve, None, binds=True), resume
-        )
-        self.endpoints: dict[str, str] = ray.get(self.buffer.endpoints.remote())
+        self.buffers = SupervisedBuffer(cfg, run_dir, keys_for(curve, None, binds=True), resume)
+        self.endpoints: dict[str, str] = dict(self.buffers.endpoints)
         self.learner = LearnerGroup(cfg, run_dir, self.endpoints["control"], resume, curve)
+        self.last_version = self.version()
+        """The learner's version after its last update (a restarted buffer is told it)."""
         self.endpoints["weights"] = ray.get(self.learner.leader.weights_endpoint.remote())
         actor_cls = ray.remote(
             num_cpus=cfg.actors.num_cpus,
@@ -170,6 +174,11 @@ class Supervisor:
         if resume:
             self.learner.call("publish")
 
+    @property
+    def buffer(self) -> Any:
+        """The buffer's current Ray actor handle (a new one after a restart)."""
+        return self.buffers.handle
+
     def check_actors(self) -> None:
         """Re-run the loop of an actor whose process died (Ray restarted it)."""
         done, _ = self.ray.wait(list(self.runs), timeout=0, num_returns=len(self.runs))
@@ -179,7 +188,7 @@ class Supervisor:
                 self.ray.get(ref)
                 continue  # finished normally (stopped)
             except self.ray.exceptions.RayActorError as e:
-                reason = f"actor-{i} died: {type(e).__name__}"
+                reason = f"actor-{i} died: {death_cause(e)}"
             except Exception as e:  # the actor's loop raised: treat like a crash
                 reason = f"actor-{i} failed: {e!r}"
             self.restarts[i] += 1
@@ -187,6 +196,9 @@ class Supervisor:
                 raise RuntimeError(f"{reason}; restarted {self.cfg.actors.max_restarts} times")
             print(f"[launch] {reason}; restarting its loop ({self.restarts[i]})", file=sys.stderr)
             self._wait_restarted(i, reason)
+            # Ray re-ran its constructor with the endpoints of launch time; a learner restarted
+            # since then publishes weights elsewhere.
+            self.ray.get(self.actors[i].set_endpoints.remote(self.endpoints))
             self.runs[self.actors[i].run.remote()] = i
 
     def _wait_restarted(self, i: int, reason: str, timeout_s: float = 300.0) -> None:
@@ -222,11 +234,24 @@ class Supervisor:
                 refs = self.learner.submit("update")
                 continue
             if len(ready) == len(refs):
-                return self.ray.get(refs[0])
+                return self._updated(self.ray.get(refs[0]))
+            self.buffers.check(self.last_version)
             self.check_actors()
             if time.monotonic() >= next_check:  # with every episode failing no update comes
                 self.check_failures(self.buffer_stats())
                 next_check = time.monotonic() + _FAILURE_CHECK_S
+
+    def _updated(self, result: dict[str, Any]) -> dict[str, Any]:
+        """After an update: its version; on a checkpoint, a buffer snapshot too, taken before
+        the next update samples, so that the snapshot and the checkpoint agree."""
+        metrics = result["metrics"]
+        self.last_version = int(metrics["version"])
+        if metrics.get("checkpoint_saved"):
+            try:
+                self.buffers.call("snapshot", timeout=60, learner_version=self.last_version)
+            except Exception as e:  # the periodic snapshot still runs
+                print(f"[launch] buffer snapshot failed: {e!r}", file=sys.stderr, flush=True)
+        return result
 
     def check_failures(self, buffer_stats: dict[str, Any]) -> None:
         """Raise `EnvFailing` when every actor's recent episodes all failed."""
@@ -241,11 +266,12 @@ class Supervisor:
         """(rank, error) of a rank whose process died. A rank whose update *raised* (a bug,
         a data timeout) ends the launch as before, unless another rank died, which is what
         the survivors' collectives then fail on: give the deaths a moment to surface."""
+        died = (self.ray.exceptions.RayActorError, self.ray.exceptions.OutOfMemoryError)
         raised = None
         for ref in ready:
             try:
                 self.ray.get(ref, timeout=0)
-            except self.ray.exceptions.RayActorError as e:
+            except died as e:  # SIGKILL, a crash, Ray's memory monitor
                 return refs.index(ref), e
             except self.ray.exceptions.RayTaskError as e:
                 raised = e
@@ -255,7 +281,7 @@ class Supervisor:
         for ref in done:
             try:
                 self.ray.get(ref, timeout=0)
-            except self.ray.exceptions.RayActorError as e:
+            except died as e:
                 return refs.index(ref), e
             except self.ray.exceptions.RayTaskError:
                 continue
@@ -268,15 +294,22 @@ class Supervisor:
 
         self.learner_restarts += 1
         ckpt = latest_checkpoint(str(self.run_dir))
-        why = f"learner rank {rank} failed: {type(error).__name__}"
+        why = f"learner rank {rank} failed: {death_cause(error)}"
         if self.learner_restarts > self.cfg.learner.max_restarts:
             raise RuntimeError(f"{why}; restarted {self.cfg.learner.max_restarts} times") from error
-        print(f"[launch] {why}; restarting the learner group ({self.cfg.learner.world_size} "
-              f"ranks) from {ckpt or 'the initial weights (no checkpoint yet)'} "
-              f"({self.learner_restarts}/{self.cfg.learner.max_restarts})", flush=True)
         self.learner.kill()
+        # The new learner's first act is a handshake with the buffer: the memory monitor may
+        # have taken the buffer too (it kills several workers at once), so restart it first.
+        self.buffers.ensure_alive(self.last_version)
         self.learner = LearnerGroup(self.cfg, self.run_dir, self.endpoints["control"],
                                     resume=ckpt is not None, curve=self.curve)
+        lost, self.last_version = self.last_version, self.version()
+        redo = (f"; updates {self.last_version + 1}..{lost} are redone, not logged again"
+                if lost > self.last_version else "")
+        print(f"[launch] {why}; restarting the learner group ({self.cfg.learner.world_size} "
+              f"ranks) from {ckpt or 'the initial weights (no checkpoint yet)'} "
+              f"(version {self.last_version}{redo}) "
+              f"({self.learner_restarts}/{self.cfg.learner.max_restarts})", flush=True)
         self.endpoints["weights"] = self.ray.get(self.learner.leader.weights_endpoint.remote())
         self._restart_actor_loops()
         self.learner.call("publish")
@@ -286,26 +319,33 @@ class Supervisor:
             with contextlib.suppress(Exception):
                 self.ray.get(a.stop.remote(), timeout=10)
         self.ray.wait(list(self.runs), timeout=60, num_returns=len(self.runs))
-        self.ray.get([a.set_endpoints.remote(self.endpoints) for a in self.actors])
+        for i, a in enumerate(self.actors):  # one that Ray is restarting answers once back
+            self._wait_restarted(i, f"actor-{i} (restarting its loop for the new learner)")
+            self.ray.get(a.set_endpoints.remote(self.endpoints))
         self.runs = {a.run.remote(): i for i, a in enumerate(self.actors)}
 
     def buffer_stats(self) -> dict[str, Any]:
-        return self.ray.get(self.buffer.stats.remote())
+        return self.buffers.call("stats", learner_version=self.last_version)
 
     def shutdown(self, checkpoint: bool) -> str | None:
-        """Actors first (their aborted-episode records reach the buffer), then the learner's
-        checkpoint, then the buffer's final snapshot."""
+        """Actors first (their aborted-episode records reach the buffer), then a buffer
+        snapshot, then the learner's checkpoint, then the buffer's stop (its final snapshot)."""
         ray = self.ray
         path = None
         for a in self.actors:
             with contextlib.suppress(Exception):  # a dead actor has nothing left to stop
                 ray.get(a.stop.remote(), timeout=10)
         ray.wait(list(self.runs), timeout=30, num_returns=len(self.runs))
+        try:  # first, so that a checkpoint that fills the disk cannot cost the buffer's state
+            ray.get(self.buffer.snapshot.remote(), timeout=60)
+        except Exception as e:
+            print(f"[launch] buffer snapshot failed: {e!r}", file=sys.stderr)
         if checkpoint:
             try:
                 path = self.learner.call("save_checkpoint")
             except Exception as e:  # a dead rank: the last periodic checkpoint stands
-                print(f"[launch] final learner checkpoint failed: {e!r}", file=sys.stderr)
+                print(f"[launch] final learner checkpoint failed: "
+                      f"{disk_full_message(e) or repr(e)}", file=sys.stderr)
                 self.learner.kill()
         try:
             ray.get(self.buffer.stop.remote(), timeout=30)

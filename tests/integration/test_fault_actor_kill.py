@@ -94,13 +94,13 @@ def _group_of(service: BufferService, episode_ids: set[str]) -> set[str]:
 _KILL_DROPS = ("expired_episode", "group_too_small", "expired_credit")
 
 
-def _supervisor(cfg: RunConfig, ray, actor, run_ref):
+def _supervisor(cfg: RunConfig, ray, actor, run_ref, endpoints):
     """The launcher's Supervisor, holding just this actor (its restart logic is under test)."""
     from agent_r1_async.run.supervisor import Supervisor
 
     sup = Supervisor.__new__(Supervisor)
     sup.cfg, sup.ray, sup.actors = cfg, ray, [actor]
-    sup.runs, sup.restarts = {run_ref: 0}, [0]
+    sup.runs, sup.restarts, sup.endpoints = {run_ref: 0}, [0], endpoints
     return sup
 
 
@@ -121,7 +121,7 @@ def test_actor_killed_mid_episode_is_restarted_and_loses_nothing_accepted() -> N
                      "weights": None}
         actor = ray.remote(num_cpus=1, max_restarts=cfg.actors.max_restarts, max_concurrency=2)(
             ActorHost).remote(cfg, "actor-0", endpoints, None)
-        sup = _supervisor(cfg, ray, actor, actor.run.remote())
+        sup = _supervisor(cfg, ray, actor, actor.run.remote(), endpoints)
         first_pid = ray.get(actor.pid.remote(), timeout=60)
 
         # Kill when accepted groups exist, an episode is half sent and a credit was just

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from agent_r1_async import config
-from agent_r1_async.learner import checkpoint
+from agent_r1_async.learner import checkpoint, checkpoint_files
 from agent_r1_async.learner.trainer import PolicyTrainer
 
 
@@ -87,3 +88,88 @@ def test_missing_checkpoint_errors(tmp_path, micro_model_dir):
     assert checkpoint.latest_checkpoint(str(tmp_path)) is None
     with pytest.raises(FileNotFoundError, match="not a learner checkpoint"):
         checkpoint.load_trainer_state(micro_model_dir, _trainer(micro_model_dir))
+
+
+# ---- a full disk, and pruning (issue 22 "Disk") -------------------------------------------
+
+_real_torch_save = torch.save
+
+
+def _save_to_a_full_disk(obj, f, *args, **kwargs):
+    """torch.save to a file as it fails on a full disk: the same write to /dev/full (ENOSPC
+    on every write) raises torch's own `RuntimeError: [enforce fail at inline_container.cc:
+    ...] unexpected pos`. (Saves to memory, as DCP makes, are left alone.)"""
+    if isinstance(f, (str, os.PathLike)):
+        f = "/dev/full"
+    _real_torch_save(obj, f, *args, **kwargs)
+
+
+def _raise_enospc(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+@pytest.mark.parametrize("failure", ["torch_writer", "dcp_enospc"])
+def test_a_full_disk_is_reported_as_such_and_the_last_checkpoint_stands(
+        tmp_path, micro_model_dir, monkeypatch, failure):
+    trainer = _trainer(micro_model_dir, algo="grpo")
+    first = checkpoint.save_checkpoint(str(tmp_path), trainer, {"version": 1, "updates": 1})
+    if failure == "torch_writer":  # the rng file's torch.save, after the shards
+        monkeypatch.setattr(torch, "save", _save_to_a_full_disk)
+    else:  # DCP's shard writer
+        import torch.distributed.checkpoint as dcp
+
+        monkeypatch.setattr(dcp, "save", _raise_enospc)
+    monkeypatch.setattr(checkpoint_files, "free_bytes", lambda path: 4096)
+    with pytest.raises(checkpoint_files.DiskFullError) as err:
+        checkpoint.save_checkpoint(str(tmp_path), trainer, {"version": 2, "updates": 2})
+    msg = str(err.value)
+    root = tmp_path / "checkpoints"
+    assert msg.startswith(f"disk full: checkpoint step-2 could not be written under {root} "
+                          "(4,096 bytes free on that filesystem; the previous checkpoint takes ")
+    assert "learner.keep_checkpoints" in msg
+    assert sorted(os.listdir(root)) == ["latest", "step-1"]  # the half-written one is gone
+    assert checkpoint.latest_checkpoint(str(tmp_path)) == first
+
+
+def test_a_torch_write_error_with_space_left_is_not_called_a_full_disk(
+        tmp_path, micro_model_dir, monkeypatch):
+    trainer = _trainer(micro_model_dir, algo="grpo")
+    monkeypatch.setattr(torch, "save", _save_to_a_full_disk)
+    monkeypatch.setattr(checkpoint_files, "free_bytes", lambda path: 50 * 2**30)
+    with pytest.raises(RuntimeError, match="inline_container") as err:
+        checkpoint.save_checkpoint(str(tmp_path), trainer, {"version": 1, "updates": 1})
+    assert not isinstance(err.value, checkpoint_files.DiskFullError)
+
+
+def test_keep_checkpoints_prunes_old_complete_ones_only(tmp_path, micro_model_dir):
+    trainer = _trainer(micro_model_dir, algo="grpo")
+    root = tmp_path / "checkpoints"
+    root.mkdir()
+    (root / "step-0").mkdir()  # not a checkpoint (no learner_state.json): never touched
+    (root / ".tmp-step-9-abc").mkdir()  # a write in progress / crashed: never touched
+    for n in range(1, 5):
+        checkpoint.save_checkpoint(str(tmp_path), trainer, {"version": n, "updates": n}, keep=2)
+    assert sorted(os.listdir(root)) == [".tmp-step-9-abc", "latest", "step-0", "step-3",
+                                        "step-4"]
+    assert os.readlink(root / "latest") == "step-4"
+    # keep=0 keeps everything.
+    checkpoint.save_checkpoint(str(tmp_path), trainer, {"version": 5, "updates": 5}, keep=0)
+    assert [p.name for p in checkpoint_files.complete_checkpoints(root)] == ["step-3", "step-4",
+                                                                             "step-5"]
+
+
+def test_pruning_never_removes_the_checkpoint_latest_names(tmp_path):
+    root = tmp_path / "checkpoints"
+    for n in (1, 2, 3):
+        (root / f"step-{n}").mkdir(parents=True)
+        (root / f"step-{n}" / "learner_state.json").write_text("{}")
+    os.symlink("step-1", root / "latest")  # e.g. re-pointed by hand to an older one
+    removed = checkpoint_files.prune_checkpoints(root, keep=1, latest=root / "latest")
+    assert [p.name for p in removed] == ["step-2"]
+    assert sorted(os.listdir(root)) == ["latest", "step-1", "step-3"]
+
+
+def test_keep_checkpoints_config_key():
+    assert config.LearnerConfig().keep_checkpoints == 3
+    with pytest.raises(config.ConfigError, match=r"learner\.keep_checkpoints: must be >= 0"):
+        config.config_from_dict({"learner": {"keep_checkpoints": -1}})

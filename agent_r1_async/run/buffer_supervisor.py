@@ -1,0 +1,136 @@
+"""The buffer process under supervision: a dead one is restarted from its snapshot.
+
+`SupervisedBuffer` owns the `BufferHost` Ray actor. It keeps one call pending on it, `serve()`,
+which returns only when the service loop ends; when the process dies (SIGKILL, the OOM
+killer, a loop broken for good: the host exits with status 70) that call fails, and `check()`
+starts a new `BufferHost`:
+
+- on the same node and the *same* endpoints (the ports the first one bound), so every client
+  keeps its address: the actors' PUSH sockets and DEALERs and the learner's DEALER reconnect
+  by themselves (ZeroMQ), records pushed meanwhile wait in their queues, and a control request
+  lost with the old process is sent again by `BufferClient`'s retries;
+- from the latest snapshot in `RUN_DIR/buffer` (written every `buffer.snapshot_interval_s`, on
+  every learner checkpoint, and first thing at shutdown), with the actors' credits kept (the
+  same actors go on), told the learner's current version;
+- at most `buffer.max_restarts` times per run, each one console line.
+
+The host writes its pid to `RUN_DIR/buffer.pid` (the kill drill and an operator find it there).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+from typing import Any
+
+from agent_r1_async.config import RunConfig
+from agent_r1_async.wire.zmq import CurveKeys
+
+_EXIT_KINDS = {  # Ray's worker exit types, said plainly
+    "SYSTEM_ERROR": "the process was killed or crashed",
+    "UNEXPECTED_SYSTEM_EXIT": "the process was killed or crashed",
+    "NODE_OUT_OF_MEMORY": "out of memory",
+    "USER_ERROR": "its code raised",
+}
+
+
+def death_cause(error: BaseException) -> str:
+    """A short reason a Ray actor died, from Ray's long error text."""
+    import ray
+
+    if isinstance(error, ray.exceptions.OutOfMemoryError) or "memory monitor" in str(error):
+        return f"{type(error).__name__}: killed by Ray's memory monitor (out of memory)"
+    text = str(error)
+    if "Worker exit type: " in text:
+        kind = text.split("Worker exit type: ", 1)[1].split()[0].strip(".,")
+        what = f": {_EXIT_KINDS[kind]}" if kind in _EXIT_KINDS else ""
+        return f"{type(error).__name__} (worker exit type {kind}{what})"
+    return type(error).__name__
+
+
+class SupervisedBuffer:
+    def __init__(self, cfg: RunConfig, run_dir: Path, curve: CurveKeys | None,
+                 resume: bool) -> None:
+        import ray
+
+        self.ray, self.cfg, self.run_dir, self.curve = ray, cfg, run_dir, curve
+        self.restarts = 0
+        self._bound: dict[str, str] | None = None
+        self._node: str | None = None
+        self._start(relaunch=resume)
+
+    def _start(self, relaunch: bool) -> None:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from agent_r1_async.run.hosts import BufferHost
+
+        options: dict[str, Any] = {}
+        if self._node is not None:  # its endpoints are on this node's addresses
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(self._node, soft=False)
+        cls = self.ray.remote(num_cpus=0.5, max_concurrency=4)(BufferHost)
+        self.handle = cls.options(**options).remote(
+            self.cfg, str(self.run_dir / "buffer"), self.curve, relaunch,
+            bind=self._bound, pid_file=str(self.run_dir / "buffer.pid"))
+        self.endpoints: dict[str, str] = self.ray.get(self.handle.endpoints.remote())
+        self._bound, self._node = self.ray.get(self.handle.placement.remote())
+        self._watch = self.handle.serve.remote()
+
+    def dead(self) -> BaseException | None:
+        """Why the buffer's process or service loop ended, or None while it serves."""
+        ready, _ = self.ray.wait([self._watch], timeout=0)
+        if not ready:
+            return None
+        try:
+            failure = self.ray.get(ready[0])
+        except Exception as e:  # the process died (ActorDiedError, OutOfMemoryError, ...)
+            return e
+        return RuntimeError(f"its service loop stopped: {failure or 'no reason given'}")
+
+    def check(self, learner_version: int | None) -> bool:
+        """Restart the buffer if it died; True if it did."""
+        error = self.dead()
+        if error is None:
+            return False
+        self.restart(error, learner_version)
+        return True
+
+    def ensure_alive(self, learner_version: int | None, timeout_s: float = 30.0) -> None:
+        """Ask the buffer's process for its pid; restart it if it is dead."""
+        try:
+            self.ray.get(self.handle.pid.remote(), timeout=timeout_s)
+        except self.ray.exceptions.GetTimeoutError:
+            return  # busy, not dead: its watch call reports a death
+        except (self.ray.exceptions.RayActorError, self.ray.exceptions.OutOfMemoryError) as e:
+            self.restart(self.dead() or e, learner_version)
+
+    def restart(self, error: BaseException, learner_version: int | None) -> None:
+        self.restarts += 1
+        why = f"buffer process died: {death_cause(error)}"
+        if self.restarts > self.cfg.buffer.max_restarts:
+            raise RuntimeError(f"{why}; restarted {self.cfg.buffer.max_restarts} times "
+                               "(buffer.max_restarts)") from error
+        with contextlib.suppress(Exception):
+            self.ray.kill(self.handle, no_restart=True)
+        try:
+            self._start(relaunch=False)  # the same actors go on: their credits stand
+        except Exception as e:  # e.g. its port was taken meanwhile: say which, end the launch
+            cause = death_cause(e) if isinstance(e, self.ray.exceptions.RayError) else repr(e)
+            raise RuntimeError(f"{why}; restarting it on {self._bound} failed: {cause}") from e
+        restored = self.ray.get(self.handle.restored.remote())
+        if learner_version is not None:
+            self.ray.get(self.handle.set_version.remote(learner_version))
+        print(f"[launch] {why}; restarted from its snapshot of version {restored['version']} "
+              f"({restored['groups']} groups ready) on the same endpoints, buffer now at version "
+              f"{learner_version if learner_version is not None else restored['version']} "
+              f"({self.restarts}/{self.cfg.buffer.max_restarts})", file=sys.stderr, flush=True)
+
+    def call(self, method: str, *args: Any, timeout: float | None = None,
+             learner_version: int | None = None) -> Any:
+        """`method` on the buffer; a buffer that died is restarted and asked again once."""
+        try:
+            return self.ray.get(getattr(self.handle, method).remote(*args), timeout=timeout)
+        except (self.ray.exceptions.RayActorError, self.ray.exceptions.OutOfMemoryError) as e:
+            error = self.dead() or e
+        self.restart(error, learner_version)
+        return self.ray.get(getattr(self.handle, method).remote(*args), timeout=timeout)

@@ -1,0 +1,71 @@
+"""`launch`'s loop logs each update once, also when the learner redoes updates after a restart
+from an older checkpoint (in the run) or after `--resume` of a run that crashed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from agent_r1_async.config import config_from_dict
+from agent_r1_async.run.launch import _train, last_logged_update
+
+
+class _Supervisor:
+    """Versions as a learner restarted from checkpoints would produce them."""
+
+    def __init__(self, start: int, versions: list[int]) -> None:
+        self.start, self.versions = start, list(versions)
+
+    def version(self) -> int:
+        return self.start
+
+    def update(self) -> dict:
+        return {"metrics": {"version": self.versions.pop(0), "loss": 0.5},
+                "staleness_hist": {}}
+
+    def buffer_stats(self) -> dict:
+        return {"groups_ready": 1}
+
+    def check_failures(self, buffer: dict) -> None:
+        pass
+
+
+class _Logger:
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir, self.steps, self.lines = run_dir, [], []
+
+    def log(self, record: dict, step: int, histograms: dict | None = None) -> None:
+        self.steps.append(step)
+        with open(self.run_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps({"update": step, **record}) + "\n")
+
+    def console(self, line: str) -> None:
+        self.lines.append(line)
+
+
+def _cfg(total: int):
+    return config_from_dict({"learner": {"total_updates": total}})
+
+
+def test_updates_redone_after_a_learner_restart_are_logged_once(tmp_path):
+    # Checkpoint at 2; updates 3, 4 logged; the learner dies and restarts from step-2.
+    logger = _Logger(tmp_path)
+    version, why = _train(_cfg(6), _Supervisor(0, [1, 2, 3, 4, 3, 4, 5, 6]), logger)
+    assert (version, why) == (6, "done")
+    assert logger.steps == [1, 2, 3, 4, 5, 6]
+    assert [line.endswith(" (redone)") for line in logger.lines] == [
+        False, False, False, False, True, True, False, False]
+
+
+def test_resume_after_a_crash_does_not_log_updates_twice(tmp_path):
+    # The crashed run logged 1..5 (plus an eval-before record at 0 and a line cut short by
+    # the crash); its latest checkpoint is step-3, so the resumed learner starts at 3.
+    lines = [json.dumps({"update": 0, "eval/before/success": 0.1})]
+    lines += [json.dumps({"update": u, "version": u}) for u in range(1, 6)]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + '\n{"update": 6, "vers')
+    assert last_logged_update(tmp_path / "metrics.jsonl") == 5
+    logger = _Logger(tmp_path)
+    _train(_cfg(7), _Supervisor(3, [4, 5, 6, 7]), logger)
+    assert logger.steps == [6, 7]
+    assert last_logged_update(tmp_path / "metrics.jsonl") == 7
+    assert last_logged_update(tmp_path / "missing.jsonl") == 0

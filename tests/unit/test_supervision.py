@@ -1,0 +1,224 @@
+"""Supervision decisions that need no running Ray: which learner failures are deaths (and
+restart the group), what the one restart line says, and a full disk behind Ray's task error."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import ray.exceptions as rex
+
+from agent_r1_async.learner.checkpoint_files import DiskFullError, disk_full_message
+from agent_r1_async.run.buffer_supervisor import death_cause
+from agent_r1_async.run.supervisor import Supervisor
+
+_SIGKILLED = ("The actor died unexpectedly before finishing this task.\n\tclass_name: LearnerHost"
+              "\n\tpid: 1234\nThe actor is dead because its worker process has died. Worker "
+              "exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a "
+              "connection error code 2. End of file.")
+_OOM = ("Task was killed due to the node running low on memory.\nMemory on the node (IP: "
+        "10.0.0.1) where the task was running was 22.5GB / 23.4GB (0.96), which exceeds the "
+        "memory usage threshold of 0.95. Ray killed this worker because it was the most "
+        "recently scheduled task")
+
+
+def _Died(text: str) -> rex.ActorDiedError:
+    """An ActorDiedError with the text Ray gives it (the cause is a protobuf in real life)."""
+    e = rex.ActorDiedError()
+    e.error_msg = text
+    return e
+
+
+class _FakeRay:
+    """`ray.get` on a ref raises what that ref's task ended with."""
+
+    exceptions = rex
+
+    def __init__(self, outcomes: dict[str, BaseException | None]) -> None:
+        self.outcomes = outcomes
+
+    def get(self, ref: str, timeout: float | None = None):
+        if self.outcomes[ref] is not None:
+            raise self.outcomes[ref]
+        return {"metrics": {}}
+
+    def wait(self, refs, timeout=None, num_returns=1):
+        return list(refs), []
+
+
+def _supervisor(outcomes: dict[str, BaseException | None]) -> Supervisor:
+    sup = Supervisor.__new__(Supervisor)  # only its decision logic, no processes
+    sup.ray = _FakeRay(outcomes)
+    return sup
+
+
+@pytest.mark.parametrize("error", [rex.OutOfMemoryError(_OOM), _Died(_SIGKILLED)],
+                         ids=["OutOfMemoryError", "ActorDiedError"])
+def test_a_learner_killed_mid_update_is_a_death_that_restarts_the_group(error):
+    # Ray's memory monitor killing the learner mid-update surfaces as OutOfMemoryError, which
+    # is no RayActorError: it must restart the group, not end the launch.
+    sup = _supervisor({"r0": error, "r1": None})
+    assert sup._dead_rank(["r0", "r1"], ["r0", "r1"]) == (0, error)
+
+
+def test_a_learner_whose_update_raised_still_ends_the_launch():
+    bug = rex.RayTaskError("update", "Traceback: ValueError", ValueError("a bug"))
+    sup = _supervisor({"r0": bug})
+    with pytest.raises(rex.RayTaskError):
+        sup._dead_rank(["r0"], ["r0"])
+
+
+def test_death_causes_are_short():
+    assert death_cause(rex.OutOfMemoryError(_OOM)) == (
+        "OutOfMemoryError: killed by Ray's memory monitor (out of memory)")
+    assert death_cause(_Died(_SIGKILLED)) == (
+        "ActorDiedError (worker exit type SYSTEM_ERROR: the process was killed or crashed)")
+    assert death_cause(_Died("killed by the memory monitor")) == (
+        "ActorDiedError: killed by Ray's memory monitor (out of memory)")
+    assert death_cause(rex.ActorUnavailableError("restarting", None)) == "ActorUnavailableError"
+
+
+def test_a_full_disk_behind_rays_task_error_is_found():
+    full = DiskFullError("disk full: checkpoint step-4 could not be written under /r")
+    wrapped = rex.RayTaskError("update", "Traceback (most recent call last): ...", full)
+    assert disk_full_message(wrapped) == str(full)
+    assert disk_full_message(wrapped.as_instanceof_cause()) == str(full)
+    assert disk_full_message(rex.RayTaskError("update", "tb", ValueError("x"))) is None
+    assert disk_full_message(ValueError("disk full")) is None
+
+
+class _Handle:
+    """A Ray actor handle whose `.method.remote()` runs `method` when `ray.get` asks."""
+
+    def __init__(self, name: str, calls: list[str], fail: dict[str, BaseException]) -> None:
+        self.name, self.calls, self.fail = name, calls, fail
+        self.args: dict[str, tuple] = {}
+
+    def __getattr__(self, method: str):
+        def run():
+            if method in self.fail:
+                raise self.fail[method]
+            return f"{self.name}.{method}"
+
+        def remote(*args):
+            self.calls.append(f"{self.name}.{method}")
+            self.args[method] = args
+            return run
+        return types.SimpleNamespace(remote=remote)
+
+
+class _OrderRay:
+    exceptions = rex
+
+    def get(self, ref, timeout=None):
+        return [r() for r in ref] if isinstance(ref, list) else ref()
+
+    def wait(self, refs, timeout=None, num_returns=1):
+        return list(refs), []
+
+
+def test_the_final_snapshot_is_written_before_the_final_checkpoint(capsys):
+    """A final checkpoint that finds the disk full cannot cost the buffer's state: the buffer
+    snapshots first; the checkpoint's failure is one line saying the disk is full."""
+    calls: list[str] = []
+    full = DiskFullError("disk full: checkpoint step-9 could not be written under /r")
+
+    class _Learner:
+        def call(self, method):
+            calls.append(f"learner.{method}")
+            raise rex.RayTaskError("save_checkpoint", "Traceback ...", full)
+
+        def kill(self):
+            calls.append("learner.kill")
+
+    sup = Supervisor.__new__(Supervisor)
+    sup.ray = _OrderRay()
+    sup.actors = [_Handle("actor-0", calls, {})]
+    sup.runs = {}
+    sup.learner = _Learner()
+    sup.buffers = types.SimpleNamespace(handle=_Handle("buffer", calls, {}))
+    assert sup.shutdown(checkpoint=True) is None
+    assert calls == ["actor-0.stop", "buffer.snapshot", "learner.save_checkpoint",
+                     "learner.kill", "buffer.stop"]
+    assert f"[launch] final learner checkpoint failed: {full}" in capsys.readouterr().err
+
+
+def test_a_buffer_that_keeps_dying_ends_the_launch_after_max_restarts():
+    from agent_r1_async.config import config_from_dict
+    from agent_r1_async.run.buffer_supervisor import SupervisedBuffer
+
+    buffers = SupervisedBuffer.__new__(SupervisedBuffer)  # no processes: the count only
+    buffers.cfg = config_from_dict({"buffer": {"max_restarts": 0}})
+    buffers.restarts = 0
+    with pytest.raises(RuntimeError, match=r"^buffer process died: ActorDiedError \(worker exit "
+                       r"type SYSTEM_ERROR: the process was killed or crashed\); restarted 0 "
+                       r"times \(buffer\.max_restarts\)$"):
+        buffers.restart(_Died(_SIGKILLED), learner_version=3)
+    with pytest.raises(Exception, match=r"buffer\.max_restarts: must be >= 0"):
+        config_from_dict({"buffer": {"max_restarts": -1}})
+
+
+def test_an_actor_restarted_by_ray_gets_the_current_endpoints_before_its_loop_reruns(capsys):
+    """Ray re-runs a restarted actor's constructor with launch-time endpoints; after a learner
+    restart the weights are published elsewhere (the kill drill's actor-0 served v0 forever)."""
+    calls: list[str] = []
+    dead_run = _Handle("actor-0", [], {"run": _Died(_SIGKILLED)}).run.remote()
+    sup = Supervisor.__new__(Supervisor)
+    sup.ray = _OrderRay()
+    sup.cfg = types.SimpleNamespace(actors=types.SimpleNamespace(max_restarts=3))
+    sup.actors = [_Handle("actor-0", calls, {})]
+    sup.runs, sup.restarts = {dead_run: 0}, [0]
+    sup.endpoints = {"data": "tcp://d", "control": "tcp://c", "weights": "tcp://new-learner"}
+    sup.check_actors()
+    assert calls == ["actor-0.pid", "actor-0.set_endpoints", "actor-0.run"]
+    assert sup.actors[0].args["set_endpoints"] == (sup.endpoints,)
+    assert sup.restarts == [1] and list(sup.runs.values()) == [0]
+    assert "[launch] actor-0 died: ActorDiedError (worker exit type SYSTEM_ERROR" in (
+        capsys.readouterr().err)
+
+
+def test_a_learner_restart_first_restarts_a_buffer_the_memory_monitor_took_too(
+        monkeypatch, tmp_path, capsys):
+    """Ray's memory monitor killed the buffer, the learner and both actors at once in a drill
+    run; the new learner's handshake then waited on the dead buffer. The buffer comes first."""
+    from agent_r1_async.run import supervisor as sup_mod
+
+    calls: list[str] = []
+
+    class _Group:
+        def __init__(self, *args, **kwargs) -> None:
+            calls.append("learner.start")
+            self.leader = _Handle("learner", calls, {})
+
+        def call(self, method: str) -> None:
+            calls.append(f"learner.{method}")
+
+        def kill(self) -> None:
+            calls.append("learner.kill")
+
+    class _Buffers:
+        def ensure_alive(self, version: int) -> None:
+            calls.append(f"buffer.ensure_alive(v{version})")
+
+    class _Ray(_OrderRay):
+        def get(self, ref, timeout=None):
+            out = super().get(ref, timeout)
+            return 6 if out == "learner.version" else out
+
+    monkeypatch.setattr(sup_mod, "LearnerGroup", _Group)
+    (tmp_path / "checkpoints" / "step-6").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "latest").symlink_to("step-6")
+    sup = Supervisor.__new__(Supervisor)
+    sup.ray, sup.run_dir, sup.curve = _Ray(), tmp_path, None
+    sup.cfg = types.SimpleNamespace(learner=types.SimpleNamespace(max_restarts=3, world_size=1))
+    sup.learner, sup.buffers, sup.actors, sup.runs = _Group(), _Buffers(), [], {}
+    sup.endpoints, sup.learner_restarts, sup.last_version = {"control": "tcp://c"}, 0, 7
+    calls.clear()
+    sup.restart_learner(0, rex.OutOfMemoryError(_OOM))
+    assert calls == ["learner.kill", "buffer.ensure_alive(v7)", "learner.start",
+                     "learner.version", "learner.weights_endpoint", "learner.publish"]
+    line = capsys.readouterr().out
+    assert line.startswith("[launch] learner rank 0 failed: OutOfMemoryError: killed by Ray's "
+                           "memory monitor (out of memory); restarting the learner group (1 "
+                           f"ranks) from {tmp_path}/checkpoints/step-6 (version 6; "
+                           "updates 7..7 are redone, not logged again) (1/3)")
