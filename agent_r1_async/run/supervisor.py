@@ -230,7 +230,7 @@ class Supervisor:
             ready, _ = self.ray.wait(refs, timeout=0.5, num_returns=len(refs))
             dead = self._dead_rank(refs, ready)
             if dead is not None:
-                self.restart_learner(*dead)
+                self._restart_until_up(*dead)
                 refs = self.learner.submit("update")
                 continue
             if len(ready) == len(refs):
@@ -286,6 +286,17 @@ class Supervisor:
             except self.ray.exceptions.RayTaskError:
                 continue
         raise raised
+
+    def _restart_until_up(self, rank: int, error: Exception) -> None:
+        """`restart_learner`, again when the new group dies while starting (the memory
+        monitor may kill it before its first reply); each try counts against max_restarts."""
+        died = (self.ray.exceptions.RayActorError, self.ray.exceptions.OutOfMemoryError)
+        while True:
+            try:
+                self.restart_learner(rank, error)
+                return
+            except died as e:
+                rank, error = 0, e
 
     def restart_learner(self, rank: int, error: Exception) -> None:
         """Kill the whole group (the other ranks wait in a collective), start a new one from

@@ -222,3 +222,45 @@ def test_a_learner_restart_first_restarts_a_buffer_the_memory_monitor_took_too(
                            "memory monitor (out of memory); restarting the learner group (1 "
                            f"ranks) from {tmp_path}/checkpoints/step-6 (version 6; "
                            "updates 7..7 are redone, not logged again) (1/3)")
+
+
+def test_a_learner_group_killed_while_restarting_is_restarted_again():
+    """A drill run under memory pressure: the memory monitor killed the *new* learner before
+    its first reply, and that OutOfMemoryError ended the launch. It is one more restart."""
+    first, second = _Died(_SIGKILLED), rex.OutOfMemoryError(_OOM)
+    tries: list[tuple[int, BaseException]] = []
+
+    def restart(rank: int, error: BaseException) -> None:
+        tries.append((rank, error))
+        if len(tries) == 1:
+            raise second
+
+    sup = _supervisor({})
+    sup.restart_learner = restart
+    sup._restart_until_up(1, first)
+    assert tries == [(1, first), (0, second)]
+
+
+def test_a_learner_group_that_never_comes_up_ends_the_launch_at_max_restarts(monkeypatch):
+    from agent_r1_async.run import supervisor as sup_mod
+
+    class _Group:
+        def __init__(self, *args, **kwargs) -> None:
+            raise rex.OutOfMemoryError(_OOM)
+
+        def kill(self) -> None:
+            pass
+
+    class _Buffers:
+        def ensure_alive(self, version: int) -> None:
+            pass
+
+    monkeypatch.setattr(sup_mod, "LearnerGroup", _Group)
+    sup = _supervisor({})
+    sup.run_dir, sup.curve, sup.buffers = "/nonexistent", None, _Buffers()
+    sup.learner, sup.learner_restarts, sup.last_version = _Group.__new__(_Group), 0, 3
+    sup.cfg = types.SimpleNamespace(learner=types.SimpleNamespace(max_restarts=3, world_size=1))
+    sup.endpoints = {"control": "tcp://c"}
+    with pytest.raises(RuntimeError, match="restarted 3 times"):
+        sup._restart_until_up(0, _Died(_SIGKILLED))
+    assert sup.learner_restarts == 4  # three tries that died starting, the fourth refused
