@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from agent_r1_async.config import ConfigError, RunConfig, dump_config
 from agent_r1_async.models import attention_implementation
+from agent_r1_async.run.console import Console, RlProgress, stage_messages
 from agent_r1_async.run.evaluate import held_out
-from agent_r1_async.run.monitor import ActorRates, MetricsLogger, merge_metrics, progress_line
+from agent_r1_async.run.events import Events
+from agent_r1_async.run.logs import log_exception, quiet_driver
+from agent_r1_async.run.memory import memory_preflight
+from agent_r1_async.run.monitor import ActorRates, MetricsLogger, merge_metrics
 from agent_r1_async.run.run_dir import make_run_dir
 from agent_r1_async.run.supervisor import (
     EnvFailing,
@@ -91,10 +94,6 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _say(line: str) -> None:
-    print(f"[launch] {line}", flush=True)
-
-
 def _open_run_dir(cfg: RunConfig, resume: str | None) -> Path:
     if not resume:
         return make_run_dir(cfg)
@@ -108,10 +107,11 @@ def _wandb_id(run_dir: Path, resume: str | None) -> str | None:
     return path.read_text().strip() if resume and path.exists() else None
 
 
-def _train(cfg: RunConfig, sup: Supervisor, logger: MetricsLogger) -> tuple[int, str]:
+def _train(cfg: RunConfig, sup: Supervisor, logger: MetricsLogger, console: Console,
+           events: Events) -> tuple[int, str]:
     """The RL loop: (last version, why it stopped)."""
     version = sup.version()
-    t_start = time.monotonic()
+    rl = RlProgress(console, version, cfg.learner.total_updates, cfg.launch.max_wall_time_s)
     rates = ActorRates()
     while version < cfg.learner.total_updates:
         update = sup.update()
@@ -120,50 +120,73 @@ def _train(cfg: RunConfig, sup: Supervisor, logger: MetricsLogger) -> tuple[int,
         sup.check_failures(buffer)
         record, hists = merge_metrics(update, buffer, rates)
         logger.log(record, step=version, histograms=hists)
-        logger.console(progress_line(record))
-        if cfg.launch.max_wall_time_s and time.monotonic() - t_start > cfg.launch.max_wall_time_s:
+        console.update(record)
+        events.after_update(record, buffer)
+        rl.advance(version)
+        if rl.out_of_time():
+            events.wall_clock(cfg.launch.max_wall_time_s, version)
             return version, "max_wall_time_s"
     return version, "done"
 
 
-def _report(run_dir: Path) -> None:
+def _report(run_dir: Path, console: Console) -> None:
     try:
         from agent_r1_async.run.report import write_report
 
         for p in write_report(run_dir):
-            _say(f"plot: {p}")
+            console.say(f"plot: {p}")
     except Exception as e:  # plots are a convenience; never fail a finished run on them
-        print(f"[launch] report failed: {e!r}", file=sys.stderr)
+        console.error(f"report failed: {e!r}")
 
 
-def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None) -> int:
+def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None,
+           force: bool = False) -> int:
+    """The whole run (module docstring); `force`: go on when the memory check says the run
+    does not fit this machine."""
     preflight(cfg)
+    memory_preflight(cfg, force=force, joined=ray_address(cfg, address) is not None)
     run_dir = _open_run_dir(cfg, resume)
-    _say(f"run directory: {run_dir}")
+    console = Console(run_dir / "logs", per_update=cfg.logging.console)
+    if not cfg.logging.verbose:
+        quiet_driver(run_dir / "logs" / "launch.log")
+    try:
+        return _launch(cfg, run_dir, console, address, resume)
+    finally:
+        console.close()
+
+
+def _launch(cfg: RunConfig, run_dir: Path, console: Console, address: str | None,
+            resume: str | None) -> int:
+    console.say(f"run directory: {run_dir} (logs: {run_dir / 'logs'})")
     attn, why = attention_implementation(cfg.learner.device, cfg.learner.flash_attention)
-    _say(f"learner attention: {attn} ({why})")
+    console.say(f"learner attention: {attn} ({why})")
     logger = MetricsLogger(cfg, run_dir, resume_id=_wandb_id(run_dir, resume))
+    events = Events(console, run_dir, cfg.actors.num_actors, cfg.buffer.max_staleness)
     sup: Supervisor | None = None
     ckpt, version, stop_reason, failure = None, 0, "interrupted", ""
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         # start
-        cfg = prepare_start(cfg, run_dir)
+        cfg = prepare_start(cfg, run_dir, on_message=stage_messages(console, cfg))
         if cfg.eval.in_launch and not resume:
-            held_out(cfg, run_dir, logger, "before", cfg.model.start_from, step=0)
+            held_out(cfg, run_dir, logger, "before", cfg.model.start_from, step=0, console=console)
         start_ray(cfg, address)
         signal.signal(signal.SIGTERM, _raise_interrupt)  # ray.init installed its own handler
         # Keys travel to the processes as Ray task arguments; they never touch a ZMQ socket.
         joined = ray_address(cfg, address) is not None
         curve = CurveKeys.generate() if cfg.launch.curve or joined else None
-        sup = Supervisor(cfg, run_dir, resume=bool(resume), curve=curve)
+        sup = Supervisor(cfg, run_dir, resume=bool(resume), curve=curve, events=events)
         # loop
-        version, stop_reason = _train(cfg, sup, logger)
+        version, stop_reason = _train(cfg, sup, logger, console, events)
     except KeyboardInterrupt:
-        print("\n[launch] stopping: checkpoint and buffer snapshot ...", flush=True)
+        console.say("stopping: checkpoint and buffer snapshot ...")
     except EnvFailing as e:
         stop_reason, failure = "env failing", str(e)
-        print(f"[launch] stopping: {e}", file=sys.stderr, flush=True)
+        console.error(f"stopping: {e}")
+    except Exception as e:  # one line here, the traceback in the driver's own log
+        stop_reason, failure = "failed", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        log = log_exception(run_dir / "logs" / "launch.log")
+        console.error(f"stopping: {failure}", log=log)
     finally:
         # stop
         try:
@@ -171,18 +194,19 @@ def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None
         finally:
             signal.signal(signal.SIGTERM, previous)
             stop_ray()
-    _say(f"{stop_reason}; checkpoint: {ckpt}")
+    console.finish("rl")
+    console.say(f"{stop_reason}; checkpoint: {ckpt}")
     try:
         if cfg.eval.in_launch and ckpt and stop_reason in ("done", "max_wall_time_s"):
-            held_out(cfg, run_dir, logger, "after", ckpt, step=version)
+            held_out(cfg, run_dir, logger, "after", ckpt, step=version, console=console)
     except KeyboardInterrupt:
-        print("\n[launch] held-out evaluation interrupted", flush=True)
+        console.say("held-out evaluation interrupted")
     finally:
         logger.close()
-    _report(run_dir)
-    if logger.wandb_dir:
-        _say(f"W&B run: {logger.wandb_dir} (sync with `wandb sync` when offline)")
-    _say(f"run directory: {run_dir}")
+    _report(run_dir, console)
+    for line in logger.closing_lines():
+        console.say(line)
+    console.say(f"run directory: {run_dir}")
     if failure:
         print(f"agent-r1-async: {failure}", file=sys.stderr, flush=True)
         return 1

@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from agent_r1_async.config import RunConfig
+from agent_r1_async.run.console import Console
+from agent_r1_async.run.events import Events
 from agent_r1_async.wire.zmq import CurveKeys
 
 
@@ -52,7 +54,7 @@ def start_ray(cfg: RunConfig, address: str | None) -> None:
 
     env = {"TOKENIZERS_PARALLELISM": "false", "VLLM_CPU_KVCACHE_SPACE": str(cfg.engine.kv_cache_gb)}
     if address:
-        ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=True)
+        ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=cfg.logging.verbose)
         return
     # Logical CPUs: at least what the processes ask for, so a 2-core box never deadlocks on
     # placement (they share the cores; the OS schedules them).
@@ -61,7 +63,7 @@ def start_ray(cfg: RunConfig, address: str | None) -> None:
         num_cpus=num_cpus,
         include_dashboard=False,
         runtime_env={"env_vars": env},
-        log_to_driver=True,
+        log_to_driver=cfg.logging.verbose,
         configure_logging=False,
     )
 
@@ -134,7 +136,8 @@ class LearnerGroup:
 class Supervisor:
     """Starts the processes and keeps the actors' run loops alive."""
 
-    def __init__(self, cfg: RunConfig, run_dir: Path, resume: bool, curve: CurveKeys | None) -> None:
+    def __init__(self, cfg: RunConfig, run_dir: Path, resume: bool, curve: CurveKeys | None,
+                 events: Events | None = None) -> None:
         import ray
 
         from agent_r1_async.run.hosts import ActorHost, BufferHost
@@ -142,9 +145,11 @@ class Supervisor:
         self.cfg = cfg
         self.ray = ray
         self.run_dir, self.curve = run_dir, curve
+        self.events = events or Events(Console(run_dir / "logs"), run_dir, cfg.actors.num_actors,
+                                       cfg.buffer.max_staleness)
         self.learner_restarts = 0
         self.buffer = ray.remote(num_cpus=0.5, max_concurrency=4)(BufferHost).remote(
-            cfg, str(run_dir / "buffer"), curve, resume
+            cfg, str(run_dir / "buffer"), curve, resume, str(run_dir / "logs")
         )
         self.endpoints: dict[str, str] = ray.get(self.buffer.endpoints.remote())
         self.learner = LearnerGroup(cfg, run_dir, self.endpoints["control"], resume, curve)
@@ -172,15 +177,13 @@ class Supervisor:
             try:
                 self.ray.get(ref)
                 continue  # finished normally (stopped)
-            except self.ray.exceptions.RayActorError as e:
-                reason = f"actor-{i} died: {type(e).__name__}"
-            except Exception as e:  # the actor's loop raised: treat like a crash
-                reason = f"actor-{i} failed: {e!r}"
+            except Exception as e:  # the process died, or the actor's loop raised: a crash
+                reason = f"actor-{i} died: {self.events.actor_died(f'actor-{i}', e, self.restarts[i] + 1)}"
             self.restarts[i] += 1
             if self.restarts[i] > self.cfg.actors.max_restarts:
                 raise RuntimeError(f"{reason}; restarted {self.cfg.actors.max_restarts} times")
-            print(f"[launch] {reason}; restarting its loop ({self.restarts[i]})", file=sys.stderr)
             self._wait_restarted(i, reason)
+            self.events.actor_restarted(f"actor-{i}", self.restarts[i], self.cfg.actors.max_restarts)
             self.runs[self.actors[i].run.remote()] = i
 
     def _wait_restarted(self, i: int, reason: str, timeout_s: float = 300.0) -> None:
@@ -265,9 +268,10 @@ class Supervisor:
         why = f"learner rank {rank} failed: {type(error).__name__}"
         if self.learner_restarts > self.cfg.learner.max_restarts:
             raise RuntimeError(f"{why}; restarted {self.cfg.learner.max_restarts} times") from error
-        print(f"[launch] {why}; restarting the learner group ({self.cfg.learner.world_size} "
-              f"ranks) from {ckpt or 'the initial weights (no checkpoint yet)'} "
-              f"({self.learner_restarts}/{self.cfg.learner.max_restarts})", flush=True)
+        self.events.learner_restarting(
+            rank, error, self.cfg.learner.world_size,
+            ckpt or "the initial weights (no checkpoint yet)",
+            self.learner_restarts, self.cfg.learner.max_restarts)
         self.learner.kill()
         self.learner = LearnerGroup(self.cfg, self.run_dir, self.endpoints["control"],
                                     resume=ckpt is not None, curve=self.curve)
