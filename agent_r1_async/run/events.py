@@ -25,14 +25,41 @@ from agent_r1_async.run.console import Console
 from agent_r1_async.run.logs import log_file, tail_error
 
 
-def death_cause(error: BaseException, log: Path | None = None) -> str:
-    """One phrase: why a Ray actor's process ended (OOM, signal, exception), from Ray's error
-    and the process's own log."""
-    msg = str(error)
+def worker_exit(pid: int) -> str | None:
+    """Ray's record of how the worker process `pid` ended ("Worker exit type: ... Worker exit
+    detail: ..."), from the GCS worker table; None when Ray has none (or its private API
+    moved: this is a best effort on top of the error the caller already has)."""
+    try:
+        from ray._private.state import state
+        from ray.core.generated import common_pb2, gcs_pb2
+
+        for raw in state._connect_and_get_accessor().get_worker_table():
+            w = gcs_pb2.WorkerTableData.FromString(raw)
+            if w.pid == pid and not w.is_alive:
+                return (f"Worker exit type: {common_pb2.WorkerExitType.Name(w.exit_type)} "
+                        f"Worker exit detail: {w.exit_detail}")
+    except Exception:
+        return None
+    return None
+
+
+def last_pid(log: Path) -> int | None:
+    """The pid in the last `===== ... pid N started` header of a process's log (run/logs.py)."""
+    try:
+        found = re.findall(r"^===== .* pid (\d+) started$", log.read_text("utf-8", "replace"), re.M)
+    except OSError:
+        return None
+    return int(found[-1]) if found else None
+
+
+def death_cause(error: BaseException, log: Path | None = None, exit_record: str | None = None) -> str:
+    """One phrase: why a Ray actor's process ended (OOM, signal, exception), from Ray's error,
+    Ray's record of the worker's exit (`worker_exit`) and the process's own log."""
+    msg = str(error) + (f"\n{exit_record}" if exit_record else "")
     cause = getattr(error, "cause", None)  # RayTaskError: the exception the method raised
     if cause is not None and not isinstance(cause, type(error)):
         return f"exception: {_one_line(cause)}"
-    if re.search(r"low on memory|OutOfMemory|memory monitor", msg, re.I):
+    if re.search(r"low on memory|OutOfMemory|OUT_OF_MEMORY|memory monitor", msg, re.I):
         used = re.search(r"was ([\d.]+\s*[GM]B) / ([\d.]+\s*[GM]B)", msg)
         where = f", node memory {used.group(1)} of {used.group(2)}" if used else ""
         return f"out of memory (Ray's memory monitor killed it{where})"
@@ -44,6 +71,8 @@ def death_cause(error: BaseException, log: Path | None = None) -> str:
     if re.search(r"connection error|SIGKILL|unexpectedly exit", msg, re.I):
         return ("killed by a signal (SIGKILL: `kill -9`, the kernel's OOM killer or a crash"
                 + (f"; its log's last exception: {from_log}" if from_log else "") + ")")
+    if re.search(r"is unavailable", msg) and not from_log:
+        return "its process ended (Ray recorded no reason; see its log)"
     detail = re.search(r"Worker exit detail: ([^\n]+)", msg)
     if from_log:
         return f"exception: {from_log}"
@@ -81,7 +110,9 @@ class Events:
         self.num_actors = num_actors
         self.lag = max(1, max_staleness)
         """An actor serving weights more than this many versions old has not received them."""
-        self._restarted_at: dict[str, float] = {}
+        self._restarted_at: dict[str, tuple[float, int]] = {}
+        """actor id -> (wall time of its restart, the learner's version then)."""
+        self._version = 0
         self._lagging: tuple[str, ...] | None = None
         self._errors: dict[str, set[str]] = {}
 
@@ -91,19 +122,22 @@ class Events:
     def actor_died(self, actor_id: str, error: BaseException, deaths: int) -> str:
         """An actor's process (or its loop) ended; returns the cause it said."""
         log = self.actor_log(actor_id)
-        cause = death_cause(error, log)
+        pid = last_pid(log)
+        cause = death_cause(error, log, worker_exit(pid) if pid else None)
         self.console.event(f"{actor_id} died: {cause}; log: {log}", key=f"died {actor_id} {deaths}")
         return cause
 
     def actor_restarted(self, actor_id: str, restarts: int, max_restarts: int) -> None:
-        self._restarted_at[actor_id] = time.time()
+        self._restarted_at[actor_id] = (time.time(), self._version)
         self.console.event(f"{actor_id} restarted by Ray ({restarts} of {max_restarts} restarts); "
                            "its loop runs again", key=f"restarted {actor_id} {restarts}")
 
     def learner_restarting(self, rank: int, error: BaseException, world_size: int, source: str,
                            restarts: int, max_restarts: int) -> None:
         log = log_file(self.log_dir, "learner", rank)
-        self.console.event(f"learner rank {rank} failed: {death_cause(error, log)}; log: {log}; "
+        pid = last_pid(log)
+        cause = death_cause(error, log, worker_exit(pid) if pid else None)
+        self.console.event(f"learner rank {rank} failed: {cause}; log: {log}; "
                            f"restarting the learner group ({world_size} ranks) from {source} "
                            f"({restarts} of {max_restarts} restarts)", key=f"learner {restarts}")
 
@@ -113,7 +147,7 @@ class Events:
 
     def after_update(self, record: dict[str, Any], buffer: dict[str, Any]) -> None:
         """Events visible in an update's metrics and the buffer's actor reports."""
-        version = int(record.get("version", 0))
+        version = self._version = int(record.get("version", 0))
         if record.get("learner/checkpoint_saved"):
             self.console.event(f"checkpoint written: {self.run_dir / 'checkpoints' / f'step-{version}'}")
         actors = buffer.get("actors", {})
@@ -122,9 +156,11 @@ class Events:
         self._env_errors(actors)
 
     def _rejoins(self, actors: dict[str, Any]) -> None:
-        for actor_id, since in list(self._restarted_at.items()):
+        for actor_id, (since, version) in list(self._restarted_at.items()):
             stats = actors.get(actor_id)
-            if stats is not None and float(stats["time"]) > since:  # a report of the new process
+            # A report of the new process, serving the weights published since it started.
+            if (stats is not None and float(stats["time"]) > since
+                    and int(stats["policy_version"]) >= version):
                 del self._restarted_at[actor_id]
                 self.console.event(f"{actor_id} rejoined at version {int(stats['policy_version'])}",
                                    key=f"rejoined {actor_id} {since}")

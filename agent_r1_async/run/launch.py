@@ -16,6 +16,7 @@ sinks), warm_start.py, evaluate.py (held-out tables), run_dir.py, report.py.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 from pathlib import Path
@@ -26,7 +27,7 @@ from agent_r1_async.models import attention_implementation
 from agent_r1_async.run.console import Console, RlProgress, stage_messages
 from agent_r1_async.run.evaluate import held_out
 from agent_r1_async.run.events import Events
-from agent_r1_async.run.logs import log_exception, quiet_driver
+from agent_r1_async.run.logs import descriptors_to, log_exception, quiet_driver
 from agent_r1_async.run.memory import memory_preflight
 from agent_r1_async.run.monitor import ActorRates, MetricsLogger, merge_metrics
 from agent_r1_async.run.run_dir import make_run_dir
@@ -170,7 +171,9 @@ def _launch(cfg: RunConfig, run_dir: Path, console: Console, address: str | None
         cfg = prepare_start(cfg, run_dir, on_message=stage_messages(console, cfg))
         if cfg.eval.in_launch and not resume:
             held_out(cfg, run_dir, logger, "before", cfg.model.start_from, step=0, console=console)
-        start_ray(cfg, address)
+        with contextlib.nullcontext() if cfg.logging.verbose else descriptors_to(
+                run_dir / "logs" / "launch.log"):
+            start_ray(cfg, address)
         signal.signal(signal.SIGTERM, _raise_interrupt)  # ray.init installed its own handler
         # Keys travel to the processes as Ray task arguments; they never touch a ZMQ socket.
         joined = ray_address(cfg, address) is not None

@@ -25,6 +25,7 @@ import shutil
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 MAX_LOG_BYTES = 32 * 1024 * 1024
@@ -126,14 +127,49 @@ def quiet_driver(path: str | Path) -> None:
     root.addHandler(handler)
     root.setLevel(logging.INFO)
     logging.captureWarnings(True)
-    # Ray's import gives its "ray" logger a stderr handler of its own (not propagating): its
-    # driver notices (token auth, worker deaths) go to the file as well.
-    import ray  # noqa: F401 - installs that handler now, so that it can be replaced
+    # Ray's import gives its "ray" logger a stderr handler of its own and stops it propagating
+    # (`ray.init(configure_logging=False)` then drops the handler: its records would reach
+    # stderr through logging's last resort): its driver records go to the file too.
+    import ray  # noqa: F401 - installs that handler now, so that it can be removed
 
     ray_logger = logging.getLogger("ray")
     for h in list(ray_logger.handlers):
         ray_logger.removeHandler(h)
-    ray_logger.addHandler(handler)
+    ray_logger.propagate = True
+    # The driver prints the raylet's error reports (a worker died: a paragraph each) straight
+    # to sys.stdout; the launch says those once in its own words (run/events.py).
+    with contextlib.suppress(Exception):  # a private hook: if it moved, Ray prints as before
+        from ray._private import worker as ray_worker
+
+        def to_log(data: dict, ignore_prefix: bool = False) -> None:
+            for line in data.get("lines", []):
+                ray_logger.warning("(%s) %s", data.get("pid", "ray"), line)
+
+        ray_worker.print_to_stdstream = to_log
+        ray_worker._worker_logs_enabled = False  # its other paths (leftovers at shutdown)
+
+
+@contextlib.contextmanager
+def descriptors_to(path: str | Path) -> Iterator[None]:
+    """Descriptors 1 and 2 of this process point at `path` inside the block, and are restored
+    after it. Around `ray.init`: what Ray's driver code and the processes it starts then (GCS,
+    raylet, their notices, inheriting these descriptors) write goes to the file for good."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    saved = os.dup(1), os.dup(2)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        yield
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for d in (fd, *saved):
+            os.close(d)
 
 
 def log_exception(path: str | Path) -> Path:

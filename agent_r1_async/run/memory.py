@@ -15,16 +15,17 @@ The estimate, per process (bytes; P = parameters of `model.name_or_path`'s archi
               activations = micro_batch_tokens x layers x (12 hidden + 3 intermediate) x 4
                             (x 0.5 with bf16; with gradient_checkpointing only each layer's
                             input is kept, plus one layer's full set)
-              head        = min(micro_batch_tokens, head_chunk_tokens or all) x vocab x 12
-                            (logits, log-softmax, their gradient; fp32)
+              head        = action tokens x vocab x 12 (logits, log-softmax, their gradient;
+                            fp32); action tokens = micro_batch_tokens x max_new_tokens x
+                            max_turns / max_model_len (capped by head_chunk_tokens)
     actor     vLLM: ENGINE + P x dtype bytes + KV cache (`engine.kv_cache_gb`, on CPU at
               least 1 GiB); transformers: PROCESS + P x dtype bytes
     buffer, driver, Ray's own processes: FIXED
 
 Calibrated on this repo's measurements (configs/default.yaml, SmolLM2-135M fp32, 2,048-token
-micro-batches): the learner estimate is 9.8 GB against 9–10.6 GB of learner RSS measured
+micro-batches): the learner estimate is 9.4 GB against 9–10.6 GB of learner RSS measured
 inside default launches (6.5 GB in bench_learner, which publishes nothing and runs fewer
-steps); a vLLM CPU actor (the host process, vLLM's engine core and its worker together)
+steps); configs/tiny.yaml's learner 0.9 GB against 0.9 GB measured; a vLLM CPU actor (the host process, vLLM's engine core and its worker together)
 estimates 4.0 GB against 4.0 GB measured in an `agent-r1-async eval` run (0.76 + 0.66 +
 2.60 GB RSS; fp32 weights, KV cache 1 GiB).
 """
@@ -46,7 +47,7 @@ ENGINE = 2.4 * GB
 its worker) apart from the weights and the KV cache."""
 FIXED = 1.5 * GB
 """The buffer, the launch driver and Ray's own processes (GCS, raylet) together."""
-FRAG = 1.5
+FRAG = 1.8
 """Allocator growth over micro-batches and updates (glibc keeps freed activation memory)."""
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
@@ -83,7 +84,11 @@ def learner_parts(cfg: RunConfig, d: ModelDims) -> dict[str, float]:
         per_token = d.layers * d.hidden * 4 * 2 + (12 * d.hidden + 3 * d.intermediate) * 4
     if lc.bf16:
         per_token //= 2
-    head_tokens = min(lc.micro_batch_tokens, lc.head_chunk_tokens or lc.micro_batch_tokens)
+    # The head runs on action tokens only: at most the share of a context that actions fill.
+    action_share = min(1.0, cfg.engine.max_new_tokens * cfg.env.max_turns / cfg.model.max_model_len)
+    head_tokens = int(lc.micro_batch_tokens * action_share)
+    if lc.head_chunk_tokens:
+        head_tokens = min(head_tokens, lc.head_chunk_tokens)
     return {
         "process": PROCESS,
         "weights + gradients + AdamW": (4 * d.params + 12 * trainable) / lc.world_size,

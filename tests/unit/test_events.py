@@ -12,7 +12,7 @@ from pathlib import Path
 from ray.exceptions import RayActorError, RayTaskError
 
 from agent_r1_async.run.console import Console
-from agent_r1_async.run.events import Events, death_cause
+from agent_r1_async.run.events import Events, death_cause, last_pid
 from agent_r1_async.run.logs import bound, tail_error
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,6 +48,23 @@ def test_death_cause_names_oom_signal_and_exception(tmp_path: Path) -> None:
     init = RayActorError(error_msg="The actor died because of an error raised in its creation task",
                          actor_init_failed=True)
     assert death_cause(init, log) == "exception while starting: MemoryError: cannot allocate"
+
+
+def test_a_restartable_actor_s_death_is_told_by_ray_s_worker_record(tmp_path: Path) -> None:
+    """A restartable actor's pending call fails with "unavailable" (no cause in it); the cause
+    is in Ray's worker table, found by the pid of the log's last header."""
+    log = tmp_path / "actor-0.log"
+    log.write_text("===== 2026-11-23 22:00:00 actor-0 pid 41 started\nok\n"
+                   "===== 2026-11-23 22:01:00 actor-0 pid 4242 started\nserving v3\n")
+    assert last_pid(log) == 4242
+    unavailable = RayActorError(error_msg="The actor ab is unavailable: RpcError: Socket closed")
+    record = "Worker exit type: SYSTEM_ERROR " + _SIGKILL.split("Worker exit detail: ")[1]
+    assert death_cause(unavailable, log, record).startswith("killed by a signal (SIGKILL")
+    oom = "Worker exit type: NODE_OUT_OF_MEMORY Worker exit detail: " + _RAY_OOM.split(
+        "Worker exit detail: ")[1]
+    assert death_cause(unavailable, log, oom).startswith("out of memory (Ray's memory monitor")
+    assert death_cause(unavailable, log) == (
+        "its process ended (Ray recorded no reason; see its log)")
 
 
 def test_tail_error_reads_the_last_traceback(tmp_path: Path) -> None:

@@ -37,18 +37,19 @@ def test_default_config_estimate_by_hand() -> None:
     p = 134_515_008
     assert parts["weights + gradients + AdamW"] == 16 * p  # 2.152 GB
     assert parts["published copy"] == 8 * p
-    # 1.5 x 2048 tokens x 30 layers x (12 x 576 + 3 x 1536 = 11,520 floats) x 4 bytes
-    assert parts["activations"] == pytest.approx(1.5 * 2048 * 30 * 11520 * 4)  # 4.25 GB
-    assert parts["LM head"] == pytest.approx(1.5 * 2048 * 49152 * 12)  # 1.81 GB
+    # 1.8 x 2048 tokens x 30 layers x (12 x 576 + 3 x 1536 = 11,520 floats) x 4 bytes
+    assert parts["activations"] == pytest.approx(1.8 * 2048 * 30 * 11520 * 4)  # 5.10 GB
+    # action tokens: 2048 x 96 new tokens x 3 turns / 1024 = 576; x 49,152 x 12 bytes x 1.8
+    assert parts["LM head"] == pytest.approx(1.8 * 576 * 49152 * 12)  # 0.61 GB
     learner = sum(parts.values())
-    assert learner / GB == pytest.approx(9.79, abs=0.01)  # measured in launches: 9-10.6 GB
+    assert learner / GB == pytest.approx(9.44, abs=0.01)  # measured in launches: 9-10.6 GB
     est = estimate(cfg, d)
     # vLLM actor: 2.4 GB of processes + 0.538 GB fp32 weights + 1 GiB KV cache
     assert est["actors (1)"] / GB == pytest.approx(2.4 + 0.538 + 1.0737, abs=0.001)
-    assert sum(est.values()) / GB == pytest.approx(15.30, abs=0.01)
-    assert check(cfg, d, available=16 * GB) is None
+    assert sum(est.values()) / GB == pytest.approx(14.95, abs=0.01)
+    assert check(cfg, d, available=15 * GB) is None
     why = check(cfg, d, available=12 * GB)
-    assert why is not None and why.startswith("the run needs about 15.3 GB")
+    assert why is not None and why.startswith("the run needs about 14.9 GB")
     assert "12.0 GB available" in why and "`learner.micro_batch_tokens` (2048" in why
     assert "`learner.gradient_checkpointing: true`" in why and "--force" in why
 
@@ -59,7 +60,7 @@ def test_checkpointing_and_bf16_shrink_the_activations() -> None:
                       ["learner.gradient_checkpointing=true", "learner.bf16=true"])
     # kept: each layer's input (30 x 576 x 4 x 2) + one layer's full set (11,520 x 4), halved
     per_token = (30 * 576 * 4 * 2 + 11520 * 4) // 2
-    assert learner_parts(cfg, d)["activations"] == pytest.approx(1.5 * 2048 * per_token)
+    assert learner_parts(cfg, d)["activations"] == pytest.approx(1.8 * 2048 * per_token)
 
 
 def test_preflight_refuses_or_warns_with_force(monkeypatch, capsys) -> None:
@@ -69,7 +70,7 @@ def test_preflight_refuses_or_warns_with_force(monkeypatch, capsys) -> None:
     with pytest.raises(ConfigError, match=r"learner\.micro_batch_tokens"):
         memory.memory_preflight(cfg)
     memory.memory_preflight(cfg, force=True)
-    assert "warning (--force): the run needs about 15.3 GB" in capsys.readouterr().err
+    assert "warning (--force): the run needs about 14.9 GB" in capsys.readouterr().err
     memory.memory_preflight(cfg, joined=True)  # a cluster: other machines, not checked
 
 
