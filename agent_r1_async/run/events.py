@@ -153,7 +153,7 @@ class Events:
         actors = buffer.get("actors", {})
         self._rejoins(actors)
         self._weights_reach(version, actors)
-        self._env_errors(actors)
+        self.env_errors(actors)
 
     def _rejoins(self, actors: dict[str, Any]) -> None:
         for actor_id, (since, version) in list(self._restarted_at.items()):
@@ -181,8 +181,9 @@ class Events:
         self.console.event(f"weights v{version} reached {k} of {self.num_actors} actors"
                            + (f" ({lag})" if lag else ""), key=f"weights {version} {behind}")
 
-    def _env_errors(self, actors: dict[str, Any]) -> None:
-        """A new kind of env error on an actor: one line with its latest error and log."""
+    def env_errors(self, actors: dict[str, Any]) -> None:
+        """A new kind of env error on an actor (buffer stats' `actors`): one line with its
+        latest error and its log (the traceback is there, logged once per kind)."""
         for actor_id, stats in actors.items():
             kinds = set(stats.get("env_errors", {})) - self._errors.setdefault(actor_id, set())
             if kinds:

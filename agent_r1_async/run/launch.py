@@ -158,7 +158,9 @@ def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None
 
 def _launch(cfg: RunConfig, run_dir: Path, console: Console, address: str | None,
             resume: str | None) -> int:
-    console.say(f"run directory: {run_dir} (logs: {run_dir / 'logs'})")
+    console.say(f"run directory: {run_dir}")
+    if not cfg.logging.verbose:
+        console.say(f"logs of every process: {run_dir / 'logs'}/ (--verbose: here too)")
     attn, why = attention_implementation(cfg.learner.device, cfg.learner.flash_attention)
     console.say(f"learner attention: {attn} ({why})")
     logger = MetricsLogger(cfg, run_dir, resume_id=_wandb_id(run_dir, resume))

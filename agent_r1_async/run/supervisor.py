@@ -229,6 +229,7 @@ class Supervisor:
         """Raise `EnvFailing` when every actor's recent episodes all failed."""
         from agent_r1_async.run.monitor import failing_actors
 
+        self.events.env_errors(buffer_stats.get("actors", {}))
         why = failing_actors(buffer_stats.get("actors", {}),
                              self.cfg.launch.stop_after_failed_episodes, self.cfg.actors.num_actors)
         if why:
