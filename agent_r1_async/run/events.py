@@ -58,7 +58,7 @@ def death_cause(error: BaseException, log: Path | None = None, exit_record: str 
     msg = str(error) + (f"\n{exit_record}" if exit_record else "")
     cause = getattr(error, "cause", None)  # RayTaskError: the exception the method raised
     if cause is not None and not isinstance(cause, type(error)):
-        return f"exception: {_one_line(cause)}"
+        return f"exception: {one_line(cause)}"
     if re.search(r"low on memory|OutOfMemory|OUT_OF_MEMORY|memory monitor", msg, re.I):
         used = re.search(r"was ([\d.]+\s*[GM]B) / ([\d.]+\s*[GM]B)", msg)
         where = f", node memory {used.group(1)} of {used.group(2)}" if used else ""
@@ -96,7 +96,8 @@ def _first_line(text: str, limit: int = 160) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
+    """`Type: first line of the message` (Ray's errors run to dozens of lines)."""
     return f"{type(exc).__name__}: {_first_line(str(exc))}".rstrip(": ")
 
 

@@ -26,7 +26,7 @@ from agent_r1_async.config import ConfigError, RunConfig, dump_config
 from agent_r1_async.models import attention_implementation
 from agent_r1_async.run.console import Console, RlProgress, stage_messages
 from agent_r1_async.run.evaluate import held_out
-from agent_r1_async.run.events import Events
+from agent_r1_async.run.events import Events, one_line
 from agent_r1_async.run.logs import descriptors_to, log_exception, quiet_driver
 from agent_r1_async.run.memory import memory_preflight
 from agent_r1_async.run.monitor import ActorRates, MetricsLogger, merge_metrics
@@ -189,7 +189,7 @@ def _launch(cfg: RunConfig, run_dir: Path, console: Console, address: str | None
         stop_reason, failure = "env failing", str(e)
         console.error(f"stopping: {e}")
     except Exception as e:  # one line here, the traceback in the driver's own log
-        stop_reason, failure = "failed", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        stop_reason, failure = "failed", one_line(e)
         log = log_exception(run_dir / "logs" / "launch.log")
         console.error(f"stopping: {failure}", log=log)
     finally:

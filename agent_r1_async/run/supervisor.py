@@ -18,14 +18,13 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from agent_r1_async.config import RunConfig
 from agent_r1_async.run.console import Console
-from agent_r1_async.run.events import Events
+from agent_r1_async.run.events import Events, one_line
 from agent_r1_async.wire.zmq import CurveKeys
 
 
@@ -304,10 +303,12 @@ class Supervisor:
             try:
                 path = self.learner.call("save_checkpoint")
             except Exception as e:  # a dead rank: the last periodic checkpoint stands
-                print(f"[launch] final learner checkpoint failed: {e!r}", file=sys.stderr)
+                self.events.console.error(f"final learner checkpoint failed: {one_line(e)}",
+                                          log=self.run_dir / "logs" / "learner-0.log")
                 self.learner.kill()
         try:
             ray.get(self.buffer.stop.remote(), timeout=30)
         except Exception as e:
-            print(f"[launch] buffer stop failed: {e!r}", file=sys.stderr)
+            self.events.console.error(f"buffer stop failed: {one_line(e)}",
+                                      log=self.run_dir / "logs" / "buffer.log")
         return path
