@@ -251,15 +251,16 @@ class _RichView:
 
     def panel(self) -> Any:
         from rich.table import Table
+        from rich.text import Text
 
         if self.last is None:
             return ""
         table = Table(show_header=False, box=None, padding=(0, 2, 0, 0))
         rows = panel_rows(self.last)
         for i in range(0, len(rows), 3):  # three label/value pairs a row: a compact panel
-            cells: list[str] = []
-            for label, value in rows[i:i + 3]:
-                cells += [f"[dim]{label}[/dim]", value]
+            cells: list[Text] = []
+            for label, value in rows[i:i + 3]:  # Text, not markup: lines printed with
+                cells += [Text(label, style="dim"), Text(value)]  # markup off re-render it
             table.add_row(*cells)
         return table
 

@@ -93,3 +93,4 @@ def test_progress_bars_render_when_stdout_is_a_terminal(tmp_path: Path) -> None:
     assert "RL updates" in screen and "2/2" in screen and "━" in screen
     assert "staleness mean/max" in screen and "buffer ready/dropped" in screen  # the panel
     assert "[launch] done; checkpoint: " in screen
+    assert "[dim]" not in screen  # the panel is styled text, never markup shown as is

@@ -120,3 +120,4 @@ def test_progress_bars_render_under_a_pseudo_terminal() -> None:
     assert "━" in screen  # rich's bar glyph
     assert "\x1b[" in screen  # drawn with terminal control sequences
     assert "reward" in screen and "0.500" in screen  # the last-update panel
+    assert "[dim]" not in screen  # cells are styled text, never markup shown as is
