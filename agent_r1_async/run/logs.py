@@ -127,6 +127,12 @@ def quiet_driver(path: str | Path) -> None:
     root.addHandler(handler)
     root.setLevel(logging.INFO)
     logging.captureWarnings(True)
+    # multiprocessing's resource tracker (started once, for the spawned warm-start and
+    # evaluation children) reports vLLM's leaked shared memory on its stderr at exit.
+    from multiprocessing import resource_tracker
+
+    with descriptors_to(path):
+        resource_tracker.ensure_running()
     # Ray's import gives its "ray" logger a stderr handler of its own and stops it propagating
     # (`ray.init(configure_logging=False)` then drops the handler: its records would reach
     # stderr through logging's last resort): its driver records go to the file too.
