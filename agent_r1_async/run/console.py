@@ -118,8 +118,8 @@ class Console:
         with self._lock:
             assert self._rich is not None
             task = self._rich.progress.tasks[self._stages[key]]
-            self._rich.progress.update(self._stages[key], completed=task.total or task.completed,
-                                       eta="done")
+            total = task.total or max(task.completed, 1)  # a stage that never knew its size
+            self._rich.progress.update(self._stages[key], total=total, completed=total, eta="done")
             self._rich.progress.stop_task(self._stages[key])
 
     def update(self, record: dict[str, Any]) -> None:

@@ -171,6 +171,7 @@ def _launch(cfg: RunConfig, run_dir: Path, console: Console, address: str | None
     try:
         # start
         cfg = prepare_start(cfg, run_dir, on_message=stage_messages(console, cfg))
+        console.finish("warm-start")  # cached: no steps were reported
         if cfg.eval.in_launch and not resume:
             held_out(cfg, run_dir, logger, "before", cfg.model.start_from, step=0, console=console)
         with contextlib.nullcontext() if cfg.logging.verbose else descriptors_to(

@@ -142,7 +142,7 @@ def check(cfg: RunConfig, d: ModelDims, available: float) -> str | None:
             fixes.append("set `learner.gradient_checkpointing: true`")
     if cfg.actors.num_actors > 1:
         fixes.append(f"lower `actors.num_actors` ({cfg.actors.num_actors})")
-    if cfg.engine.backend == "vllm":
+    if cfg.engine.backend == "vllm" and cfg.engine.kv_cache_gb > 1:  # 1 GiB: the CPU minimum
         fixes.append(f"lower `engine.kv_cache_gb` ({cfg.engine.kv_cache_gb:g})")
     fixes.append("use a smaller `model.name_or_path`")
     return (f"the run needs about {need / GB:.1f} GB of memory ({lines}) but this machine has "
