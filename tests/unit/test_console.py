@@ -121,3 +121,23 @@ def test_progress_bars_render_under_a_pseudo_terminal() -> None:
     assert "\x1b[" in screen  # drawn with terminal control sequences
     assert "reward" in screen and "0.500" in screen  # the last-update panel
     assert "[dim]" not in screen  # cells are styled text, never markup shown as is
+
+
+def test_launch_flags_verbose_and_force(monkeypatch) -> None:
+    """`--verbose` turns `logging.verbose` on (every process's output on the console too);
+    `--force` reaches the memory check."""
+    from agent_r1_async import cli
+    from agent_r1_async.run import launch as launch_mod
+
+    seen = {}
+
+    def fake_launch(cfg, address=None, resume=None, force=False):
+        seen.update(verbose=cfg.logging.verbose, force=force)
+        return 0
+
+    monkeypatch.setattr(launch_mod, "launch", fake_launch)
+    tiny = str(ROOT / "configs" / "tiny.yaml")
+    assert cli.main(["launch", "--config", tiny, "--verbose", "--force"]) == 0
+    assert seen == {"verbose": True, "force": True}
+    assert cli.main(["launch", "--config", tiny]) == 0
+    assert seen == {"verbose": False, "force": False}
