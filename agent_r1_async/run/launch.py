@@ -37,6 +37,7 @@ from agent_r1_async.run.supervisor import (
     ray_address,
     start_ray,
     stop_ray,
+    use_cluster_token,
 )
 from agent_r1_async.run.warm_start import prepare_start
 from agent_r1_async.wire.zmq import CurveKeys
@@ -149,6 +150,7 @@ def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None
     run_dir = _open_run_dir(cfg, resume)
     console = Console(run_dir / "logs", per_update=cfg.logging.console)
     if not cfg.logging.verbose:
+        use_cluster_token(ray_address(cfg, address))  # before quiet_driver imports ray
         quiet_driver(run_dir / "logs" / "launch.log")
     try:
         return _launch(cfg, run_dir, console, address, resume)
