@@ -3,7 +3,7 @@
 Argument parsing uses only the standard library; torch, transformers, vLLM and Ray are
 imported inside each command after parsing, so `agent-r1-async --help` stays fast.
 
-    agent-r1-async launch [--config configs/default.yaml] [--set key=value ...]
+    agent-r1-async launch [--config configs/default.yaml] [--set key=value ...] [--verbose] [--force]
     agent-r1-async eval --split dev --num-tasks 64 [--model PATH]
     agent-r1-async sft --config configs/sft.yaml
     agent-r1-async report RUN_DIR
@@ -57,7 +57,12 @@ def cmd_launch(args: argparse.Namespace) -> int:
         cfg = load_config(Path(args.resume) / "config.yaml", args.overrides)
     else:
         cfg = _load(args)
-    return launch(cfg, address=args.address, resume=args.resume)
+    if args.verbose:
+        import msgspec
+
+        cfg = msgspec.structs.replace(
+            cfg, logging=msgspec.structs.replace(cfg.logging, verbose=True))
+    return launch(cfg, address=args.address, resume=args.resume, force=args.force)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -145,6 +150,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(p)
     p.add_argument("--address", default=None, help="Ray address: 'auto' or host:port (default: local)")
     p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a run from its checkpoint")
+    p.add_argument("--verbose", action="store_true",
+                   help="every process's own output on the console too (logging.verbose); "
+                        "otherwise it is in RUN_DIR/logs/")
+    p.add_argument("--force", action="store_true",
+                   help="launch even when the memory check says the run does not fit")
     p.set_defaults(func=cmd_launch)
 
     p = sub.add_parser("eval", help="evaluate a model on held-out tasks")

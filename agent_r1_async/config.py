@@ -458,6 +458,8 @@ class LoggingConfig(_Section):
     """W&B entity (team); empty = the default one."""
     console: bool = True
     """Print a progress line per update."""
+    verbose: bool = False
+    """Show every process's own output (vLLM, Ray workers, warnings) on the console too; off, it goes only to RUN_DIR/logs/<role>-<index>.log (`launch --verbose`)."""
     metrics_interval_s: float = 10.0
     """How often buffer and actor metrics are aggregated and logged."""
 

@@ -71,7 +71,8 @@ class SupervisedBuffer:
         cls = self.ray.remote(num_cpus=0.5, max_concurrency=4)(BufferHost)
         self.handle = cls.options(**options).remote(
             self.cfg, str(self.run_dir / "buffer"), self.curve, relaunch,
-            bind=self._bound, pid_file=str(self.run_dir / "buffer.pid"))
+            bind=self._bound, pid_file=str(self.run_dir / "buffer.pid"),
+            log_dir=str(self.run_dir / "logs"))
         self.endpoints: dict[str, str] = self.ray.get(self.handle.endpoints.remote())
         self._bound, self._node = self.ray.get(self.handle.placement.remote())
         self._watch = self.handle.serve.remote()

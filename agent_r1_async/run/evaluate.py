@@ -32,10 +32,11 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from agent_r1_async.config import RunConfig
-from agent_r1_async.run.child import in_subprocess
+from agent_r1_async.run import child
 from agent_r1_async.wire.messages import TRAINABLE_STATUSES, EpisodeEnd, StepRecord
 
 if TYPE_CHECKING:
+    from agent_r1_async.run.console import Console
     from agent_r1_async.run.monitor import MetricsLogger
 
 
@@ -123,11 +124,16 @@ async def _evaluate(
     rollout = Rollout.from_config(cfg, engine, tokenizer, spec.name, "eval")
     tally = _Tally()
     k = cfg.eval.samples_per_task
+    total, done = len(tasks) * k, 0
+
+    async def episode(task: Any) -> None:
+        nonlocal done
+        await rollout.run(spec.make, task, EpisodeIds.fresh(f"eval-{task.task_id}", k), tally.emit)
+        done += 1
+        child.progress(done, total)  # the launch's progress bar, when run by it
+
     try:
-        await asyncio.gather(*(
-            rollout.run(spec.make, task, EpisodeIds.fresh(f"eval-{task.task_id}", k), tally.emit)
-            for task in tasks for _ in range(k)
-        ))
+        await asyncio.gather(*(episode(task) for task in tasks for _ in range(k)))
     finally:
         if owns:
             await engine.close()
@@ -200,12 +206,30 @@ def eval_columns(result: dict[str, Any]) -> list[str]:
 
 
 def held_out(cfg: RunConfig, run_dir: Path, logger: MetricsLogger, label: str, model: str,
-             step: int) -> None:
-    """Evaluate `model` on held-out tasks (eval.in_launch); log it and keep it in eval.json."""
+             step: int, console: Console | None = None) -> None:
+    """Evaluate `model` on held-out tasks (eval.in_launch); log it and keep it in eval.json.
+
+    The evaluation runs in a child process whose output goes to RUN_DIR/logs/eval-LABEL.log
+    (unless `logging.verbose`); `console` draws its tasks done / total."""
+    log = None if cfg.logging.verbose else str(run_dir / "logs" / f"eval-{label}.log")
+    key, n = f"eval-{label}", cfg.eval.num_tasks * cfg.eval.samples_per_task
+    on_message = None
+    if console is not None:
+        console.stage(key, f"held-out eval {label}", n)
+
+        def on_message(msg: tuple) -> None:
+            if msg[0] == "progress":
+                console.advance(key, msg[1], msg[2])
+            else:
+                console.print(msg[1])
+
     row = evaluate_and_log(
         cfg, model, label, logger, step, cfg.eval.num_tasks, "[launch]",
-        run=lambda c, m, n: in_subprocess(evaluate_split, c, m, n),
+        run=lambda c, m, n: child.in_subprocess(evaluate_split, c, m, n, log_path=log,
+                                                on_message=on_message),
     )
+    if console is not None:
+        console.finish(key)
     result = {k: v for k, v in row.items() if k != "model"}
     path = run_dir / "eval.json"
     saved = json.loads(path.read_text()) if path.exists() else {}
@@ -213,4 +237,4 @@ def held_out(cfg: RunConfig, run_dir: Path, logger: MetricsLogger, label: str, m
     path.write_text(json.dumps(saved, indent=1))
     rows = [{"model": k, "version": int(v["version"]), **{m: v[m] for m in eval_columns(v)}}
             for k, v in saved.items()]
-    print(format_table(rows), flush=True)
+    (console.print if console is not None else print)(format_table(rows))

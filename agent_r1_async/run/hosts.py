@@ -82,6 +82,15 @@ def buffer_bounds(cfg: RunConfig) -> BufferConfig:
         max_actors=b.max_actors or cfg.actors.num_actors)
 
 
+def own_log(cfg: RunConfig, log_dir: str | None, role: str, index: int | None = None) -> None:
+    """This Ray worker's output goes to RUN_DIR/logs/<role>[-<index>].log (run/logs.py), not
+    to the launch's console; with `logging.verbose` Ray forwards it to the console instead."""
+    if log_dir and not cfg.logging.verbose:
+        from agent_r1_async.run.logs import log_file, redirect_output
+
+        redirect_output(log_file(log_dir, role, index))
+
+
 class BufferHost:
     """`bind`: the endpoints to bind (a restarted buffer takes its predecessor's, see
     run/buffer_supervisor.py); default: free ports on `launch.bind_host`. `pid_file`: where
@@ -90,7 +99,9 @@ class BufferHost:
     def __init__(
         self, cfg: RunConfig, snapshot_dir: str | None, curve: CurveKeys | None, resume: bool,
         bind: dict[str, str] | None = None, pid_file: str | None = None,
+        log_dir: str | None = None,
     ) -> None:
+        own_log(cfg, log_dir, "buffer")
         from agent_r1_async.buffers.service import BufferService
         from agent_r1_async.models import model_vocab_size
 
@@ -167,6 +178,7 @@ class LearnerHost:
     Rank 0 alone talks to the buffer and publishes weights; every rank runs every update."""
 
     def __init__(self, cfg: RunConfig, rank: int, run_dir: str, curve: CurveKeys | None) -> None:
+        own_log(cfg, str(Path(run_dir) / "logs"), "learner", rank)
         _pin_threads(cfg.learner.num_cpus)
         self.cfg = cfg
         self.rank = rank
@@ -268,9 +280,11 @@ class ActorHost:
         self, cfg: RunConfig, actor_id: str, endpoints: dict[str, str], curve: CurveKeys | None,
         log_dir: str | None = None,
     ) -> None:
-        _pin_threads(cfg.actors.num_cpus)
-        if log_dir:  # env errors (logged once each) reach RUN_DIR/logs/ and the console
+        if log_dir and not cfg.logging.verbose:  # everything this process says: its own file
+            own_log(cfg, log_dir, actor_id)
+        elif log_dir:  # env errors (logged once each) reach RUN_DIR/logs/ and the console
             log_to(os.path.join(log_dir, f"{actor_id}.log"))
+        _pin_threads(cfg.actors.num_cpus)
         self.cfg = cfg
         self.curve = curve
         self.actor_id = actor_id

@@ -16,19 +16,23 @@ sinks), warm_start.py, evaluate.py (held-out tables), run_dir.py, report.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from agent_r1_async.config import ConfigError, RunConfig, dump_config
 from agent_r1_async.learner.checkpoint_files import disk_full_message
 from agent_r1_async.models import attention_implementation
+from agent_r1_async.run.console import Console, RlProgress, stage_messages
 from agent_r1_async.run.evaluate import held_out
+from agent_r1_async.run.events import Events, one_line
 from agent_r1_async.run.feasibility import check_feasible
-from agent_r1_async.run.monitor import ActorRates, MetricsLogger, merge_metrics, progress_line
+from agent_r1_async.run.logs import descriptors_to, log_exception, quiet_driver
+from agent_r1_async.run.memory import memory_preflight
+from agent_r1_async.run.monitor import ActorRates, MetricsLogger, merge_metrics
 from agent_r1_async.run.run_dir import make_run_dir
 from agent_r1_async.run.supervisor import (
     EnvFailing,
@@ -37,6 +41,7 @@ from agent_r1_async.run.supervisor import (
     ray_address,
     start_ray,
     stop_ray,
+    use_cluster_token,
 )
 from agent_r1_async.run.warm_start import prepare_start
 from agent_r1_async.wire.curve import RunKeys
@@ -107,10 +112,6 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _say(line: str) -> None:
-    print(f"[launch] {line}", flush=True)
-
-
 def _open_run_dir(cfg: RunConfig, resume: str | None) -> Path:
     if not resume:
         return make_run_dir(cfg)
@@ -139,7 +140,8 @@ def last_logged_update(metrics_path: Path) -> int:
     return last
 
 
-def _train(cfg: RunConfig, sup: Supervisor, logger: MetricsLogger) -> tuple[int, str]:
+def _train(cfg: RunConfig, sup: Supervisor, logger: MetricsLogger, console: Console,
+           events: Events) -> tuple[int, str]:
     """The RL loop: (last version, why it stopped).
 
     Each update is logged once: after a learner restart from an older checkpoint (in the run,
@@ -147,7 +149,7 @@ def _train(cfg: RunConfig, sup: Supervisor, logger: MetricsLogger) -> tuple[int,
     record (W&B, too, takes each step once) and only print their progress line."""
     version = sup.version()
     logged = last_logged_update(logger.run_dir / "metrics.jsonl")
-    t_start = time.monotonic()
+    rl = RlProgress(console, version, cfg.learner.total_updates, cfg.launch.max_wall_time_s)
     rates = ActorRates()
     while version < cfg.learner.total_updates:
         update = sup.update()
@@ -159,55 +161,80 @@ def _train(cfg: RunConfig, sup: Supervisor, logger: MetricsLogger) -> tuple[int,
         if not redone:
             logger.log(record, step=version, histograms=hists)
             logged = version
-        logger.console(progress_line(record) + (" (redone)" if redone else ""))
-        if cfg.launch.max_wall_time_s and time.monotonic() - t_start > cfg.launch.max_wall_time_s:
+        console.update(record, suffix=" (redone)" if redone else "")
+        events.after_update(record, buffer)
+        rl.advance(version)
+        if rl.out_of_time():
+            events.wall_clock(cfg.launch.max_wall_time_s, version)
             return version, "max_wall_time_s"
     return version, "done"
 
 
-def _report(run_dir: Path) -> None:
+def _report(run_dir: Path, console: Console) -> None:
     try:
         from agent_r1_async.run.report import write_report
 
         for p in write_report(run_dir):
-            _say(f"plot: {p}")
+            console.say(f"plot: {p}")
     except Exception as e:  # plots are a convenience; never fail a finished run on them
-        print(f"[launch] report failed: {e!r}", file=sys.stderr)
+        console.error(f"report failed: {e!r}")
 
 
-def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None) -> int:
+def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None,
+           force: bool = False) -> int:
+    """The whole run (module docstring); `force`: go on when the memory check says the run
+    does not fit this machine."""
     preflight(cfg, address, resume)
+    memory_preflight(cfg, force=force, joined=ray_address(cfg, address) is not None)
     run_dir = _open_run_dir(cfg, resume)
-    _say(f"run directory: {run_dir}")
+    console = Console(run_dir / "logs", per_update=cfg.logging.console)
+    if not cfg.logging.verbose:
+        use_cluster_token(ray_address(cfg, address))  # before quiet_driver imports ray
+        quiet_driver(run_dir / "logs" / "launch.log")
+    try:
+        return _launch(cfg, run_dir, console, address, resume)
+    finally:
+        console.close()
+
+
+def _launch(cfg: RunConfig, run_dir: Path, console: Console, address: str | None,
+            resume: str | None) -> int:
+    console.say(f"run directory: {run_dir}")
+    if not cfg.logging.verbose:
+        console.say(f"logs of every process: {run_dir / 'logs'}/ (--verbose: here too)")
     attn, why = attention_implementation(cfg.learner.device, cfg.learner.flash_attention)
-    _say(f"learner attention: {attn} ({why})")
+    console.say(f"learner attention: {attn} ({why})")
     logger = MetricsLogger(cfg, run_dir, resume_id=_wandb_id(run_dir, resume))
+    events = Events(console, run_dir, cfg.actors.num_actors, cfg.buffer.max_staleness)
     sup: Supervisor | None = None
     ckpt, version, stop_reason, failure = None, 0, "interrupted", ""
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         # start
-        cfg = prepare_start(cfg, run_dir)
+        cfg = prepare_start(cfg, run_dir, on_message=stage_messages(console, cfg))
+        console.finish("warm-start")  # cached: no steps were reported
         if cfg.eval.in_launch and not resume:
-            held_out(cfg, run_dir, logger, "before", cfg.model.start_from, step=0)
-        start_ray(cfg, address)
+            held_out(cfg, run_dir, logger, "before", cfg.model.start_from, step=0, console=console)
+        with contextlib.nullcontext() if cfg.logging.verbose else descriptors_to(
+                run_dir / "logs" / "launch.log"):
+            start_ray(cfg, address)
         signal.signal(signal.SIGTERM, _raise_interrupt)  # ray.init installed its own handler
         # Keys travel to the processes as Ray task arguments; they never touch a ZMQ socket.
-        sup = Supervisor(cfg, run_dir, resume=bool(resume), curve=run_keys(cfg, address))
+        sup = Supervisor(cfg, run_dir, resume=bool(resume), curve=run_keys(cfg, address),
+                         events=events)
         (run_dir / "endpoints.json").write_text(json.dumps(sup.endpoints))  # for operators
         # loop
-        version, stop_reason = _train(cfg, sup, logger)
+        version, stop_reason = _train(cfg, sup, logger, console, events)
     except KeyboardInterrupt:
-        print("\n[launch] stopping: checkpoint and buffer snapshot ...", flush=True)
+        console.say("stopping: checkpoint and buffer snapshot ...")
     except EnvFailing as e:
         stop_reason, failure = "env failing", str(e)
-        print(f"[launch] stopping: {e}", file=sys.stderr, flush=True)
-    except Exception as e:
+        console.error(f"stopping: {e}")
+    except Exception as e:  # one line here, the traceback in the driver's own log
         full = disk_full_message(e)  # a checkpoint found the disk full: say so, not torch's error
-        if full is None:
-            raise
-        stop_reason, failure = "disk full", full
-        print(f"[launch] stopping: {full}", file=sys.stderr, flush=True)
+        stop_reason, failure = ("disk full", full) if full else ("failed", one_line(e))
+        log = None if full else log_exception(run_dir / "logs" / "launch.log")
+        console.error(f"stopping: {failure}", log=log)
     finally:
         # stop
         try:
@@ -215,18 +242,19 @@ def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None
         finally:
             signal.signal(signal.SIGTERM, previous)
             stop_ray()
-    _say(f"{stop_reason}; checkpoint: {ckpt}")
+    console.finish("rl")
+    console.say(f"{stop_reason}; checkpoint: {ckpt}")
     try:
         if cfg.eval.in_launch and ckpt and stop_reason in ("done", "max_wall_time_s"):
-            held_out(cfg, run_dir, logger, "after", ckpt, step=version)
+            held_out(cfg, run_dir, logger, "after", ckpt, step=version, console=console)
     except KeyboardInterrupt:
-        print("\n[launch] held-out evaluation interrupted", flush=True)
+        console.say("held-out evaluation interrupted")
     finally:
         logger.close()
-    _report(run_dir)
-    if logger.wandb_dir:
-        _say(f"W&B run: {logger.wandb_dir} (sync with `wandb sync` when offline)")
-    _say(f"run directory: {run_dir}")
+    _report(run_dir, console)
+    for line in logger.closing_lines():
+        console.say(line)
+    console.say(f"run directory: {run_dir}")
     if failure:
         print(f"agent-r1-async: {failure}", file=sys.stderr, flush=True)
         return 1

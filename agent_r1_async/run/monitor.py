@@ -41,9 +41,12 @@ class MetricsLogger:
         self._wandb: Any = None
         self._wandb_dir: str | None = None
         mode = wandb_mode(cfg.logging)
+        self._wandb_url: str | None = None
         if mode != "disabled":
             self._wandb = self._init_wandb(cfg, mode, resume_id)
             self._wandb_dir = str(Path(self._wandb.dir).parent)
+            self._wandb_url = self._wandb.url if mode == "online" else None
+            define_metrics(self._wandb)
 
     def _init_wandb(self, cfg: RunConfig, mode: str, resume_id: str | None) -> Any:
         wandb_dir = self.run_dir / "wandb-root"
@@ -71,6 +74,16 @@ class MetricsLogger:
     def wandb_dir(self) -> str | None:
         """The W&B run's directory (kept after `close`, for the closing lines)."""
         return self._wandb_dir
+
+    def closing_lines(self) -> list[str]:
+        """Where the W&B run is: its URL (online) or its offline directory and the command
+        that uploads it."""
+        if self._wandb_dir is None:
+            return []
+        if self._wandb_url:
+            return [f"W&B run: {self._wandb_url}"]
+        return [f"W&B run (offline): {self._wandb_dir}",
+                f"upload it with: wandb sync {self._wandb_dir}"]
 
     def log(self, metrics: dict[str, Any], step: int, histograms: dict[str, Histogram] | None = None) -> None:
         record: dict[str, Any] = {"update": step, "time": time.monotonic() - self._start}
@@ -105,6 +118,20 @@ class MetricsLogger:
         if self._wandb is not None:
             self._wandb.finish()
             self._wandb = None
+
+
+METRIC_SECTIONS = ("reward", "env", "eval", "staleness", "is_weight", "learner", "actors", "actor",
+                   "buffer", "sft")
+"""W&B sections (panels are grouped by the prefix before '/'); every metric's x-axis is
+`update`, the learner version, so runs, resumes and held-out points line up."""
+
+
+def define_metrics(run: Any) -> None:
+    """`update` is the x-axis of every metric, section by section (W&B `define_metric`)."""
+    run.define_metric("update")
+    for section in METRIC_SECTIONS:
+        run.define_metric(f"{section}/*", step_metric="update")
+    run.define_metric("time", step_metric="update")
 
 
 def _is_number(v: Any) -> bool:

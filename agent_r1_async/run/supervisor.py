@@ -20,14 +20,15 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from agent_r1_async.config import RunConfig
 from agent_r1_async.learner.checkpoint_files import disk_full_message
-from agent_r1_async.run.buffer_supervisor import SupervisedBuffer, death_cause
+from agent_r1_async.run.buffer_supervisor import SupervisedBuffer
+from agent_r1_async.run.console import Console
+from agent_r1_async.run.events import Events, one_line
 from agent_r1_async.wire.curve import RunKeys, keys_for
 from agent_r1_async.wire.roles import LEARNER
 
@@ -62,7 +63,7 @@ def start_ray(cfg: RunConfig, address: str | None) -> None:
 
     env = {"TOKENIZERS_PARALLELISM": "false", "VLLM_CPU_KVCACHE_SPACE": str(cfg.engine.kv_cache_gb)}
     if address:
-        ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=True)
+        ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=cfg.logging.verbose)
         return
     # Logical CPUs: at least what the processes ask for, so a 2-core box never deadlocks on
     # placement (they share the cores; the OS schedules them).
@@ -71,7 +72,7 @@ def start_ray(cfg: RunConfig, address: str | None) -> None:
         num_cpus=num_cpus,
         include_dashboard=False,
         runtime_env={"env_vars": env},
-        log_to_driver=True,
+        log_to_driver=cfg.logging.verbose,
         configure_logging=False,
     )
 
@@ -144,7 +145,8 @@ class LearnerGroup:
 class Supervisor:
     """Starts the processes and keeps all three roles alive (buffer, learner group, actors)."""
 
-    def __init__(self, cfg: RunConfig, run_dir: Path, resume: bool, curve: RunKeys | None) -> None:
+    def __init__(self, cfg: RunConfig, run_dir: Path, resume: bool, curve: RunKeys | None,
+                 events: Events | None = None) -> None:
         import ray
 
         from agent_r1_async.run.hosts import ActorHost
@@ -152,6 +154,8 @@ class Supervisor:
         self.cfg = cfg
         self.ray = ray
         self.run_dir, self.curve = run_dir, curve
+        self.events = events or Events(Console(run_dir / "logs"), run_dir, cfg.actors.num_actors,
+                                       cfg.buffer.max_staleness)
         self.learner_restarts = 0
         self.buffers = SupervisedBuffer(cfg, run_dir, keys_for(curve, None, binds=True), resume)
         self.endpoints: dict[str, str] = dict(self.buffers.endpoints)
@@ -187,18 +191,16 @@ class Supervisor:
             try:
                 self.ray.get(ref)
                 continue  # finished normally (stopped)
-            except self.ray.exceptions.RayActorError as e:
-                reason = f"actor-{i} died: {death_cause(e)}"
-            except Exception as e:  # the actor's loop raised: treat like a crash
-                reason = f"actor-{i} failed: {e!r}"
+            except Exception as e:  # the process died, or the actor's loop raised: a crash
+                reason = f"actor-{i} died: {self.events.actor_died(f'actor-{i}', e, self.restarts[i] + 1)}"
             self.restarts[i] += 1
             if self.restarts[i] > self.cfg.actors.max_restarts:
                 raise RuntimeError(f"{reason}; restarted {self.cfg.actors.max_restarts} times")
-            print(f"[launch] {reason}; restarting its loop ({self.restarts[i]})", file=sys.stderr)
             self._wait_restarted(i, reason)
             # Ray re-ran its constructor with the endpoints of launch time; a learner restarted
             # since then publishes weights elsewhere.
             self.ray.get(self.actors[i].set_endpoints.remote(self.endpoints))
+            self.events.actor_restarted(f"actor-{i}", self.restarts[i], self.cfg.actors.max_restarts)
             self.runs[self.actors[i].run.remote()] = i
 
     def _wait_restarted(self, i: int, reason: str, timeout_s: float = 300.0) -> None:
@@ -250,13 +252,15 @@ class Supervisor:
             try:
                 self.buffers.call("snapshot", timeout=60, learner_version=self.last_version)
             except Exception as e:  # the periodic snapshot still runs
-                print(f"[launch] buffer snapshot failed: {e!r}", file=sys.stderr, flush=True)
+                self.events.console.error(f"buffer snapshot failed: {one_line(e)}",
+                                          log=self.run_dir / "logs" / "buffer.log")
         return result
 
     def check_failures(self, buffer_stats: dict[str, Any]) -> None:
         """Raise `EnvFailing` when every actor's recent episodes all failed."""
         from agent_r1_async.run.monitor import failing_actors
 
+        self.events.env_errors(buffer_stats.get("actors", {}))
         why = failing_actors(buffer_stats.get("actors", {}),
                              self.cfg.launch.stop_after_failed_episodes, self.cfg.actors.num_actors)
         if why:
@@ -305,8 +309,8 @@ class Supervisor:
 
         self.learner_restarts += 1
         ckpt = latest_checkpoint(str(self.run_dir))
-        why = f"learner rank {rank} failed: {death_cause(error)}"
         if self.learner_restarts > self.cfg.learner.max_restarts:
+            why = f"learner rank {rank} failed: {one_line(error)}"
             raise RuntimeError(f"{why}; restarted {self.cfg.learner.max_restarts} times") from error
         self.learner.kill()
         # The new learner's first act is a handshake with the buffer: the memory monitor may
@@ -317,10 +321,10 @@ class Supervisor:
         lost, self.last_version = self.last_version, self.version()
         redo = (f"; updates {self.last_version + 1}..{lost} are redone, not logged again"
                 if lost > self.last_version else "")
-        print(f"[launch] {why}; restarting the learner group ({self.cfg.learner.world_size} "
-              f"ranks) from {ckpt or 'the initial weights (no checkpoint yet)'} "
-              f"(version {self.last_version}{redo}) "
-              f"({self.learner_restarts}/{self.cfg.learner.max_restarts})", flush=True)
+        self.events.learner_restarting(
+            rank, error, self.cfg.learner.world_size,
+            f"{ckpt or 'the initial weights (no checkpoint yet)'} (version {self.last_version}"
+            f"{redo})", self.learner_restarts, self.cfg.learner.max_restarts)
         self.endpoints["weights"] = self.ray.get(self.learner.leader.weights_endpoint.remote())
         self._restart_actor_loops()
         self.learner.call("publish")
@@ -350,16 +354,19 @@ class Supervisor:
         try:  # first, so that a checkpoint that fills the disk cannot cost the buffer's state
             ray.get(self.buffer.snapshot.remote(), timeout=60)
         except Exception as e:
-            print(f"[launch] buffer snapshot failed: {e!r}", file=sys.stderr)
+            self.events.console.error(f"buffer snapshot failed: {one_line(e)}",
+                                      log=self.run_dir / "logs" / "buffer.log")
         if checkpoint:
             try:
                 path = self.learner.call("save_checkpoint")
             except Exception as e:  # a dead rank: the last periodic checkpoint stands
-                print(f"[launch] final learner checkpoint failed: "
-                      f"{disk_full_message(e) or repr(e)}", file=sys.stderr)
+                self.events.console.error(
+                    f"final learner checkpoint failed: {disk_full_message(e) or one_line(e)}",
+                    log=self.run_dir / "logs" / "learner-0.log")
                 self.learner.kill()
         try:
             ray.get(self.buffer.stop.remote(), timeout=30)
         except Exception as e:
-            print(f"[launch] buffer stop failed: {e!r}", file=sys.stderr)
+            self.events.console.error(f"buffer stop failed: {one_line(e)}",
+                                      log=self.run_dir / "logs" / "buffer.log")
         return path

@@ -25,7 +25,8 @@ from typing import Any
 import msgspec
 
 from agent_r1_async.config import RunConfig, dump_config
-from agent_r1_async.run.child import in_subprocess
+from agent_r1_async.run import child
+from agent_r1_async.run.monitor import MetricsLogger
 
 _LEARNER_KEYS = ("weight_decay", "betas", "grad_clip", "micro_batch_tokens", "bf16", "seed", "lora")
 _SFT_IGNORED = ("eval_before", "eval_after", "eval_num_tasks", "log_every")
@@ -52,10 +53,18 @@ def warm_start_key(cfg: RunConfig) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
+class _StepProgress(MetricsLogger):
+    """The stage's metrics logger; each logged step also reports the launch's progress bar."""
+
+    def log(self, metrics: dict[str, Any], step: int, histograms: Any = None) -> None:
+        super().log(metrics, step, histograms)
+        if "sft/total_steps" in metrics:
+            child.progress(step, metrics["sft/total_steps"])
+
+
 def warm_start(cfg: RunConfig, console: Callable[[str], None]) -> str:
     """The warm-start checkpoint for `cfg` (trained now unless cached); returns its path."""
     from agent_r1_async.models import build_atomically, cache_dir
-    from agent_r1_async.run.monitor import MetricsLogger
     from agent_r1_async.sft.train import train_stage
 
     target = cache_dir() / "warm-start" / warm_start_key(cfg)
@@ -68,7 +77,7 @@ def warm_start(cfg: RunConfig, console: Callable[[str], None]) -> str:
         quiet = msgspec.structs.replace(
             cfg, logging=msgspec.structs.replace(cfg.logging, wandb_mode="disabled")
         )
-        sft_logger = MetricsLogger(quiet, tmp)  # metrics.jsonl of the stage, kept in the cache
+        sft_logger = _StepProgress(quiet, tmp)  # metrics.jsonl of the stage, kept in the cache
         try:
             train_stage(quiet, tmp, sft_logger)
         finally:
@@ -80,15 +89,12 @@ def warm_start(cfg: RunConfig, console: Callable[[str], None]) -> str:
     return path
 
 
-def _print(line: str) -> None:
-    print(line, flush=True)
-
-
 def _warm_start_child(cfg: RunConfig) -> str:
-    return warm_start(cfg, _print)
+    return warm_start(cfg, child.say)
 
 
-def prepare_start(cfg: RunConfig, run_dir: Path) -> RunConfig:
+def prepare_start(cfg: RunConfig, run_dir: Path,
+                  on_message: Callable[[tuple], None] | None = None) -> RunConfig:
     """`launch.warm_start`: train (or reuse) the supervised warm start and start RL from it.
 
     The run's config.yaml then names the checkpoint in `model.init_from`, so `--resume` and
@@ -96,7 +102,8 @@ def prepare_start(cfg: RunConfig, run_dir: Path) -> RunConfig:
     """
     if not cfg.launch.warm_start or cfg.model.init_from:
         return cfg
-    ckpt = in_subprocess(_warm_start_child, cfg)
+    log = None if cfg.logging.verbose else str(run_dir / "logs" / "warm-start.log")
+    ckpt = child.in_subprocess(_warm_start_child, cfg, log_path=log, on_message=on_message)
     cfg = msgspec.structs.replace(cfg, model=msgspec.structs.replace(cfg.model, init_from=ckpt))
     (run_dir / "config.yaml").write_text(dump_config(cfg))
     return cfg

@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -94,17 +95,20 @@ def _group_of(service: BufferService, episode_ids: set[str]) -> set[str]:
 _KILL_DROPS = ("expired_episode", "group_too_small", "expired_credit")
 
 
-def _supervisor(cfg: RunConfig, ray, actor, run_ref, endpoints):
+def _supervisor(cfg: RunConfig, ray, actor, run_ref, endpoints, run_dir: Path):
     """The launcher's Supervisor, holding just this actor (its restart logic is under test)."""
+    from agent_r1_async.run.console import Console
+    from agent_r1_async.run.events import Events
     from agent_r1_async.run.supervisor import Supervisor
 
     sup = Supervisor.__new__(Supervisor)
     sup.cfg, sup.ray, sup.actors = cfg, ray, [actor]
     sup.runs, sup.restarts, sup.endpoints = {run_ref: 0}, [0], endpoints
+    sup.events = Events(Console(run_dir / "logs", live=False), run_dir, 1, 1000)
     return sup
 
 
-def test_actor_killed_mid_episode_is_restarted_and_loses_nothing_accepted() -> None:
+def test_actor_killed_mid_episode_is_restarted_and_loses_nothing_accepted(tmp_path: Path) -> None:
     import ray
 
     from agent_r1_async.run.hosts import ActorHost
@@ -121,7 +125,7 @@ def test_actor_killed_mid_episode_is_restarted_and_loses_nothing_accepted() -> N
                      "weights": None}
         actor = ray.remote(num_cpus=1, max_restarts=cfg.actors.max_restarts, max_concurrency=2)(
             ActorHost).remote(cfg, "actor-0", endpoints, None)
-        sup = _supervisor(cfg, ray, actor, actor.run.remote(), endpoints)
+        sup = _supervisor(cfg, ray, actor, actor.run.remote(), endpoints, tmp_path)
         first_pid = ray.get(actor.pid.remote(), timeout=60)
 
         # Kill when accepted groups exist, an episode is half sent and a credit was just

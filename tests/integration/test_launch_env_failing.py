@@ -62,4 +62,7 @@ def test_launch_stops_with_the_env_error_when_every_episode_fails(tmp_path: Path
     for text in logs:  # logged once per actor, with the traceback, then only counted
         assert text.count("step failed on task") == 1
         assert 'raise ValueError("unit table missing")' in text
-    assert "env broken_env:BrokenEnv: step failed on task" in out.stdout + out.stderr
+    # Said on the console once, in one line naming the actor's log (the traceback is there).
+    said = [ln for ln in out.stderr.splitlines() if ln.startswith("[launch] error: actor-")]
+    assert said and all("env error ValueError: env_error in env broken_env:BrokenEnv" in ln
+                        and ln.endswith(".log)") for ln in said), out.stderr[-3000:]

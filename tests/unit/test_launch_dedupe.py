@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 from agent_r1_async.config import config_from_dict
+from agent_r1_async.run.console import Console
+from agent_r1_async.run.events import Events
 from agent_r1_async.run.launch import _train, last_logged_update
 
 
@@ -32,28 +34,33 @@ class _Supervisor:
 
 class _Logger:
     def __init__(self, run_dir: Path) -> None:
-        self.run_dir, self.steps, self.lines = run_dir, [], []
+        self.run_dir, self.steps = run_dir, []
 
     def log(self, record: dict, step: int, histograms: dict | None = None) -> None:
         self.steps.append(step)
         with open(self.run_dir / "metrics.jsonl", "a") as f:
             f.write(json.dumps({"update": step, **record}) + "\n")
 
-    def console(self, line: str) -> None:
-        self.lines.append(line)
 
 
 def _cfg(total: int):
     return config_from_dict({"learner": {"total_updates": total}})
 
 
-def test_updates_redone_after_a_learner_restart_are_logged_once(tmp_path):
+def _run(cfg, sup: _Supervisor, logger: _Logger) -> tuple[int, str]:
+    """`_train` with the plain (non-terminal) console: one progress line per update."""
+    console = Console(None, live=False)
+    return _train(cfg, sup, logger, console, Events(console, logger.run_dir, 1, 1000))
+
+
+def test_updates_redone_after_a_learner_restart_are_logged_once(tmp_path, capsys):
     # Checkpoint at 2; updates 3, 4 logged; the learner dies and restarts from step-2.
     logger = _Logger(tmp_path)
-    version, why = _train(_cfg(6), _Supervisor(0, [1, 2, 3, 4, 3, 4, 5, 6]), logger)
+    version, why = _run(_cfg(6), _Supervisor(0, [1, 2, 3, 4, 3, 4, 5, 6]), logger)
     assert (version, why) == (6, "done")
     assert logger.steps == [1, 2, 3, 4, 5, 6]
-    assert [line.endswith(" (redone)") for line in logger.lines] == [
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.endswith(" (redone)") for line in lines] == [
         False, False, False, False, True, True, False, False]
 
 
@@ -65,7 +72,7 @@ def test_resume_after_a_crash_does_not_log_updates_twice(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + '\n{"update": 6, "vers')
     assert last_logged_update(tmp_path / "metrics.jsonl") == 5
     logger = _Logger(tmp_path)
-    _train(_cfg(7), _Supervisor(3, [4, 5, 6, 7]), logger)
+    _run(_cfg(7), _Supervisor(3, [4, 5, 6, 7]), logger)
     assert logger.steps == [6, 7]
     assert last_logged_update(tmp_path / "metrics.jsonl") == 7
     assert last_logged_update(tmp_path / "missing.jsonl") == 0

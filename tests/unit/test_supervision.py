@@ -10,6 +10,8 @@ import ray.exceptions as rex
 
 from agent_r1_async.learner.checkpoint_files import DiskFullError, disk_full_message
 from agent_r1_async.run.buffer_supervisor import death_cause
+from agent_r1_async.run.console import Console
+from agent_r1_async.run.events import Events
 from agent_r1_async.run.supervisor import Supervisor
 
 _SIGKILLED = ("The actor died unexpectedly before finishing this task.\n\tclass_name: LearnerHost"
@@ -117,7 +119,7 @@ class _OrderRay:
         return list(refs), []
 
 
-def test_the_final_snapshot_is_written_before_the_final_checkpoint(capsys):
+def test_the_final_snapshot_is_written_before_the_final_checkpoint(capsys, tmp_path):
     """A final checkpoint that finds the disk full cannot cost the buffer's state: the buffer
     snapshots first; the checkpoint's failure is one line saying the disk is full."""
     calls: list[str] = []
@@ -137,10 +139,12 @@ def test_the_final_snapshot_is_written_before_the_final_checkpoint(capsys):
     sup.runs = {}
     sup.learner = _Learner()
     sup.buffers = types.SimpleNamespace(handle=_Handle("buffer", calls, {}))
+    sup.run_dir = tmp_path
+    sup.events = Events(Console(None, live=False), tmp_path, 1, 1000)
     assert sup.shutdown(checkpoint=True) is None
     assert calls == ["actor-0.stop", "buffer.snapshot", "learner.save_checkpoint",
                      "learner.kill", "buffer.stop"]
-    assert f"[launch] final learner checkpoint failed: {full}" in capsys.readouterr().err
+    assert f"[launch] error: final learner checkpoint failed: {full}" in capsys.readouterr().err
 
 
 def test_a_buffer_that_keeps_dying_ends_the_launch_after_max_restarts():
@@ -158,7 +162,8 @@ def test_a_buffer_that_keeps_dying_ends_the_launch_after_max_restarts():
         config_from_dict({"buffer": {"max_restarts": -1}})
 
 
-def test_an_actor_restarted_by_ray_gets_the_current_endpoints_before_its_loop_reruns(capsys):
+def test_an_actor_restarted_by_ray_gets_the_current_endpoints_before_its_loop_reruns(
+        capsys, tmp_path):
     """Ray re-runs a restarted actor's constructor with launch-time endpoints; after a learner
     restart the weights are published elsewhere (the kill drill's actor-0 served v0 forever)."""
     calls: list[str] = []
@@ -169,12 +174,15 @@ def test_an_actor_restarted_by_ray_gets_the_current_endpoints_before_its_loop_re
     sup.actors = [_Handle("actor-0", calls, {})]
     sup.runs, sup.restarts = {dead_run: 0}, [0]
     sup.endpoints = {"data": "tcp://d", "control": "tcp://c", "weights": "tcp://new-learner"}
+    sup.events = Events(Console(tmp_path / "logs", live=False), tmp_path, 1, 1000)
     sup.check_actors()
     assert calls == ["actor-0.pid", "actor-0.set_endpoints", "actor-0.run"]
     assert sup.actors[0].args["set_endpoints"] == (sup.endpoints,)
     assert sup.restarts == [1] and list(sup.runs.values()) == [0]
-    assert "[launch] actor-0 died: ActorDiedError (worker exit type SYSTEM_ERROR" in (
-        capsys.readouterr().err)
+    assert capsys.readouterr().out.splitlines() == [
+        "[launch] actor-0 died: killed by a signal (SIGKILL: `kill -9`, the kernel's OOM killer "
+        f"or a crash); log: {tmp_path}/logs/actor-0.log",
+        "[launch] actor-0 restarted by Ray (1 of 3 restarts); its loop runs again"]
 
 
 def test_a_learner_restart_first_restarts_a_buffer_the_memory_monitor_took_too(
@@ -213,15 +221,17 @@ def test_a_learner_restart_first_restarts_a_buffer_the_memory_monitor_took_too(
     sup.cfg = types.SimpleNamespace(learner=types.SimpleNamespace(max_restarts=3, world_size=1))
     sup.learner, sup.buffers, sup.actors, sup.runs = _Group(), _Buffers(), [], {}
     sup.endpoints, sup.learner_restarts, sup.last_version = {"control": "tcp://c"}, 0, 7
+    sup.events = Events(Console(tmp_path / "logs", live=False), tmp_path, 1, 1000)
     calls.clear()
     sup.restart_learner(0, rex.OutOfMemoryError(_OOM))
     assert calls == ["learner.kill", "buffer.ensure_alive(v7)", "learner.start",
                      "learner.version", "learner.weights_endpoint", "learner.publish"]
     line = capsys.readouterr().out
-    assert line.startswith("[launch] learner rank 0 failed: OutOfMemoryError: killed by Ray's "
-                           "memory monitor (out of memory); restarting the learner group (1 "
-                           f"ranks) from {tmp_path}/checkpoints/step-6 (version 6; "
-                           "updates 7..7 are redone, not logged again) (1/3)")
+    assert line == ("[launch] learner rank 0 failed: out of memory (Ray's memory monitor killed "
+                    f"it, node memory 22.5GB of 23.4GB); log: {tmp_path}/logs/learner-0.log; "
+                    "restarting the learner group (1 ranks) from "
+                    f"{tmp_path}/checkpoints/step-6 (version 6; updates 7..7 are redone, not "
+                    "logged again) (1 of 3 restarts)\n")
 
 
 def test_a_learner_group_killed_while_restarting_is_restarted_again():
