@@ -26,6 +26,7 @@ from agent_r1_async.config import ConfigError, RunConfig, dump_config
 from agent_r1_async.models import attention_implementation
 from agent_r1_async.run.evaluate import held_out
 from agent_r1_async.run.monitor import ActorRates, MetricsLogger, merge_metrics, progress_line
+from agent_r1_async.run.periodic_eval import PeriodicEval, log_result
 from agent_r1_async.run.run_dir import make_run_dir
 from agent_r1_async.run.supervisor import (
     EnvFailing,
@@ -108,7 +109,8 @@ def _wandb_id(run_dir: Path, resume: str | None) -> str | None:
     return path.read_text().strip() if resume and path.exists() else None
 
 
-def _train(cfg: RunConfig, sup: Supervisor, logger: MetricsLogger) -> tuple[int, str]:
+def _train(cfg: RunConfig, sup: Supervisor, logger: MetricsLogger,
+           evals: PeriodicEval | None = None) -> tuple[int, str]:
     """The RL loop: (last version, why it stopped)."""
     version = sup.version()
     t_start = time.monotonic()
@@ -121,6 +123,8 @@ def _train(cfg: RunConfig, sup: Supervisor, logger: MetricsLogger) -> tuple[int,
         record, hists = merge_metrics(update, buffer, rates)
         logger.log(record, step=version, histograms=hists)
         logger.console(progress_line(record))
+        for result in evals.poll() if evals is not None else []:
+            log_result(logger, result, step=version)
         if cfg.launch.max_wall_time_s and time.monotonic() - t_start > cfg.launch.max_wall_time_s:
             return version, "max_wall_time_s"
     return version, "done"
@@ -144,6 +148,7 @@ def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None
     _say(f"learner attention: {attn} ({why})")
     logger = MetricsLogger(cfg, run_dir, resume_id=_wandb_id(run_dir, resume))
     sup: Supervisor | None = None
+    evals: PeriodicEval | None = None
     ckpt, version, stop_reason, failure = None, 0, "interrupted", ""
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
@@ -157,8 +162,11 @@ def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None
         joined = ray_address(cfg, address) is not None
         curve = CurveKeys.generate() if cfg.launch.curve or joined else None
         sup = Supervisor(cfg, run_dir, resume=bool(resume), curve=curve)
+        version = sup.version()
+        if cfg.eval.every_updates:  # eval.every_updates: an evaluation actor (periodic_eval.py)
+            evals = PeriodicEval(cfg, sup.endpoints["weights"], curve, version)
         # loop
-        version, stop_reason = _train(cfg, sup, logger)
+        version, stop_reason = _train(cfg, sup, logger, evals)
     except KeyboardInterrupt:
         print("\n[launch] stopping: checkpoint and buffer snapshot ...", flush=True)
     except EnvFailing as e:
@@ -167,6 +175,9 @@ def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None
     finally:
         # stop
         try:
+            wait_s = 600.0 if stop_reason in ("done", "max_wall_time_s") else 10.0
+            for result in evals.stop(wait_s) if evals is not None else []:
+                log_result(logger, result, step=version)  # the evaluation that was running
             ckpt = sup.shutdown(checkpoint=True) if sup is not None else None
         finally:
             signal.signal(signal.SIGTERM, previous)
