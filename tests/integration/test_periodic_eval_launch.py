@@ -63,7 +63,12 @@ def test_periodic_eval_versions_and_learner_rate(tmp_path: Path):
                     "eval/periodic/eval_time_s", "eval/periodic/eval_cpu_s",
                     "eval/periodic/hacking_no_tool_score"):
             assert key in r, key
-    assert [r["update"] for r in rows if "learner/loss" in r] == list(range(1, UPDATES + 1))
+    updates = [r for r in rows if "learner/loss" in r]
+    assert [r["update"] for r in updates] == list(range(1, UPDATES + 1))
+    for r in updates:  # the canaries reach metrics.jsonl per update (counts and rates)
+        for name in ("no_tool_score", "verbatim_copy"):
+            count, rate = r[f"hacking/{name}"], r[f"hacking/{name}_rate"]
+            assert count >= 0 and 0 <= rate <= 1 and (count == 0) == (rate == 0)
     assert (run / "plots" / "reward.png").stat().st_size > 1000
 
     rate_off, _ = _update_rate(_records(base))
