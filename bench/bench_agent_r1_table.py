@@ -193,7 +193,9 @@ def plot(rl: dict[str, list[dict[str, Any]]], path: Path, title: str) -> None:
 def write(args: argparse.Namespace, results: dict[str, Any]) -> None:
     out = args.out
     (out / "results.json").write_text(json.dumps(results, indent=1))
-    rows = {k: v for k, v in results["rows"].items()}
+    order = ["Base Tool Call", "Naive RAG", "Warm start (SFT)", *ALGOS.values(), *ABLATION]
+    rows = {k: results["rows"][k] for k in order if k in results["rows"]}
+    rows.update(results["rows"])  # anything else after
     md = [table(rows, results["title"]), "", f"Command: `{results['command']}`",
           f"Date: {results['date']}; RL budget per run: {results['budget_s']:.0f} s wall-clock; "
           f"dev tasks: {results['final_tasks']}.", ""]
@@ -236,43 +238,55 @@ def main() -> None:
     results: dict[str, Any] = {
         "command": " ".join(["python", *sys.argv]), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "budget_s": args.budget_s, "final_tasks": args.final_tasks, "rows": {}, "comparisons": []}
+    if (args.out / "results.json").exists():  # an existing OUT: add to it, skip what is done
+        old = json.loads((args.out / "results.json").read_text())
+        results["rows"] = old["rows"]
+        results["command"] = f"{old['command']}; {results['command']}"
     rows = results["rows"]
 
     def save() -> None:  # after every run: a partial table survives an interrupted bench
         write(args, results)
 
-    ckpt = warm_start_checkpoint(args)
+    def done(label: str, seed: int) -> bool:
+        return any(r.get("seed") == seed for r in rows.get(label, []))
+
     if args.credit_ablation:
+        ckpt = warm_start_checkpoint(args)
         results["title"] = "Credit ablation (GRPO), multi-hop QA"
         results["comparisons"] = [
             ("GRPO credit=step, process on", "GRPO credit=token, process on"),
             ("GRPO credit=step, process on", "GRPO credit=step, process off")]
         for label, extra in ABLATION.items():
-            rows[label] = []
+            rows.setdefault(label, [])
             for seed in args.seeds:
+                if done(label, seed):
+                    continue
                 tag = "abl-" + label.split(" ", 1)[1].replace(", ", "-").replace(" ", "").replace("=", "")
-                rows[label].append(rl_run(args, tag, seed, ckpt, extra))
+                rows[label].append({"seed": seed, **rl_run(args, tag, seed, ckpt, extra)})
                 save()
         return
     results["title"] = "Multi-hop QA (synthetic corpus), SmolLM2-135M-Instruct"
     results["comparisons"] = [("GRPO", "Naive RAG"), ("GRPO", "Base Tool Call"),
                               ("GRPO", "Warm start (SFT)")]
     seeds0 = args.seeds[: args.other_seeds]
-    if not args.skip_baselines:
-        rows["Base Tool Call"] = [baseline(args, "base_tool_call", s) for s in args.seeds]
-        save()
-        rows["Naive RAG"] = [baseline(args, "naive_rag", s) for s in args.seeds]
-        save()
-    warm: dict[int, dict[str, Any]] = {}  # seed -> the warm start's held-out result
+    for label, kind in (("Base Tool Call", "base_tool_call"), ("Naive RAG", "naive_rag")):
+        for seed in [] if args.skip_baselines else args.seeds:
+            if not done(label, seed):
+                rows.setdefault(label, []).append({"seed": seed, **baseline(args, kind, seed)})
+                save()
+    ckpt = warm_start_checkpoint(args)
     for algo in args.algos:
         label = ALGOS[algo]
-        rows[label] = []
+        rows.setdefault(label, [])
         for seed in args.seeds if algo == "grpo" else seeds0:
-            r = rl_run(args, f"mh-{algo}", seed, ckpt, [f"algorithm.name={algo}"])
+            if done(label, seed):
+                continue
+            r = {"seed": seed, **rl_run(args, f"mh-{algo}", seed, ckpt, [f"algorithm.name={algo}"])}
             rows[label].append(r)
             # every run evaluates the same checkpoint first (eval/before): one row per seed
-            warm.setdefault(seed, {"em": r["before_em"], "f1": r["before_f1"], "run": r["run"]})
-            rows["Warm start (SFT)"] = list(warm.values())
+            if not done("Warm start (SFT)", seed):
+                rows.setdefault("Warm start (SFT)", []).append(
+                    {"seed": seed, "em": r["before_em"], "f1": r["before_f1"], "run": r["run"]})
             save()
 
 
