@@ -124,6 +124,8 @@ def summarize_run(run_dir: Path) -> dict[str, Any]:
     t_update[0] = 0.0
     curve = [(t_update.get(int(r["update"]), float("nan")) / 60, r["eval/periodic/em"])
              for r in rows if "eval/periodic/em" in r]
+    if not curve:  # no periodic evaluation: start from the warm start's full-dev result
+        curve = [(0.0, ev["before"]["em"])]
     last = max(t_update)
     curve.append((t_update[last] / 60, ev["after"]["em"]))  # the final (full dev) point
     return {"run": str(run_dir), "before_em": ev["before"]["em"], "before_f1": ev["before"]["f1"],

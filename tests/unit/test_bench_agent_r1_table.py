@@ -32,6 +32,10 @@ def test_summarize_run_curve_against_rl_wall_clock(tmp_path):
     assert s["curve"] == [(0.0, 0.125), (2.0, 0.25), (2.0, 0.3)]
     assert (s["before_em"], s["em"], s["f1"], s["updates"]) == (0.1, 0.3, 0.4, 2)
     assert s["rl_min"] == pytest.approx(2.0)
+    # without eval.every_updates the curve starts at the warm start's own result
+    (tmp_path / "metrics.jsonl").write_text("".join(
+        json.dumps(r) + "\n" for r in rows if "eval/periodic/em" not in r))
+    assert mod.summarize_run(tmp_path)["curve"] == [(0.0, 0.1), (2.0, 0.3)]
 
 
 def test_table_and_spread_verdict():
