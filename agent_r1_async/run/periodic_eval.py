@@ -181,10 +181,19 @@ class PeriodicEval:
         cls = ray.remote(num_cpus=0, max_concurrency=2, max_restarts=0)(EvalHost)
         self.host = cls.remote(cfg, weights_endpoint, curve, start_version)
         self.run_ref = self.host.run.remote()
+        self.failed = False
 
     def poll(self) -> list[dict[str, float]]:
-        """Finished results (never blocks on an evaluation in progress)."""
-        return self.ray.get(self.host.take_results.remote(), timeout=30)
+        """Finished results (never blocks on an evaluation in progress). A dead evaluator
+        (killed, out of memory) is reported once and never fails the run."""
+        if self.failed:
+            return []
+        try:
+            return self.ray.get(self.host.take_results.remote(), timeout=30)
+        except Exception as e:
+            self.failed = True
+            print(f"[launch] periodic evaluation stopped: {e!r}", flush=True)
+            return []
 
     def stop(self, wait_s: float) -> list[dict[str, float]]:
         """Let the evaluation in progress finish (up to `wait_s`), then the last results."""
