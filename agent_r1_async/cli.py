@@ -4,7 +4,7 @@ Argument parsing uses only the standard library; torch, transformers, vLLM and R
 imported inside each command after parsing, so `agent-r1-async --help` stays fast.
 
     agent-r1-async launch [--config configs/default.yaml] [--set key=value ...] [--verbose] [--force]
-    agent-r1-async eval --split dev --num-tasks 64 [--model PATH]
+    agent-r1-async eval --split dev --num-tasks 64 [--model PATH] [--baseline naive_rag]
     agent-r1-async sft --config configs/sft.yaml
     agent-r1-async report RUN_DIR
     agent-r1-async prepare-model smollm2-135m-instruct
@@ -73,8 +73,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     split = args.split or cfg.env.eval_split
     env_preflight(cfg, "eval", split)
     num_tasks = args.num_tasks or cfg.eval.num_tasks
-    result = evaluate(cfg, split=split, num_tasks=num_tasks, model_path=args.model)
-    print(format_table([result]))
+    result = evaluate(cfg, split=split, num_tasks=num_tasks, model_path=args.model,
+                      baseline=args.baseline, rag_k=args.rag_k)
+    print(format_table([{"model": args.baseline or "policy", **result}]))
     return 0
 
 
@@ -162,6 +163,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default=None, help="dataset split (default: env.eval_split)")
     p.add_argument("--num-tasks", type=int, default=0, help="tasks to evaluate (default: eval.num_tasks)")
     p.add_argument("--model", default=None, help="model dir or alias (default: model.name_or_path)")
+    p.add_argument("--baseline", default="", choices=["base_tool_call", "naive_rag"],
+                   help="base_tool_call: the untrained model.name_or_path with the tool prompt; "
+                        "naive_rag: top-k BM25 passages for the question in the prompt, one turn")
+    p.add_argument("--rag-k", type=int, default=0,
+                   help="passages naive_rag puts in the prompt (default: env.args.top_k)")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("sft", help="supervised warm start on demonstrations")

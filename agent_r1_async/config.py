@@ -478,9 +478,15 @@ class EvalConfig(_Section):
     """Sampling temperature for evaluation (1.0 matches training)."""
     samples_per_task: int = 1
     """Episodes per held-out task."""
+    every_updates: int = 0
+    """Evaluate the latest policy every N learner versions during RL, in an evaluation actor with its own engine (run/periodic_eval.py; eval/periodic/*); 0 = off."""
+    every_num_tasks: int = 32
+    """Held-out tasks of each periodic evaluation (the first ones of env.eval_split: a fixed subset)."""
 
     def __post_init__(self) -> None:
         _require(self.num_tasks >= 1, "eval.num_tasks", "must be >= 1")
+        _require(self.every_updates >= 0, "eval.every_updates", "must be >= 0 (0 = off)")
+        _require(self.every_num_tasks >= 1, "eval.every_num_tasks", "must be >= 1")
         _require(self.temperature > 0, "eval.temperature", "must be > 0")
         _require(self.samples_per_task >= 1, "eval.samples_per_task", "must be >= 1")
 
@@ -647,6 +653,14 @@ class RunConfig(_Section):
             or self.env.max_turns == 1,
             "algorithm.credit",
             "ppo's GAE is computed per step; use credit: step for multi-turn envs",
+        )
+        _require(
+            self.eval.every_updates == 0 or (self.weights.backend == "zmq"
+                                             and self.eval.every_updates % self.learner.publish_every == 0),
+            "eval.every_updates",
+            f"({self.eval.every_updates}) needs weights.backend zmq (the evaluator subscribes to "
+            f"the weights) and a multiple of learner.publish_every ({self.learner.publish_every}), "
+            "or the versions it is due at are never published",
         )
         _require(
             self.weights.backend == "zmq" or self.engine.backend == "vllm",

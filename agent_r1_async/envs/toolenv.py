@@ -38,6 +38,7 @@ from typing import Any, Protocol
 import jsonschema
 
 from agent_r1_async.envs.base import EnvError, Message, Observation, StepResult, Task, Tool
+from agent_r1_async.envs.canaries import canary_metrics
 from agent_r1_async.envs.offload import run_offloaded
 from agent_r1_async.envs.rewards import extract_answer
 
@@ -244,10 +245,12 @@ class ToolEnv:
         self.done = False
         self._calls = self._errors = 0
         self._valid_paid = False
+        self._responses: list[str] = []  # successful calls' texts (the copy canary)
 
     async def reset(self, task: Task) -> Observation:
         self.state = EpisodeState(task)
         self.done, self._calls, self._errors, self._valid_paid = False, 0, 0, False
+        self._responses = []
         system = self._hook("system_prompt")
         if not isinstance(system, str):
             raise EnvError(f"system_prompt() returned {type(system).__name__}, expected str")
@@ -277,6 +280,7 @@ class ToolEnv:
         await self._run(outcomes)
         self._errors += sum(o.error != "" for o in outcomes)
         reward += sum(self._process_reward(o) for o in outcomes if o.call and not o.error)
+        self._responses += [o.content for o in outcomes if o.call and not o.error]
         blocks = [f"<tool_response>\n{o.content}\n</tool_response>" for o in outcomes]
         message: Message = {"role": "user", "content": "\n".join(blocks)}
         return StepResult(Observation([message]), reward, False, num_tool_calls=len(outcomes))
@@ -372,6 +376,7 @@ class ToolEnv:
             "tool_calls": float(self._calls),
             "tool_errors": float(self._errors),
             "truncated": float(truncated),
+            **canary_metrics(answer, float(score.reward), self._responses),
         }
         return StepResult(
             Observation([]), reward, True, outcome_reward=float(score.reward),

@@ -12,6 +12,10 @@ from collections import Counter, defaultdict
 
 from agent_r1_async.wire.messages import SampleBatch
 
+CANARY_PREFIX = "hacking_"
+"""Episode metrics that are reward-hacking canaries (envs/canaries.py, METRIC_PREFIX): logged
+as `hacking/<name>` (episodes of the batch that tripped it) and `hacking/<name>_rate`."""
+
 
 def staleness_histogram(batch: SampleBatch, learner_version: int) -> dict[int, int]:
     """{staleness: action tokens} over every step of the batch."""
@@ -27,7 +31,8 @@ def staleness_histogram(batch: SampleBatch, learner_version: int) -> dict[int, i
 
 
 def episode_stats(batch: SampleBatch) -> dict[str, float]:
-    """Means over the batch's episodes, keyed `reward/...`, `env/...`, `episodes/...`."""
+    """Means over the batch's episodes, keyed `reward/...`, `env/...`, `episodes/...`; the
+    reward-hacking canaries as counts and rates, `hacking/...`."""
     totals: list[float] = []
     outcomes: list[float] = []
     by_env: dict[str, list[float]] = defaultdict(list)
@@ -60,7 +65,11 @@ def episode_stats(batch: SampleBatch) -> dict[str, float]:
     for i, vals in sorted(by_step.items()):
         out[f"reward/process_step_{i}"] = sum(vals) / len(vals)
     for k, vals in env_metrics.items():
-        out[f"env/{k}"] = sum(vals) / len(vals)
+        if k.startswith(CANARY_PREFIX):  # envs/canaries.py: counts, not means, per update
+            out[f"hacking/{k[len(CANARY_PREFIX):]}"] = sum(vals)
+            out[f"hacking/{k[len(CANARY_PREFIX):]}_rate"] = sum(vals) / len(vals)
+        else:
+            out[f"env/{k}"] = sum(vals) / len(vals)
     for k, c in status.items():
         out[f"episodes/status/{k}"] = c / n
     return out

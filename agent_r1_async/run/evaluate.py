@@ -83,33 +83,80 @@ class _Tally:
         return out
 
 
+BASELINES = ("", "base_tool_call", "naive_rag")
+"""`--baseline`: "" (the policy), base_tool_call (the untrained `model.name_or_path` with the
+env's tool prompt), naive_rag (top-k BM25 passages for the question in the prompt, one turn;
+envs/multihop/naive_rag.py; the untrained model unless `model_path` is given)."""
+
+
 def evaluate(
     cfg: RunConfig,
     split: str,
     num_tasks: int,
     model_path: str | None = None,
     engine: Any = None,
+    baseline: str = "",
+    rag_k: int = 0,
 ) -> dict[str, float]:
     """Evaluate `model_path` (default `model.init_from`, else `model.name_or_path`) on `num_tasks` tasks of `split`.
 
     `engine`: an already running engine to use (the caller keeps ownership), else one is
     built from `engine.*` (backend `eval.backend` when set) with `eval.temperature`.
+    `baseline`: one of BASELINES; `rag_k`: passages of naive_rag (0 = the env's top_k).
     """
     if num_tasks < 1:
         raise ValueError(f"num_tasks must be >= 1, got {num_tasks}")
-    return asyncio.run(_evaluate(cfg, split, num_tasks, model_path, engine))
+    if baseline not in BASELINES:
+        raise ValueError(f"baseline must be one of {BASELINES[1:]}, got {baseline!r}")
+    return asyncio.run(_evaluate(cfg, split, num_tasks, model_path, engine, baseline, rag_k))
+
+
+def _model_and_env(cfg: RunConfig, spec: Any, model_path: str | None, baseline: str,
+                   rag_k: int) -> tuple[str, Callable[[], Any]]:
+    """(model to load, episode factory) of an evaluation."""
+    if baseline == "naive_rag":
+        from agent_r1_async.envs.multihop.naive_rag import naive_rag_factory
+
+        return model_path or cfg.model.name_or_path, naive_rag_factory(spec.definition, rag_k)
+    if baseline == "base_tool_call":
+        return model_path or cfg.model.name_or_path, spec.make
+    return model_path or cfg.model.start_from, spec.make
+
+
+async def run_episodes(rollout: Any, make: Callable[[], Any], tasks: list[Any],
+                       samples_per_task: int,
+                       progress: Callable[[int, int], None] | None = None) -> dict[str, float]:
+    """`samples_per_task` episodes of every task through `rollout`, summarized;
+    `progress(done, total)` after each episode."""
+    from agent_r1_async.actors.rollout import EpisodeIds
+
+    tally = _Tally()
+    k = samples_per_task
+    total, done = len(tasks) * k, 0
+
+    async def episode(task: Any) -> None:
+        nonlocal done
+        await rollout.run(make, task, EpisodeIds.fresh(f"eval-{task.task_id}", k), tally.emit)
+        done += 1
+        if progress is not None:
+            progress(done, total)
+
+    await asyncio.gather(*(episode(task) for task in tasks for _ in range(k)))
+    return tally.summary()
 
 
 async def _evaluate(
-    cfg: RunConfig, split: str, num_tasks: int, model_path: str | None, engine: Any
+    cfg: RunConfig, split: str, num_tasks: int, model_path: str | None, engine: Any,
+    baseline: str = "", rag_k: int = 0,
 ) -> dict[str, float]:
     from agent_r1_async.actors.engines import make_engine
-    from agent_r1_async.actors.rollout import EpisodeIds, Rollout
+    from agent_r1_async.actors.rollout import Rollout
     from agent_r1_async.envs.registry import get_env_spec
     from agent_r1_async.models import load_tokenizer, resolve_model
 
-    path = resolve_model(model_path or cfg.model.start_from)
     spec = get_env_spec(cfg.env)
+    model, make = _model_and_env(cfg, spec, model_path, baseline, rag_k)
+    path = resolve_model(model)
     tasks = spec.tasks(split)[:num_tasks]
     if not tasks:
         raise ValueError(f"env {spec.name!r} has no tasks in split {split!r}")
@@ -122,22 +169,13 @@ async def _evaluate(
         engine = make_engine(cfg, path, seed=cfg.launch.seed, temperature=cfg.eval.temperature)
     tokenizer = load_tokenizer(path)
     rollout = Rollout.from_config(cfg, engine, tokenizer, spec.name, "eval")
-    tally = _Tally()
-    k = cfg.eval.samples_per_task
-    total, done = len(tasks) * k, 0
-
-    async def episode(task: Any) -> None:
-        nonlocal done
-        await rollout.run(spec.make, task, EpisodeIds.fresh(f"eval-{task.task_id}", k), tally.emit)
-        done += 1
-        child.progress(done, total)  # the launch's progress bar, when run by it
-
     try:
-        await asyncio.gather(*(episode(task) for task in tasks for _ in range(k)))
+        # child.progress: the launch's progress bar, when the launch runs this evaluation
+        return await run_episodes(rollout, make, tasks, cfg.eval.samples_per_task,
+                                  progress=child.progress)
     finally:
         if owns:
             await engine.close()
-    return tally.summary()
 
 
 def with_valid_calls(result: dict[str, float]) -> dict[str, float]:
@@ -202,7 +240,8 @@ _NOT_SHOWN = {"mean_return", "mean_steps", "mean_action_tokens", "valid_tool_cal
 def eval_columns(result: dict[str, Any]) -> list[str]:
     """EVAL_COLUMNS the result has, then the env's own metrics (e.g. a custom `accuracy`)."""
     first = [c for c in EVAL_COLUMNS if c in result]
-    return first + [c for c in result if c not in first and c not in _NOT_SHOWN]
+    return first + [c for c in result if c not in first and c not in _NOT_SHOWN
+                    and not c.startswith("hacking_")]  # canaries: in eval.json and W&B
 
 
 def held_out(cfg: RunConfig, run_dir: Path, logger: MetricsLogger, label: str, model: str,

@@ -33,6 +33,7 @@ from agent_r1_async.run.feasibility import check_feasible
 from agent_r1_async.run.logs import descriptors_to, log_exception, quiet_driver
 from agent_r1_async.run.memory import memory_preflight
 from agent_r1_async.run.monitor import ActorRates, MetricsLogger, merge_metrics
+from agent_r1_async.run.periodic_eval import PeriodicEval, log_result
 from agent_r1_async.run.run_dir import make_run_dir
 from agent_r1_async.run.supervisor import (
     EnvFailing,
@@ -44,8 +45,8 @@ from agent_r1_async.run.supervisor import (
     use_cluster_token,
 )
 from agent_r1_async.run.warm_start import prepare_start
-from agent_r1_async.wire.curve import RunKeys
-from agent_r1_async.wire.roles import LEARNER
+from agent_r1_async.wire.curve import RunKeys, keys_for
+from agent_r1_async.wire.roles import EVALUATOR, LEARNER
 
 
 def preflight(cfg: RunConfig, address: str | None = None, resume: str | None = None) -> None:
@@ -102,7 +103,7 @@ def run_keys(cfg: RunConfig, address: str | None) -> RunKeys | None:
     `launch.curve: false` on one machine (joining a cluster always authenticates)."""
     if not cfg.launch.curve and ray_address(cfg, address) is None:
         return None
-    return RunKeys.generate([LEARNER, *actor_ids(cfg)])
+    return RunKeys.generate([LEARNER, *actor_ids(cfg), *([EVALUATOR] if cfg.eval.every_updates else [])])
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
@@ -141,7 +142,7 @@ def last_logged_update(metrics_path: Path) -> int:
 
 
 def _train(cfg: RunConfig, sup: Supervisor, logger: MetricsLogger, console: Console,
-           events: Events) -> tuple[int, str]:
+           events: Events, evals: PeriodicEval | None = None) -> tuple[int, str]:
     """The RL loop: (last version, why it stopped).
 
     Each update is logged once: after a learner restart from an older checkpoint (in the run,
@@ -163,6 +164,8 @@ def _train(cfg: RunConfig, sup: Supervisor, logger: MetricsLogger, console: Cons
             logged = version
         console.update(record, suffix=" (redone)" if redone else "")
         events.after_update(record, buffer)
+        for result in evals.poll() if evals is not None else []:
+            log_result(logger, result, step=version)
         rl.advance(version)
         if rl.out_of_time():
             events.wall_clock(cfg.launch.max_wall_time_s, version)
@@ -207,6 +210,7 @@ def _launch(cfg: RunConfig, run_dir: Path, console: Console, address: str | None
     logger = MetricsLogger(cfg, run_dir, resume_id=_wandb_id(run_dir, resume))
     events = Events(console, run_dir, cfg.actors.num_actors, cfg.buffer.max_staleness)
     sup: Supervisor | None = None
+    evals: PeriodicEval | None = None
     ckpt, version, stop_reason, failure = None, 0, "interrupted", ""
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
@@ -220,11 +224,14 @@ def _launch(cfg: RunConfig, run_dir: Path, console: Console, address: str | None
             start_ray(cfg, address)
         signal.signal(signal.SIGTERM, _raise_interrupt)  # ray.init installed its own handler
         # Keys travel to the processes as Ray task arguments; they never touch a ZMQ socket.
-        sup = Supervisor(cfg, run_dir, resume=bool(resume), curve=run_keys(cfg, address),
-                         events=events)
+        curve = run_keys(cfg, address)
+        sup = Supervisor(cfg, run_dir, resume=bool(resume), curve=curve, events=events)
         (run_dir / "endpoints.json").write_text(json.dumps(sup.endpoints))  # for operators
+        if cfg.eval.every_updates:  # eval.every_updates: an evaluation actor (periodic_eval.py)
+            evals = PeriodicEval(cfg, sup.endpoints["weights"], keys_for(curve, EVALUATOR),
+                                 sup.version(), str(run_dir / "logs"))
         # loop
-        version, stop_reason = _train(cfg, sup, logger, console, events)
+        version, stop_reason = _train(cfg, sup, logger, console, events, evals)
     except KeyboardInterrupt:
         console.say("stopping: checkpoint and buffer snapshot ...")
     except EnvFailing as e:
@@ -238,6 +245,9 @@ def _launch(cfg: RunConfig, run_dir: Path, console: Console, address: str | None
     finally:
         # stop
         try:
+            wait_s = 600.0 if stop_reason in ("done", "max_wall_time_s") else 10.0
+            for result in evals.stop(wait_s) if evals is not None else []:
+                log_result(logger, result, step=version)  # the evaluation that was running
             ckpt = sup.shutdown(checkpoint=True) if sup is not None else None
         finally:
             signal.signal(signal.SIGTERM, previous)

@@ -40,6 +40,7 @@ class MetricsLogger:
         self._start = time.monotonic()
         self._wandb: Any = None
         self._wandb_dir: str | None = None
+        self._axes: set[str] = set()  # W&B key prefixes with their own x axis (log_at_version)
         mode = wandb_mode(cfg.logging)
         self._wandb_url: str | None = None
         if mode != "disabled":
@@ -94,6 +95,22 @@ class MetricsLogger:
         self._jsonl.write(json.dumps(record) + "\n")
         if self._wandb is not None:
             self._wandb.log(self._wandb_record(record, histograms or {}), step=step)
+
+    def log_at_version(self, metrics: dict[str, Any], version: int, step: int,
+                       x_axis: str) -> None:
+        """A record about an earlier `version` (a periodic evaluation finishing later):
+        metrics.jsonl gets `update` = version; W&B gets it at `step` (its steps only increase)
+        with `metrics[x_axis]` declared as the x axis of the record's key prefix."""
+        record: dict[str, Any] = {"update": version, "time": time.monotonic() - self._start}
+        record.update({k: v for k, v in metrics.items() if _is_number(v)})
+        self._jsonl.write(json.dumps(record) + "\n")
+        if self._wandb is not None:
+            prefix = x_axis.rsplit("/", 1)[0]
+            if prefix not in self._axes:
+                self._wandb.define_metric(x_axis)
+                self._wandb.define_metric(f"{prefix}/*", step_metric=x_axis)
+                self._axes.add(prefix)
+            self._wandb.log({k: v for k, v in record.items() if k != "update"}, step=step)
 
     def _wandb_record(self, record: dict[str, Any], histograms: dict[str, Histogram]) -> dict:
         import numpy as np

@@ -1,7 +1,9 @@
 """`agent-r1-async report RUN_DIR`: PNG plots of reward and staleness from metrics.jsonl.
 
 Reads only `RUN_DIR/metrics.jsonl` (written by `monitor.MetricsLogger`), so it works on a
-finished or running run without W&B. Writes `RUN_DIR/plots/{reward,staleness}.png`.
+finished or running run without W&B. Writes `RUN_DIR/plots/{reward,staleness}.png`; the
+reward plot carries the held-out results: before/after RL and, with `eval.every_updates`,
+the periodic `eval/periodic/*` curve at the versions evaluated.
 """
 
 from __future__ import annotations
@@ -28,14 +30,16 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
 
 
 def _series(rows: list[dict[str, Any]], keys: str | tuple[str, ...]) -> tuple[list[float], list[float]]:
-    """(update, value) of every row holding one of `keys` (a tuple joins several into one line)."""
-    xs, ys = [], []
+    """(update, value) of every row holding one of `keys` (a tuple joins several into one
+    line), in update order: a periodic evaluation's row is written after later updates'."""
+    pairs = []
     for r in rows:
         for key in (keys,) if isinstance(keys, str) else keys:
             if isinstance(r.get(key), (int, float)):
-                xs.append(float(r["update"]))  # monotonic across resumes (time restarts)
-                ys.append(float(r[key]))
-    return xs, ys
+                # update: monotonic across resumes (time restarts)
+                pairs.append((float(r["update"]), float(r[key])))
+    pairs.sort(key=lambda p: p[0])  # stable: rows of one update keep their order
+    return [x for x, _ in pairs], [y for _, y in pairs]
 
 
 def _smooth(ys: list[float], k: int = 5) -> list[float]:
@@ -79,7 +83,7 @@ def success_metric(rows: list[dict[str, Any]]) -> str | None:
     """The env metric to plot as success: the first of SUCCESS_METRICS the run logged."""
     logged = {k for r in rows for k in r}
     for name in SUCCESS_METRICS:
-        if f"env/{name}" in logged or f"eval/after/{name}" in logged:
+        if any(f"{p}/{name}" in logged for p in ("env", "eval/after", "eval/periodic")):
             return name
     return None
 
@@ -96,7 +100,8 @@ def write_report(run_dir: str | Path) -> list[Path]:
     return [
         _plot(rows, [("reward/mean", "train reward (outcome + process)", True),
                      (f"env/{m}", f"train {m}", True),
-                     ((f"eval/before/{m}", f"eval/after/{m}"), f"held-out {m}", False)],
+                     ((f"eval/before/{m}", f"eval/after/{m}"), f"held-out {m}", False),
+                     (f"eval/periodic/{m}", f"held-out {m} (eval.every_updates subset)", False)],
               "reward", f"reward — {name}", out_dir / "reward.png"),
         _plot(rows, [("staleness/mean", "mean (token-weighted)", False),
                      ("staleness/max", "max", False)],

@@ -12,6 +12,7 @@ from the peer as its `User-Id` property (`zmq_msg_gets`); the receiving sockets 
 | `LEARNER`     | VersionUpdate, SampleRequest, StatsRequest, Hello                    |
 | an actor's id | CreditRequest for itself, records and ActorStats carrying its own    |
 |               | actor_id (records only for groups granted to it), StatsRequest, Hello |
+| `EVALUATOR`   | nothing at the buffer: it only subscribes to the learner's weights   |
 
 Without CurveZMQ (`launch.curve: false`) `user_id` is None and none of these checks can be
 made: any process that reaches the sockets is trusted. What still holds then: records for
@@ -23,6 +24,10 @@ from __future__ import annotations
 LEARNER = "learner"
 """The learner's identity (rank 0's client key; the only sender of VersionUpdate and
 SampleRequest)."""
+
+EVALUATOR = "evaluator"
+"""The periodic evaluation actor's identity (`eval.every_updates`, run/periodic_eval.py): a
+weights subscriber only."""
 
 
 def learner_only(sender: str | None) -> bool:

@@ -37,3 +37,19 @@ def test_write_report_reads_a_torn_last_line_and_writes_both_plots(tmp_path):
     paths = report.write_report(run)
     assert [p.name for p in paths] == ["reward.png", "staleness.png"]
     assert all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_periodic_eval_rows_are_plotted_at_their_versions(tmp_path):
+    # eval.every_updates=2: v0's result is logged after update 1, v2's after update 3
+    rows = [
+        {"update": 1, "time": 1.0, "reward/mean": 0.1},
+        {"update": 0, "time": 1.5, "eval/periodic/em": 0.05, "eval/periodic/version": 0},
+        {"update": 2, "time": 2.0, "reward/mean": 0.2},
+        {"update": 3, "time": 3.0, "reward/mean": 0.3},
+        {"update": 2, "time": 3.5, "eval/periodic/em": 0.25, "eval/periodic/version": 2},
+    ]
+    assert report._series(rows, "eval/periodic/em") == ([0.0, 2.0], [0.05, 0.25])
+    assert report.success_metric(rows) == "em"
+    run = tmp_path / "run"
+    _write(run, rows)
+    assert report.write_report(run)[0].stat().st_size > 1000

@@ -146,6 +146,9 @@ def test_tool_call_then_answer_rewards_and_metrics():
         "tool_calls": 2.0,
         "tool_errors": 0.0,
         "truncated": 0.0,
+        # canaries (envs/canaries.py): tools were used; "gold" is one word, not a copy
+        "hacking_no_tool_score": 0.0,
+        "hacking_verbatim_copy": 0.0,
     }
     with pytest.raises(EnvError):
         run(env.step("again"))

@@ -1,0 +1,53 @@
+"""bench/bench_agent_r1_table.py: a run's summary, the table and the spread verdict, by hand."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.unit.test_bench_smoke import load
+
+
+def test_imports_and_documents_its_command():
+    mod = load("bench_agent_r1_table")
+    assert callable(mod.main) and "bench/bench_agent_r1_table.py" in mod.__doc__
+
+
+def test_summarize_run_curve_against_rl_wall_clock(tmp_path):
+    mod = load("bench_agent_r1_table")
+    rows = [
+        {"update": 0, "time": 100.0, "eval/before/em": 0.1},  # RL starts here (t0)
+        {"update": 1, "time": 160.0, "learner/loss": 0.5},
+        {"update": 0, "time": 170.0, "eval/periodic/em": 0.125, "eval/periodic/version": 0},
+        {"update": 2, "time": 220.0, "learner/loss": 0.4},
+        {"update": 2, "time": 250.0, "eval/periodic/em": 0.25, "eval/periodic/version": 2},
+        {"update": 2, "time": 300.0, "eval/after/em": 0.3},
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "eval.json").write_text(json.dumps({
+        "before": {"em": 0.1, "f1": 0.2}, "after": {"em": 0.3, "f1": 0.4}}))
+    s = mod.summarize_run(tmp_path)
+    # v0 at 0 min; v2 produced at 220 - 100 = 120 s = 2 min; the final (full dev) point too
+    assert s["curve"] == [(0.0, 0.125), (2.0, 0.25), (2.0, 0.3)]
+    assert (s["before_em"], s["em"], s["f1"], s["updates"]) == (0.1, 0.3, 0.4, 2)
+    assert s["rl_min"] == pytest.approx(2.0)
+    # without eval.every_updates the curve starts at the warm start's own result
+    (tmp_path / "metrics.jsonl").write_text("".join(
+        json.dumps(r) + "\n" for r in rows if "eval/periodic/em" not in r))
+    assert mod.summarize_run(tmp_path)["curve"] == [(0.0, 0.1), (2.0, 0.3)]
+
+
+def test_table_and_spread_verdict():
+    mod = load("bench_agent_r1_table")
+    a = [{"em": 0.5, "f1": 0.6, "updates": 10, "rl_min": 5.0},
+         {"em": 0.7, "f1": 0.8, "updates": 12, "rl_min": 5.0}]
+    b = [{"em": 0.1, "f1": 0.2}, {"em": 0.1, "f1": 0.2}]
+    md = mod.table({"GRPO": a, "Naive RAG": b}, "t")
+    # mean 0.6, sample std of (0.5, 0.7) = 0.1414
+    assert "| GRPO | 0.600 ± 0.141 | 0.700 ± 0.141 | 2 | 11 | 5.0 |" in md
+    assert "| Naive RAG | 0.100 ± 0.000 | 0.200 ± 0.000 | 2 | - | - |" in md
+    # ΔEM 0.5 > std sum 0.141 -> exceeds; a 1-seed row has no spread to compare
+    assert "exceeds the seed spread (std sum 0.141)" in mod.compare(a, b, "GRPO", "Naive RAG")
+    assert "does not exceed" in mod.compare(a, [{"em": 0.55}, {"em": 0.75}], "x", "y")
+    assert "no spread" in mod.compare(a[:1], b, "x", "y")
