@@ -1,0 +1,94 @@
+"""The learner's memory: which activations a checkpointed layer keeps, and glibc's heap.
+
+Activations. A SmolLM2-135M decoder layer keeps ~13.9k fp32 values per token for backward
+(~1.6 MB per token over 30 layers, 2.9 GB for a 1,800-token micro-batch, measured with
+saved-tensor hooks): its matmul inputs, but also every elementwise intermediate (RMSNorm's
+input and normalised output, SiLU's input and output, the gate × up product, ...). Full
+activation checkpointing keeps only each layer's input and re-runs the whole layer in
+backward: a third more compute. `save_matmul_outputs` is the selective variant
+(`learner.checkpoint_recompute: pointwise`): the outputs of the matmuls and of attention are
+kept (q, k, v, attention, o_proj, gate, up, down: ~5.8k values per token and layer), and only
+the elementwise ops between them are recomputed in backward, which costs a few percent.
+
+The heap. The learner allocates and frees a few GB of activations per micro-batch, in tensors
+of 1-32 MB that glibc serves from its arenas (its mmap threshold rises to 32 MB after the
+first large free), and freed arena memory stays resident. Under Ray the updates run on
+whichever thread of the actor's pool is free, each thread with its own arena, so every thread
+ends up holding its own copy of the peak: measured 10.6 GB RSS over 4 updates alternating
+between two threads vs 6.7 GB with one arena (bench/bench_learner.py --default-config).
+`configure_malloc` pins the mmap threshold, so every allocation of `mmap_threshold` bytes or
+more is its own mapping, given back to the system when the tensor is freed, whichever thread
+frees it; `release_free_memory` returns what the arenas still hold after an update.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import logging
+from typing import Any
+
+import torch
+from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+log = logging.getLogger(__name__)
+
+_aten = torch.ops.aten
+_SAVED_OPS = {
+    _aten.mm.default,
+    _aten.addmm.default,
+    _aten.bmm.default,
+    _aten._scaled_dot_product_flash_attention_for_cpu.default,
+    _aten._scaled_dot_product_flash_attention.default,
+    _aten._scaled_dot_product_efficient_attention.default,
+    _aten._scaled_dot_product_cudnn_attention.default,
+    _aten._flash_attention_forward.default,
+    _aten._efficient_attention_forward.default,
+}
+"""Ops whose outputs a checkpointed layer keeps (`save_matmul_outputs`): the matmuls (a
+Linear is mm / addmm after a view) and the fused attention kernels."""
+
+
+def _policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+    return CheckpointPolicy.MUST_SAVE if op in _SAVED_OPS else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+save_matmul_outputs = functools.partial(create_selective_checkpoint_contexts, _policy)
+"""`context_fn` of torch.utils.checkpoint (non-reentrant): keep matmul / attention outputs,
+recompute the elementwise ops in backward."""
+
+_M_MMAP_THRESHOLD = -3  # glibc malloc.h
+_libc: Any = None
+
+
+def _glibc() -> Any:
+    """glibc's malloc interface, or None (another libc: nothing to tune)."""
+    global _libc
+    if _libc is None:
+        try:
+            lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            _libc = lib if hasattr(lib, "mallopt") and hasattr(lib, "malloc_trim") else False
+        except OSError:
+            _libc = False
+    return _libc or None
+
+
+def configure_malloc(mmap_threshold: int) -> bool:
+    """Serve allocations of at least `mmap_threshold` bytes (> 0) by mmap, returned to the
+    system on free (glibc's default threshold adapts upwards to 32 MB, which puts most
+    activation tensors in arenas). Process-wide; False where it does not apply."""
+    lib = _glibc()
+    if lib is None or mmap_threshold <= 0:
+        return False
+    ok = bool(lib.mallopt(_M_MMAP_THRESHOLD, ctypes.c_int(mmap_threshold)))
+    if not ok:
+        log.warning("mallopt(M_MMAP_THRESHOLD, %d) failed", mmap_threshold)
+    return ok
+
+
+def release_free_memory() -> None:
+    """Give the free pages of every malloc arena back to the system (glibc malloc_trim)."""
+    lib = _glibc()
+    if lib is not None:
+        lib.malloc_trim(ctypes.c_size_t(0))
