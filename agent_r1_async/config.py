@@ -350,11 +350,12 @@ class LearnerConfig(_Section):
     (keeps only the layer's input; one more forward of compute); pointwise: only the
     elementwise ops (norms, activations, rotary, residual adds), keeping matmul and attention
     outputs (~40 % of a layer's activations, a few percent more compute; learner/memory.py)."""
-    malloc_mmap_threshold_kb: int = 1024
+    malloc_mmap_threshold_kb: int = 0
     """glibc malloc: allocations of at least this many KiB get their own mapping, returned to
-    the system when freed (0 = glibc's default, a threshold that grows to 32 MiB, so freed
-    activations stay resident in per-thread arenas: 10.6 vs 6.7 GB peak RSS measured;
-    learner/memory.py). Process-wide, set when the trainer is built; no effect off glibc."""
+    the system when freed (0 = glibc's default, a threshold that grows to 32 MiB). 1024 keeps
+    the peak RSS at the live set whatever thread allocates, but the page faults cost ~40 %
+    more CPU time per update (learner/memory.py). Process-wide, set when the trainer is
+    built; no effect off glibc."""
     head_chunk_tokens: int = 0
     """LM head + (temperature/top-p) log-softmax over at most this many action tokens at a
     time, each chunk recomputed in backward, so the [action tokens × vocab] fp32 logits of a

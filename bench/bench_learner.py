@@ -130,7 +130,7 @@ def _bench_config(bf16: bool, args: Any, overrides: list[str] | None) -> Any:
 
 
 def _run(mode: str, bf16: bool, args: Any, model_path: str, q: Any,
-         overrides: list[str] | None = None, threads: int = 2) -> None:
+         overrides: list[str] | None = None, as_is: bool = True) -> None:
     """One configuration in this (fresh) process; puts a result dict on `q`."""
     import torch
 
@@ -144,7 +144,7 @@ def _run(mode: str, bf16: bool, args: Any, model_path: str, q: Any,
         torch.set_num_threads(max(1, int(cfg.learner.num_cpus)))
     trainer = PolicyTrainer(cfg, model_path)
     if overrides is not None:
-        q.put(_run_like_launch(trainer, cfg, args, threads))
+        q.put(_run_like_launch(trainer, cfg, args, as_is))
         return
     lm = trainer._causal_lm()
     vocab = lm.config.vocab_size
@@ -182,19 +182,19 @@ def _run(mode: str, bf16: bool, args: Any, model_path: str, q: Any,
     q.put(out)
 
 
-def _run_like_launch(trainer: Any, cfg: Any, args: Any, threads: int) -> dict[str, float]:
-    """`--default-config`: updates as a launch's learner runs them. Shapes change from update
-    to update (rows and context lengths cycle), and update i runs on thread i % `threads`:
-    Ray runs the learner's calls on a pool of `max_concurrency` = 2 threads, and glibc gives
-    each thread its own malloc arena (learner/memory.py). tokens/s over all timed updates, by wall
-    clock and by this process's CPU time (user + system: the fairer figure on a loaded
-    machine, where wall time depends on what else runs)."""
+def _run_like_launch(trainer: Any, cfg: Any, args: Any, as_is: bool) -> dict[str, float]:
+    """`--default-config`: updates as a launch's learner runs them, on one thread (the
+    learner's own, run/hosts.py) with shapes changing from update to update (rows and context
+    lengths cycle); `as_is`: each update ends with `memory.release_free_memory` as in
+    `Learner.update` (before: it did not). tokens/s over all timed updates, by wall clock and
+    by this process's CPU time (user + system: the fairer figure on a loaded machine, where
+    wall time depends on what else runs)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from agent_r1_async.learner.batching import make_micro_batches
 
     vocab = trainer._causal_lm().config.vocab_size
-    pools = [ThreadPoolExecutor(1) for _ in range(threads)]
+    pool = ThreadPoolExecutor(1)
     rss_loaded = _rss_mb()
     tokens = wall = cpu = 0.0
     for i in range(args.steps + 1):
@@ -202,22 +202,25 @@ def _run_like_launch(trainer: Any, cfg: Any, args: Any, threads: int) -> dict[st
                               vocab, seed=i)
         mbs = make_micro_batches(rows, cfg.learner.micro_batch_tokens, trainer.pad_id)
         w0, c0 = time.perf_counter(), time.process_time()
-        pools[i % threads].submit(_update, trainer, cfg, mbs).result()
+        pool.submit(_update, trainer, cfg, mbs, as_is).result()
         if i > 0:  # the first update is a warm-up
             wall += time.perf_counter() - w0
             cpu += time.process_time() - c0
             tokens += sum(len(r.context_ids) + len(r.action_ids) for r in rows)
-    for p in pools:
-        p.shutdown()
+    pool.shutdown()
     return {"tokens": tokens, "step_s": wall / args.steps, "tok_s": tokens / wall,
             "tok_cpu_s": tokens / cpu, "rss_loaded_mb": rss_loaded, "peak_mb": _rss_mb()}
 
 
-def _update(trainer: Any, cfg: Any, mbs: list[Any]) -> None:
+def _update(trainer: Any, cfg: Any, mbs: list[Any], release: bool) -> None:
     """The trainer's part of `Learner.update` (the proximal pass only where it runs)."""
+    from agent_r1_async.learner import memory
+
     if trainer.needs_proximal_pass(cfg.learner.ppo_epochs):
         trainer.proximal_pass(mbs)
     trainer.optimize(mbs)
+    if release:
+        memory.release_free_memory()
 
 
 def _state_bytes(trainer: Any) -> int:
@@ -314,20 +317,20 @@ def run_world_sizes(sizes: list[int], args: Any, model_path: str) -> None:
 def run_default_config(args: Any, model_path: str) -> None:
     """configs/default.yaml's learner as it is vs BEFORE (the learner before the memory
     changes), each in its own process, one after the other, `--repeats` pairs in alternating
-    order. "As is" runs its updates on 2 alternating threads (as under Ray); "before" on one:
-    on two it reaches ~10.6 GB (learner/memory.py), too much for a shared machine, and one
-    thread is the lower peak, so the comparison is conservative."""
+    order, both on one thread. (Before, a launch ran updates on Ray's 2 alternating threads:
+    ~10.6 GB, learner/memory.py; too much to run here beside other work, and one thread is
+    its lower peak, so the comparison is conservative.)"""
     print(f"## Learner updates, configs/default.yaml (fp32, {args.device}, 1 torch thread): "
           f"{args.steps} timed updates after 1 warm-up of ~{args.rows} rows × (~{args.context} "
           f"+ {args.action}) tokens (shapes vary), micro-batches of ≤2048 tokens")
     print(f"{'config':58} {'tokens/s':>9} {'tok/CPU-s':>9} {'peak MB':>8} {'loaded MB':>9}")
-    configs = [("as is: " + _describe(AS_IS) + ", 2 threads", AS_IS, 2),
-               ("before: " + _describe(BEFORE) + ", 1 thread", BEFORE, 1)]
+    configs = [("as is: " + _describe(AS_IS) + ", malloc_trim", AS_IS, True),
+               ("before: " + _describe(BEFORE), BEFORE, False)]
     ratios = []
     for rep in range(args.repeats):
         res = {}
-        for label, ov, threads in (configs if rep % 2 == 0 else configs[::-1]):
-            r = res[label] = run_config("ours", False, args, model_path, ov, threads)
+        for label, ov, as_is in (configs if rep % 2 == 0 else configs[::-1]):
+            r = res[label] = run_config("ours", False, args, model_path, ov, as_is)
             print(f"{label:58} {r['tok_s']:>9.1f} {r['tok_cpu_s']:>9.1f} {r['peak_mb']:>8.0f} "
                   f"{r['rss_loaded_mb']:>9.0f}", flush=True)
         after, before = (res[label] for label, _, _ in configs)
@@ -346,7 +349,8 @@ def _describe(overrides: list[str]) -> str:
 
     lc = load_config(DEFAULT_CONFIG, overrides).learner
     ckpt = f"ckpt {lc.checkpoint_recompute}" if lc.gradient_checkpointing else "no ckpt"
-    return f"{ckpt}, mmap≥{lc.malloc_mmap_threshold_kb}KB, head {lc.head_chunk_tokens}"
+    mmap = f", mmap≥{lc.malloc_mmap_threshold_kb}KB" if lc.malloc_mmap_threshold_kb else ""
+    return f"{ckpt}{mmap}, head chunks {lc.head_chunk_tokens or 'off'}"
 
 
 def plain_step(trainer: Any, mbs: list[Any], bf16: bool) -> None:
@@ -366,10 +370,10 @@ def plain_step(trainer: Any, mbs: list[Any], bf16: bool) -> None:
 
 
 def run_config(mode: str, bf16: bool, args: Any, model_path: str,
-               overrides: list[str] | None = None, threads: int = 2) -> dict[str, float]:
+               overrides: list[str] | None = None, as_is: bool = True) -> dict[str, float]:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    proc = ctx.Process(target=_run, args=(mode, bf16, args, model_path, q, overrides, threads))
+    proc = ctx.Process(target=_run, args=(mode, bf16, args, model_path, q, overrides, as_is))
     proc.start()
     try:
         return q.get(timeout=1800)
