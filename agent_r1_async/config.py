@@ -350,6 +350,11 @@ class LearnerConfig(_Section):
     (keeps only the layer's input; one more forward of compute); pointwise: only the
     elementwise ops (norms, activations, rotary, residual adds), keeping matmul and attention
     outputs (~40 % of a layer's activations, a few percent more compute; learner/memory.py)."""
+    allocator: Literal["glibc", "jemalloc"] = "glibc"
+    """malloc of the learner processes `launch` starts: jemalloc = the libjemalloc.so Ray
+    ships, preloaded (LD_PRELOAD) with purging off: 3.8 vs 4.5 GB peak RSS for the default
+    config's micro-batch at +1 % CPU (learner/memory.py). Only a launched learner (not a
+    process that builds a trainer itself, tests or benchmarks)."""
     malloc_mmap_threshold_kb: int = 0
     """glibc malloc: allocations of at least this many KiB get their own mapping, returned to
     the system when freed (0 = glibc's default, a threshold that grows to 32 MiB). 1024 keeps

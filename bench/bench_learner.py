@@ -4,6 +4,9 @@
     .venv/bin/python bench/bench_learner.py --quick     # 4 × 256 tokens, 1 timed step
     python bench/bench_learner.py --device cuda --model-size 0.5b   # GPU: MFU (random init)
     .venv/bin/python bench/bench_learner.py --world-size 1,2  # FSDP2 ranks (gloo on CPU)
+    .venv/bin/python bench/bench_learner.py --default-config --rows 6 --steps 2 --repeats 2
+        # configs/default.yaml's learner as is vs before the memory changes: peak RSS and
+        # tokens/s (wall and per CPU second), in alternating pairs (see run_default_config)
 
 Each configuration runs in its own spawned process (so peak memory is that process's own):
 - ours: `PolicyTrainer.proximal_pass` + `PolicyTrainer.optimize` (GRPO loss with decoupled
@@ -41,6 +44,7 @@ development machines.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing as mp
 import os
 import random
@@ -49,6 +53,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +66,7 @@ DEFAULT_SHAPES = dict(context=320, action=40)
 default launch's update (~28 steps of ~330 context + ~22 action tokens packed into ~16
 episode sequences, ~4.5k tokens, 3 micro-batches; runs/*/metrics.jsonl)."""
 BEFORE = ["learner.gradient_checkpointing=false", "learner.head_chunk_tokens=0",
-          "learner.malloc_mmap_threshold_kb=0"]
+          "learner.malloc_mmap_threshold_kb=0", "learner.allocator=glibc"]
 """`--default-config`'s "before": the learner as it was (no activation checkpointing, the
 LM head and log-softmax of a micro-batch's action tokens in one piece, glibc's own mmap
 threshold)."""
@@ -350,7 +355,7 @@ def _describe(overrides: list[str]) -> str:
     lc = load_config(DEFAULT_CONFIG, overrides).learner
     ckpt = f"ckpt {lc.checkpoint_recompute}" if lc.gradient_checkpointing else "no ckpt"
     mmap = f", mmap≥{lc.malloc_mmap_threshold_kb}KB" if lc.malloc_mmap_threshold_kb else ""
-    return f"{ckpt}{mmap}, head chunks {lc.head_chunk_tokens or 'off'}"
+    return f"{ckpt}, {lc.allocator}{mmap}, head chunks {lc.head_chunk_tokens or 'off'}"
 
 
 def plain_step(trainer: Any, mbs: list[Any], bf16: bool) -> None:
@@ -374,11 +379,33 @@ def run_config(mode: str, bf16: bool, args: Any, model_path: str,
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     proc = ctx.Process(target=_run, args=(mode, bf16, args, model_path, q, overrides, as_is))
-    proc.start()
+    with _allocator_env(overrides):
+        proc.start()
     try:
         return q.get(timeout=1800)
     finally:
         proc.join(60)
+
+
+@contextlib.contextmanager
+def _allocator_env(overrides: list[str] | None) -> Iterator[None]:
+    """`--default-config`: the spawned process starts with `learner.allocator`'s environment
+    (jemalloc preloaded), as `launch` starts a learner."""
+    from agent_r1_async.config import load_config
+    from agent_r1_async.learner import memory
+
+    env = {} if overrides is None else memory.allocator_env(
+        load_config(DEFAULT_CONFIG, overrides).learner.allocator)
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def peak_tflops(args: Any) -> float:

@@ -70,6 +70,7 @@ BAD_CONFIGS: list[tuple[str, dict, str]] = [
      "learner.malloc_mmap_threshold_kb: must be in [0, 32768]"),
     ("unknown recompute", {"learner": {"checkpoint_recompute": "some"}},
      "learner.checkpoint_recompute"),
+    ("unknown allocator", {"learner": {"allocator": "tcmalloc"}}, "learner.allocator"),
     ("greedy sampling", {"engine": {"temperature": 0}}, "engine.temperature: must be > 0"),
     ("LoRA rank 0", {"learner": {"lora": {"enabled": True, "rank": 0}}},
      "learner.lora.rank: must be >= 1"),

@@ -42,3 +42,23 @@ def test_a_freed_tensor_above_the_threshold_is_returned_whichever_thread_frees_i
 def test_the_threshold_is_not_set_for_zero():
     """0 = glibc's own adaptive threshold (`learner.malloc_mmap_threshold_kb: 0`)."""
     assert not memory.configure_malloc(0)
+
+
+def test_the_jemalloc_environment_starts_a_process_on_jemalloc():
+    """`learner.allocator: jemalloc`: a process started with `allocator_env` (as `launch`
+    starts a learner rank, through Ray's runtime_env) has Ray's libjemalloc.so mapped, with
+    purging off; glibc: no environment at all."""
+    import os
+    import subprocess
+    import sys
+
+    assert memory.allocator_env("glibc") == {}
+    env = memory.allocator_env("jemalloc")
+    if memory.jemalloc_path() is None:
+        pytest.skip("this ray package ships no libjemalloc.so")
+    assert env == {"LD_PRELOAD": memory.jemalloc_path(), "MALLOC_CONF": memory.JEMALLOC_CONF}
+    code = "print('libjemalloc' in open('/proc/self/maps').read())"
+    for extra, mapped in ((env, "True"), ({}, "False")):
+        out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **extra},
+                             capture_output=True, text=True, check=True, timeout=60)
+        assert out.stdout.strip() == mapped
