@@ -95,10 +95,22 @@ def configure_malloc(mmap_threshold: int) -> bool:
 
 
 def release_free_memory() -> None:
-    """Give the free pages of every malloc arena back to the system (glibc malloc_trim)."""
+    """Give the free pages of every malloc arena back to the system: glibc's malloc_trim, and
+    where jemalloc is preloaded (`learner.allocator`) a purge of all its arenas."""
     lib = _glibc()
     if lib is not None:
         lib.malloc_trim(ctypes.c_size_t(0))
+    mallctl = _jemalloc_mallctl()
+    if mallctl is not None:  # "arena.<MALLCTL_ARENAS_ALL = 4096>.purge"
+        mallctl(b"arena.4096.purge", None, None, None, ctypes.c_size_t(0))
+
+
+def _jemalloc_mallctl() -> Any:
+    """jemalloc's mallctl when jemalloc is this process's malloc (preloaded), else None."""
+    try:
+        return ctypes.CDLL(None).mallctl
+    except (OSError, AttributeError):
+        return None
 
 
 JEMALLOC_CONF = "dirty_decay_ms:-1,muzzy_decay_ms:-1"
