@@ -1,4 +1,4 @@
-"""The learner's memory: which activations a checkpointed layer keeps, and glibc's heap.
+"""The learner's memory: which activations a checkpointed layer keeps, and the malloc heap.
 
 Activations. A SmolLM2-135M decoder layer keeps ~13.9k fp32 values per token for backward
 (~1.6 MB per token over 30 layers, 2.9 GB for a 1,800-token micro-batch, measured with
@@ -15,15 +15,16 @@ of 1-32 MB that glibc serves from its arenas (its mmap threshold rises to 32 MB 
 first large free), and freed arena memory stays resident. Under Ray the updates run on
 whichever thread of the actor's pool is free, each thread with its own arena, so every thread
 ends up holding its own copy of the peak: measured 10.6 GB RSS over 4 updates alternating
-between two threads vs 6.7 GB with one arena (bench/bench_learner.py --default-config).
+between two threads vs 6.7 GB with one arena (BENCHMARKS.md, "Learner memory, session 5").
 The learner now runs on one thread (run/hosts.py), and `release_free_memory` (malloc_trim)
 returns what the arenas hold after each update; glibc still keeps ~1 GB above the live set
 at the peak (4.5 vs 3.5 GB, SmolLM2-135M, pointwise checkpointing, 1,800-token micro-batch).
 `configure_malloc` pins the mmap threshold (every allocation of `mmap_threshold` bytes or
 more its own mapping, given back on free): peak = the live set, but its page faults cost
 ~35 % more CPU per update. jemalloc (`learner.allocator`, the copy Ray ships, preloaded into
-the learner process by the launcher: `allocator_env`) packs the same allocations into 3.8 GB
-for ~1 % more CPU than glibc without checkpointing.
+the learner process by the launcher: `allocator_env`) with purging off packs the same
+allocations into 3.8 GB for ~1 % more CPU than glibc without checkpointing, and
+`release_free_memory` purges it at the end of each update (shapes change between updates).
 """
 
 from __future__ import annotations
@@ -114,8 +115,9 @@ def _jemalloc_mallctl() -> Any:
 
 
 JEMALLOC_CONF = "dirty_decay_ms:-1,muzzy_decay_ms:-1"
-"""jemalloc keeps freed pages for reuse (no purging: purged pages cost page faults at the
-next update, measured +18 % CPU per update with jemalloc's default decay)."""
+"""jemalloc keeps freed pages for reuse within an update (purging by time costs page faults:
++18 % CPU per update measured with jemalloc's default decay); `release_free_memory` purges
+once per update instead."""
 
 
 def jemalloc_path() -> str | None:
