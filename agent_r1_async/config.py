@@ -380,6 +380,22 @@ class LearnerConfig(_Section):
     """Recompute each decoder layer's activations in backward (non-reentrant
     torch.utils.checkpoint; FSDP2 needs that variant): a micro-batch keeps one layer's
     activations instead of all layers', for one more forward of compute."""
+    checkpoint_recompute: Literal["all", "pointwise"] = "all"
+    """With `gradient_checkpointing`: what a layer recomputes in backward. all: everything
+    (keeps only the layer's input; one more forward of compute); pointwise: only the
+    elementwise ops (norms, activations, rotary, residual adds), keeping matmul and attention
+    outputs (~40 % of a layer's activations, a few percent more compute; learner/memory.py)."""
+    allocator: Literal["glibc", "jemalloc"] = "glibc"
+    """malloc of the learner processes `launch` starts: jemalloc = the libjemalloc.so Ray
+    ships, preloaded (LD_PRELOAD) with purging off: 3.8 vs 4.5 GB peak RSS for the default
+    config's micro-batch at +1 % CPU (learner/memory.py). Only a launched learner (not a
+    process that builds a trainer itself, tests or benchmarks)."""
+    malloc_mmap_threshold_kb: int = 0
+    """glibc malloc: allocations of at least this many KiB get their own mapping, returned to
+    the system when freed (0 = glibc's default, a threshold that grows to 32 MiB). 1024 keeps
+    the peak RSS at the live set whatever thread allocates, but the page faults cost ~40 %
+    more CPU time per update (learner/memory.py). Process-wide, set when the trainer is
+    built; no effect off glibc."""
     head_chunk_tokens: int = 0
     """LM head + (temperature/top-p) log-softmax over at most this many action tokens at a
     time, each chunk recomputed in backward, so the [action tokens × vocab] fp32 logits of a
@@ -428,6 +444,8 @@ class LearnerConfig(_Section):
         _require(self.grad_clip >= 0, "learner.grad_clip", "must be >= 0")
         _require(self.micro_batch_tokens >= 64, "learner.micro_batch_tokens", "must be >= 64")
         _require(self.head_chunk_tokens >= 0, "learner.head_chunk_tokens", "must be >= 0")
+        _require(0 <= self.malloc_mmap_threshold_kb <= 32 * 1024,
+                 "learner.malloc_mmap_threshold_kb", "must be in [0, 32768] (glibc's maximum)")
         _require(self.ppo_epochs >= 1, "learner.ppo_epochs", "must be >= 1")
         _require(self.total_updates >= 1, "learner.total_updates", "must be >= 1")
         _require(self.publish_every >= 1, "learner.publish_every", "must be >= 1")

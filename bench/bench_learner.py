@@ -4,6 +4,9 @@
     .venv/bin/python bench/bench_learner.py --quick     # 4 × 256 tokens, 1 timed step
     python bench/bench_learner.py --device cuda --model-size 0.5b   # GPU: MFU (random init)
     .venv/bin/python bench/bench_learner.py --world-size 1,2  # FSDP2 ranks (gloo on CPU)
+    .venv/bin/python bench/bench_learner.py --default-config --rows 6 --steps 2 --repeats 2
+        # configs/default.yaml's learner as is vs before the memory changes: peak RSS and
+        # tokens/s (wall and per CPU second), in alternating pairs (see run_default_config)
 
 Each configuration runs in its own spawned process (so peak memory is that process's own):
 - ours: `PolicyTrainer.proximal_pass` + `PolicyTrainer.optimize` (GRPO loss with decoupled
@@ -41,6 +44,7 @@ development machines.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing as mp
 import os
 import random
@@ -49,6 +53,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,10 +65,13 @@ DEFAULT_SHAPES = dict(context=320, action=40)
 """`--default-config` (with `--rows` 12, its default there): 12 rows × (320 + 40) tokens = 3 micro-batches of ≤2,048 tokens, as a
 default launch's update (~28 steps of ~330 context + ~22 action tokens packed into ~16
 episode sequences, ~4.5k tokens, 3 micro-batches; runs/*/metrics.jsonl)."""
-BEFORE = ["learner.gradient_checkpointing=false", "learner.head_chunk_tokens=0"]
-LOW_MEMORY = ["learner.gradient_checkpointing=true", "learner.head_chunk_tokens=512"]
+BEFORE = ["learner.gradient_checkpointing=false", "learner.head_chunk_tokens=0",
+          "learner.malloc_mmap_threshold_kb=0", "learner.allocator=glibc"]
 """`--default-config`'s "before": the learner as it was (no activation checkpointing, the
-LM head and log-softmax of a micro-batch's action tokens in one piece)."""
+LM head and log-softmax of a micro-batch's action tokens in one piece, glibc's own mmap
+threshold)."""
+AS_IS: list[str] = []
+"""`--default-config`'s "as is": configs/default.yaml unchanged."""
 
 QWEN2_SHAPES = {  # Qwen2.5-0.5B / 1.5B architecture (random init)
     "0.5b": dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
@@ -127,7 +135,7 @@ def _bench_config(bf16: bool, args: Any, overrides: list[str] | None) -> Any:
 
 
 def _run(mode: str, bf16: bool, args: Any, model_path: str, q: Any,
-         overrides: list[str] | None = None) -> None:
+         overrides: list[str] | None = None, as_is: bool = True) -> None:
     """One configuration in this (fresh) process; puts a result dict on `q`."""
     import torch
 
@@ -137,9 +145,12 @@ def _run(mode: str, bf16: bool, args: Any, model_path: str, q: Any,
     torch.manual_seed(0)
     cuda = args.device == "cuda"
     cfg = _bench_config(bf16, args, overrides)
+    if overrides is not None:  # as in a launch: the learner's torch threads = learner.num_cpus
+        torch.set_num_threads(max(1, int(cfg.learner.num_cpus)))
     trainer = PolicyTrainer(cfg, model_path)
-    # --default-config: the proximal pass only where the launch runs it (not for GRPO, 1 epoch)
-    proximal = overrides is None or trainer.needs_proximal_pass(cfg.learner.ppo_epochs)
+    if overrides is not None:
+        q.put(_run_like_launch(trainer, cfg, args, as_is))
+        return
     lm = trainer._causal_lm()
     vocab = lm.config.vocab_size
     mbs = make_micro_batches(synthetic_rows(args.rows, args.context, args.action, vocab),
@@ -154,8 +165,7 @@ def _run(mode: str, bf16: bool, args: Any, model_path: str, q: Any,
             torch.cuda.synchronize()
         t0 = time.perf_counter()
         if mode == "ours":
-            if proximal:
-                trainer.proximal_pass(mbs)
+            trainer.proximal_pass(mbs)
             t1 = time.perf_counter()
             trainer.optimize(mbs)
         else:
@@ -175,6 +185,47 @@ def _run(mode: str, bf16: bool, args: Any, model_path: str, q: Any,
     if cuda:
         out["peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
     q.put(out)
+
+
+def _run_like_launch(trainer: Any, cfg: Any, args: Any, as_is: bool) -> dict[str, float]:
+    """`--default-config`: updates as a launch's learner runs them, on one thread (the
+    learner's own, run/hosts.py) with shapes changing from update to update (rows and context
+    lengths cycle); `as_is`: each update ends with `memory.release_free_memory` as in
+    `Learner.update` (before: it did not). tokens/s over all timed updates, by wall clock and
+    by this process's CPU time (user + system: the fairer figure on a loaded machine, where
+    wall time depends on what else runs)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from agent_r1_async.learner.batching import make_micro_batches
+
+    vocab = trainer._causal_lm().config.vocab_size
+    pool = ThreadPoolExecutor(1)
+    rss_loaded = _rss_mb()
+    tokens = wall = cpu = 0.0
+    for i in range(args.steps + 1):
+        rows = synthetic_rows(args.rows - i % 3, args.context + 16 * (i % 4), args.action,
+                              vocab, seed=i)
+        mbs = make_micro_batches(rows, cfg.learner.micro_batch_tokens, trainer.pad_id)
+        w0, c0 = time.perf_counter(), time.process_time()
+        pool.submit(_update, trainer, cfg, mbs, as_is).result()
+        if i > 0:  # the first update is a warm-up
+            wall += time.perf_counter() - w0
+            cpu += time.process_time() - c0
+            tokens += sum(len(r.context_ids) + len(r.action_ids) for r in rows)
+    pool.shutdown()
+    return {"tokens": tokens, "step_s": wall / args.steps, "tok_s": tokens / wall,
+            "tok_cpu_s": tokens / cpu, "rss_loaded_mb": rss_loaded, "peak_mb": _rss_mb()}
+
+
+def _update(trainer: Any, cfg: Any, mbs: list[Any], release: bool) -> None:
+    """The trainer's part of `Learner.update` (the proximal pass only where it runs)."""
+    from agent_r1_async.learner import memory
+
+    if trainer.needs_proximal_pass(cfg.learner.ppo_epochs):
+        trainer.proximal_pass(mbs)
+    trainer.optimize(mbs)
+    if release:
+        memory.release_free_memory()
 
 
 def _state_bytes(trainer: Any) -> int:
@@ -269,22 +320,42 @@ def run_world_sizes(sizes: list[int], args: Any, model_path: str) -> None:
 
 
 def run_default_config(args: Any, model_path: str) -> None:
-    """configs/default.yaml's learner with the memory savers (LOW_MEMORY: activation
-    checkpointing, the LM head in 512-token chunks) vs without (BEFORE), in one run."""
-    print(f"## Learner update, configs/default.yaml (fp32, {args.device}): {args.rows} rows × "
-          f"({args.context} + {args.action}) tokens, micro-batches of ≤2048 tokens; median of "
-          f"{args.steps} steps after 1 warm-up")
-    print(f"{'config':44} {'tokens/s':>9} {'step s':>7} {'peak MB':>8} {'loaded MB':>9}")
-    res = {}
-    for label, ov in (("checkpointing + head in 512-token chunks", LOW_MEMORY),
-                      ("before (no checkpointing, head in one piece)", BEFORE)):
-        r = res[label] = run_config("ours", False, args, model_path, ov)
-        print(f"{label:44} {r['tok_s']:>9.1f} {r['step_s']:>7.2f} {r['peak_mb']:>8.0f} "
-              f"{r['rss_loaded_mb']:>9.0f}", flush=True)
-    after, before = res.values()
-    print(f"low-memory / before: tokens/s {after['tok_s'] / before['tok_s']:.2f}×, peak RSS "
-          f"{after['peak_mb'] / before['peak_mb']:.2f}×")
-    print(f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+    """configs/default.yaml's learner as it is vs BEFORE (the learner before the memory
+    changes), each in its own process, one after the other, `--repeats` pairs in alternating
+    order, both on one thread. (Before, a launch ran updates on Ray's 2 alternating threads:
+    ~10.6 GB, learner/memory.py; too much to run here beside other work, and one thread is
+    its lower peak, so the comparison is conservative.)"""
+    print(f"## Learner updates, configs/default.yaml (fp32, {args.device}, 1 torch thread): "
+          f"{args.steps} timed updates after 1 warm-up of ~{args.rows} rows × (~{args.context} "
+          f"+ {args.action}) tokens (shapes vary), micro-batches of ≤2048 tokens")
+    print(f"{'config':58} {'tokens/s':>9} {'tok/CPU-s':>9} {'peak MB':>8} {'loaded MB':>9}")
+    configs = [("as is: " + _describe(AS_IS) + ", malloc_trim", AS_IS, True),
+               ("before: " + _describe(BEFORE), BEFORE, False)]
+    ratios = []
+    for rep in range(args.repeats):
+        res = {}
+        for label, ov, as_is in (configs if rep % 2 == 0 else configs[::-1]):
+            r = res[label] = run_config("ours", False, args, model_path, ov, as_is)
+            print(f"{label:58} {r['tok_s']:>9.1f} {r['tok_cpu_s']:>9.1f} {r['peak_mb']:>8.0f} "
+                  f"{r['rss_loaded_mb']:>9.0f}", flush=True)
+        after, before = (res[label] for label, _, _ in configs)
+        ratios.append((after["tok_s"] / before["tok_s"], after["tok_cpu_s"] / before["tok_cpu_s"],
+                       after["peak_mb"] / before["peak_mb"]))
+        print(f"pair {rep + 1}: as is / before: tokens/s {ratios[-1][0]:.2f}×, tokens per CPU "
+              f"second {ratios[-1][1]:.2f}×, peak RSS {ratios[-1][2]:.2f}× (load average "
+              f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)", flush=True)
+    med = [statistics.median(r[k] for r in ratios) for k in range(3)]
+    print(f"median over {len(ratios)} pair(s): tokens/s {med[0]:.2f}×, tokens per CPU second "
+          f"{med[1]:.2f}×, peak RSS {med[2]:.2f}×")
+
+
+def _describe(overrides: list[str]) -> str:
+    from agent_r1_async.config import load_config
+
+    lc = load_config(DEFAULT_CONFIG, overrides).learner
+    ckpt = f"ckpt {lc.checkpoint_recompute}" if lc.gradient_checkpointing else "no ckpt"
+    mmap = f", mmap≥{lc.malloc_mmap_threshold_kb}KB" if lc.malloc_mmap_threshold_kb else ""
+    return f"{ckpt}, {lc.allocator}{mmap}, head chunks {lc.head_chunk_tokens or 'off'}"
 
 
 def plain_step(trainer: Any, mbs: list[Any], bf16: bool) -> None:
@@ -304,15 +375,37 @@ def plain_step(trainer: Any, mbs: list[Any], bf16: bool) -> None:
 
 
 def run_config(mode: str, bf16: bool, args: Any, model_path: str,
-               overrides: list[str] | None = None) -> dict[str, float]:
+               overrides: list[str] | None = None, as_is: bool = True) -> dict[str, float]:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    proc = ctx.Process(target=_run, args=(mode, bf16, args, model_path, q, overrides))
-    proc.start()
+    proc = ctx.Process(target=_run, args=(mode, bf16, args, model_path, q, overrides, as_is))
+    with _allocator_env(overrides):
+        proc.start()
     try:
         return q.get(timeout=1800)
     finally:
         proc.join(60)
+
+
+@contextlib.contextmanager
+def _allocator_env(overrides: list[str] | None) -> Iterator[None]:
+    """`--default-config`: the spawned process starts with `learner.allocator`'s environment
+    (jemalloc preloaded), as `launch` starts a learner."""
+    from agent_r1_async.config import load_config
+    from agent_r1_async.learner import memory
+
+    env = {} if overrides is None else memory.allocator_env(
+        load_config(DEFAULT_CONFIG, overrides).learner.allocator)
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def peak_tflops(args: Any) -> float:
@@ -340,6 +433,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="4 rows, 1 timed step, fp32 only")
     ap.add_argument("--world-size", default="", help="comma-separated learner world sizes")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    ap.add_argument("--repeats", type=int, default=1, help="--default-config: A/B pairs")
     ap.add_argument("--default-config", action="store_true",
                     help="configs/default.yaml's learner (fp32, micro_batch_tokens 2048) at a "
                          "default launch's batch shapes, before vs after the memory changes")

@@ -32,7 +32,7 @@ import torch
 
 from agent_r1_async import config, models
 from agent_r1_async.learner import advantages as adv
-from agent_r1_async.learner import batching, checkpoint
+from agent_r1_async.learner import batching, checkpoint, memory
 from agent_r1_async.learner import distributed as dist_util
 from agent_r1_async.learner.episode_stats import episode_stats, staleness_histogram
 from agent_r1_async.learner.protocols import SampleSource
@@ -111,6 +111,7 @@ class Learner:
             self.source.set_version(self.version)
         if self.updates % self.cfg.learner.publish_every == 0:
             self.publish()
+        memory.release_free_memory()  # the update's freed activations: back to the system
         elapsed = time.monotonic() - t0
         tokens = sum(mb.num_tokens for mb in mbs) * self.cfg.learner.ppo_epochs
         metrics.update(rank_metrics(tokens, elapsed - (t_data - t0)))

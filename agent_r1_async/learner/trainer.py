@@ -52,6 +52,7 @@ from torch import Tensor, nn
 
 from agent_r1_async import config, models
 from agent_r1_async.learner import distributed as dist_util
+from agent_r1_async.learner import memory
 from agent_r1_async.learner.batching import MicroBatch, filler_micro_batch
 from agent_r1_async.learner.logprobs import head_logprobs, kl_reference
 from agent_r1_async.learner.losses import ppo_loss, value_loss
@@ -159,6 +160,7 @@ class PolicyTrainer:
         self.lcfg = cfg.learner
         self.algo = cfg.algorithm
         self.device = resolve_device(self.lcfg.device)
+        memory.configure_malloc(self.lcfg.malloc_mmap_threshold_kb * 1024)
         self.model_path = model_path
         self.attn_implementation, _ = models.attention_implementation(
             str(self.device), self.lcfg.flash_attention)
@@ -166,7 +168,10 @@ class PolicyTrainer:
                                       attn_implementation=self.attn_implementation)
         model.config.use_cache = False
         if self.lcfg.gradient_checkpointing:  # non-reentrant: the variant FSDP2 supports
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            kwargs: dict[str, Any] = {"use_reentrant": False}
+            if self.lcfg.checkpoint_recompute == "pointwise":
+                kwargs["context_fn"] = memory.save_matmul_outputs
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         self.lora = self.lcfg.lora.enabled
         if self.lora:
             if self.lcfg.gradient_checkpointing:

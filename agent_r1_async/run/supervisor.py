@@ -56,12 +56,15 @@ def use_cluster_token(address: str | None) -> None:
         os.environ["RAY_AUTH_MODE"] = "token"
 
 
+_ENV = {"TOKENIZERS_PARALLELISM": "false"}
+
+
 def start_ray(cfg: RunConfig, address: str | None) -> None:
     address = ray_address(cfg, address)
     use_cluster_token(address)
     import ray
 
-    env = {"TOKENIZERS_PARALLELISM": "false", "VLLM_CPU_KVCACHE_SPACE": str(cfg.engine.kv_cache_gb)}
+    env = {**_ENV, "VLLM_CPU_KVCACHE_SPACE": str(cfg.engine.kv_cache_gb)}
     if address:
         ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=cfg.logging.verbose)
         return
@@ -100,6 +103,7 @@ class LearnerGroup:
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+        from agent_r1_async.learner import memory
         from agent_r1_async.run.hosts import LearnerHost
 
         lc = cfg.learner
@@ -108,9 +112,11 @@ class LearnerGroup:
         self.pg = placement_group([dict(bundle) for _ in range(lc.world_size)], strategy="PACK")
         ray.get(self.pg.ready())
         cls = ray.remote(num_cpus=lc.num_cpus, num_gpus=lc.num_gpus, max_concurrency=2)(LearnerHost)
+        alloc = memory.allocator_env(lc.allocator)  # learner.allocator: set at process start
+        env = {"runtime_env": {"env_vars": {**_ENV, **alloc}}} if alloc else {}
         self.ranks = [
             cls.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
-                placement_group=self.pg, placement_group_bundle_index=r)).remote(
+                placement_group=self.pg, placement_group_bundle_index=r), **env).remote(
                 cfg, r, str(run_dir), keys_for(curve, LEARNER, binds=True))
             for r in range(lc.world_size)
         ]

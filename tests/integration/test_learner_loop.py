@@ -179,17 +179,20 @@ def test_logprobs_match_full_logits_and_accumulation_equals_full_batch():
     assert_same_gradient(grads[1], grads[0])
 
 
+@pytest.mark.parametrize("recompute", ["all", "pointwise"])
 @pytest.mark.parametrize(("temperature", "top_p"), [(1.0, 1.0), (0.8, 0.9)])
-def test_chunked_head_and_checkpointing_equal_the_one_piece_forward(temperature, top_p):
-    """configs/default.yaml's memory settings (`learner.gradient_checkpointing`, the head in
-    checkpointed chunks of `learner.head_chunk_tokens`, here 3 so a micro-batch has several)
-    give the one-piece, no-checkpointing log-probs, entropies and gradients to 1e-6 relative,
-    at T = 1 and under temperature / top-p."""
+def test_chunked_head_and_checkpointing_equal_the_one_piece_forward(temperature, top_p, recompute):
+    """The memory settings (`learner.gradient_checkpointing` with either
+    `learner.checkpoint_recompute`, the head in checkpointed chunks of
+    `learner.head_chunk_tokens`, here 3 so a micro-batch has several) give the one-piece,
+    no-checkpointing log-probs, entropies and gradients to 1e-6 relative, at T = 1 and under
+    temperature / top-p."""
     from agent_r1_async.learner import batching
     from agent_r1_async.learner.trainer import PolicyTrainer
 
     got = []
-    for learner in ({"head_chunk_tokens": 0}, {"head_chunk_tokens": 3, "gradient_checkpointing": True}):
+    for learner in ({"head_chunk_tokens": 0}, {"head_chunk_tokens": 3, "gradient_checkpointing": True,
+                                               "checkpoint_recompute": recompute}):
         cfg = config.config_from_dict({
             "model": {"name_or_path": tiny_model_dir()},
             "engine": {"temperature": temperature, "top_p": top_p},
