@@ -379,6 +379,8 @@ def main() -> None:
     ap.add_argument("--eval-tasks", type=int, default=100)
     ap.add_argument("--memory-savers", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--root", default="", help="where runs go (default: a temp dir)")
+    ap.add_argument("--skip-start-eval", action="store_true",
+                    help="do not evaluate the shared start (it does not change between runs)")
     args = ap.parse_args()
     arms = list(dict.fromkeys(args.arms))
     if "trl" in arms and importlib.util.find_spec("trl") is None:
@@ -392,10 +394,11 @@ def main() -> None:
           f"to 3 turns), {args.minutes:g} min budget, seeds {args.seeds}, arms {arms}, held-out "
           f"{args.eval_tasks} dev tasks, memory savers {args.memory_savers}; {load_line()}",
           flush=True)
-    ev = held_out(start, 0, args.eval_tasks)
-    p = float(ev.get("success", 0.0))
-    print(f"start: held-out return {ev['mean_return']:.3f}, success {p:.2f} (binomial SE "
-          f"{binomial_se(p, args.eval_tasks):.3f})", flush=True)
+    if not args.skip_start_eval:
+        ev = held_out(start, 0, args.eval_tasks)
+        p = float(ev.get("success", 0.0))
+        print(f"start: held-out return {ev['mean_return']:.3f}, success {p:.2f} (binomial SE "
+              f"{binomial_se(p, args.eval_tasks):.3f})", flush=True)
     print(f"{'arm':10} {'seed':>4} {'samples/s':>9} {'return':>7} {'success':>7} {'SE':>6} "
           f"{'updates':>7} {'stale':>5} {'idle':>5} {'wall s':>6} {'peak GB':>7} {'load':>9}",
           flush=True)
