@@ -321,6 +321,33 @@ def run_trl(seed: int, minutes: float, root: str, start: str, savers: bool) -> d
             "samples": float(samples), "updates": float(trainer.state.global_step)}
 
 
+def _trl_child(q: Any, *args: Any) -> None:
+    try:
+        q.put(("ok", run_trl(*args)))
+    except BaseException as e:  # reported to the parent, which raises it
+        q.put(("error", f"{type(e).__name__}: {e}"))
+
+
+def run_trl_isolated(seed: int, minutes: float, root: str, start: str,
+                     savers: bool) -> dict[str, Any]:
+    """`run_trl` in a spawned process: its model, optimizer and generation memory go away
+    with it instead of staying in this process for the arms after it (2026-11-23: ~3 GB
+    left behind, and the next launches were OOM-killed on the shared box)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    proc = ctx.Process(target=_trl_child, args=(q, seed, minutes, root, start, savers))
+    proc.start()
+    try:
+        status, value = q.get(timeout=minutes * 60 + 3600)
+    finally:
+        proc.join(120)
+    if status != "ok":
+        raise RuntimeError(f"TRL run failed: {value}")
+    return value
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -362,7 +389,7 @@ def run_arm(arm: str, seed: int, args: argparse.Namespace, root: str,
     load_before = os.getloadavg()[0]
     with PeakRSS() as mem:
         if arm == "trl":
-            r = run_trl(seed, args.minutes, root, start, args.memory_savers)
+            r = run_trl_isolated(seed, args.minutes, root, start, args.memory_savers)
         else:
             r = run_ours(arm, seed, args.minutes, root, start, args.memory_savers)
     ev = held_out(r["model_dir"], seed, args.eval_tasks)
