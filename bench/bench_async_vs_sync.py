@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import heapq
 import multiprocessing as mp
-import os
 import random
 import statistics
 import sys
@@ -50,6 +49,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent_r1_async.wire import messages as m  # light imports only: spawned children re-import
+from bench.stats import fmt_spread, load_line
 
 
 @dataclass(frozen=True)
@@ -200,13 +200,22 @@ class SimActor:
 
 
 def _actors_main(n: int, w: Workload, endpoints: tuple[str, str], poll_s: float, seed: int,
-                 stop: Any) -> None:
+                 stop: Any, dead: Any) -> None:
     from agent_r1_async.wire.zmq import ZmqTransport
 
     transport = ZmqTransport()
     halt = threading.Event()
     actors = [SimActor(i, w, transport, endpoints, poll_s, seed) for i in range(n)]
-    threads = [threading.Thread(target=a.run, args=(halt,), daemon=True) for a in actors]
+
+    def guarded(actor: SimActor) -> None:  # a dead actor thread is counted, not silent
+        try:
+            actor.run(halt)
+        except Exception as e:
+            with dead.get_lock():
+                dead.value += 1
+            print(f"actor thread died: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+
+    threads = [threading.Thread(target=guarded, args=(a,), daemon=True) for a in actors]
     for t in threads:
         t.start()
     stop.wait()
@@ -250,6 +259,8 @@ class RunResult:
     """Learner time per update outside the data wait (U + the real update code)."""
     staleness_mean: float
     drops: dict[str, int]
+    dead_actors: int = 0
+    """Simulated actor threads that died (e.g. a control request timing out)."""
 
 
 def run_once(w: Workload, n_actors: int, max_staleness: int, spi_tol: float, warmup: int,
@@ -261,12 +272,12 @@ def run_once(w: Workload, n_actors: int, max_staleness: int, spi_tol: float, war
     from agent_r1_async.wire.zmq import ZmqTransport
 
     ctx = mp.get_context("spawn")
-    q, stop = ctx.Queue(), ctx.Event()
+    q, stop, dead = ctx.Queue(), ctx.Event(), ctx.Value("i", 0)
     buf = ctx.Process(target=_buffer_main,
                       args=(w, max_staleness, spi_tol, sampling, q, stop))
     buf.start()
     endpoints = q.get(timeout=60)
-    actors = ctx.Process(target=_actors_main, args=(n_actors, w, endpoints, poll_s, seed, stop))
+    actors = ctx.Process(target=_actors_main, args=(n_actors, w, endpoints, poll_s, seed, stop, dead))
     actors.start()
     cfg = RunConfig(
         algorithm=AlgorithmConfig(group_size=w.group_size, batch_groups=w.batch_groups),
@@ -293,7 +304,8 @@ def run_once(w: Workload, n_actors: int, max_staleness: int, spi_tol: float, war
     wait = sum(x["data_wait_s"] for x in ms)
     busy = sum(x["update_time_s"] for x in ms)
     return RunResult(elapsed / updates, wait / busy, (busy - wait) / updates,
-                     statistics.fmean(x["staleness_mean"] for x in ms), dict(stats.drops))
+                     statistics.fmean(x["staleness_mean"] for x in ms), dict(stats.drops),
+                     dead.value)
 
 
 # ---------------------------------------------------------------- main
@@ -321,7 +333,8 @@ def main() -> None:
     draws = draw_group_durations(w, 20_000)
     ep = np.random.default_rng(1).lognormal(np.log(w.median_s), w.sigma, 200_000)
     print(f"## Async (max_staleness {k}) vs sync (0): K={args.updates} updates after "
-          f"{args.warmup} warm-up, median of {args.repeats} repeats; {args.sampling} sampling")
+          f"{args.warmup} warm-up, median of {args.repeats} repeats; {args.sampling} sampling; "
+          f"SIMULATED generation (sleeps) and optimizer (sleep U); {load_line()} at the start")
     print(f"episode ~ lognormal(median {w.median_s * 1e3:.0f} ms, σ {w.sigma}): mean "
           f"{ep.mean() * 1e3:.0f} ms, p99 {np.percentile(ep, 99) * 1e3:.0f} ms; "
           f"group of {w.group_size}: E[D] {draws.mean() * 1e3:.0f} ms; batch {b} groups; "
@@ -350,10 +363,15 @@ def main() -> None:
               f"{med(s.idle_frac for s, _ in rows):>9.1%} "
               f"{med(a.busy_s for _, a in rows):>6.3f} "
               f"{med(a.staleness_mean for _, a in rows):>6.2f}", flush=True)
+        speeds = [s.per_update_s / a.per_update_s for s, a in rows]
+        dead = sum(s.dead_actors + a.dead_actors for s, a in rows)
+        print(f"       speedup per repeat: {', '.join(f'{x:.2f}' for x in speeds)} -> "
+              f"{fmt_spread(speeds, 2, '×')}; of ideal {fmt_spread([x / ideal for x in speeds])};"
+              f" actor threads died: {dead}", flush=True)
         drops = {key: v for _, a in rows for key, v in a.drops.items() if v}
         if drops:
             print(f"       async buffer drops: {drops}")
-    print(f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+    print(f"({load_line()} at the end)")
 
 
 if __name__ == "__main__":

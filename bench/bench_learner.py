@@ -1,12 +1,20 @@
 """Learner: tokens/s and peak memory of one optimizer step; MFU on a GPU.
 
-    .venv/bin/python bench/bench_learner.py             # CPU, SmolLM2-135M, fp32 + bf16, ~3 min
+    .venv/bin/python bench/bench_learner.py --rows 4    # CPU: whole update vs plain HF step,
+                                                        # interleaved, 5 steps (~4 min quiet)
+    .venv/bin/python bench/bench_learner.py --separate  # CPU, each side in its own process
     .venv/bin/python bench/bench_learner.py --quick     # 4 × 256 tokens, 1 timed step
     python bench/bench_learner.py --device cuda --model-size 0.5b   # GPU: MFU (random init)
     .venv/bin/python bench/bench_learner.py --world-size 1,2  # FSDP2 ranks (gloo on CPU)
     .venv/bin/python bench/bench_learner.py --default-config --rows 6 --steps 2 --repeats 2
         # configs/default.yaml's learner as is vs before the memory changes: peak RSS and
         # tokens/s (wall and per CPU second), in alternating pairs (see run_default_config)
+
+CPU default: the whole update as the config runs it (micro-batching, the proximal pass where
+the config runs one, `optimize`) and a plain HF step alternate in one spawned process on one
+model, `--steps` rounds after a warm-up, the order flipping every round; each side's step
+seconds as median (min–max) and the per-round ratio plain / ours, so machine load hits both
+(`_run_interleaved`). `--separate` and CUDA: as below.
 
 Each configuration runs in its own spawned process (so peak memory is that process's own):
 - ours: `PolicyTrainer.proximal_pass` + `PolicyTrainer.optimize` (GRPO loss with decoupled
@@ -58,6 +66,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.stats import fmt_spread, load_line
 
 MODEL = "smollm2-135m-instruct"
 DEFAULT_CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "default.yaml")
@@ -226,6 +236,87 @@ def _update(trainer: Any, cfg: Any, mbs: list[Any], release: bool) -> None:
     trainer.optimize(mbs)
     if release:
         memory.release_free_memory()
+
+
+def _run_interleaved(bf16: bool, args: Any, model_path: str, q: Any,
+                     overrides: list[str] | None = None) -> None:
+    """The whole update as the config runs it against a plain HF step, alternating in ONE
+    process on one model (load drifts hit both sides; the order flips every step).
+
+    update = micro-batching the rows + the proximal pass where the config runs one
+    (`needs_proximal_pass`: PPO epochs > 1, a value head or KL; GRPO with one epoch takes the
+    proximal log-probs from the training forward) + `optimize` × ppo_epochs, as
+    `Learner.update` does (sampling and publishing aside). The proximal pass is also timed
+    alone on its own micro-batches, for configs that run it. Puts per-step seconds on `q`."""
+    import torch
+
+    from agent_r1_async.learner.batching import make_micro_batches
+    from agent_r1_async.learner.trainer import PolicyTrainer
+
+    torch.manual_seed(0)
+    cfg = _bench_config(bf16, args, overrides)
+    trainer = PolicyTrainer(cfg, model_path)
+    configured = trainer.needs_proximal_pass(cfg.learner.ppo_epochs)
+    vocab = trainer._causal_lm().config.vocab_size
+    rows = synthetic_rows(args.rows, args.context, args.action, vocab)
+    mbt = cfg.learner.micro_batch_tokens
+
+    def update() -> None:
+        mbs = make_micro_batches(rows, mbt, trainer.pad_id)
+        if configured:
+            trainer.proximal_pass(mbs)
+        for _ in range(cfg.learner.ppo_epochs):
+            trainer.optimize(mbs)
+
+    def timed(fn: Any) -> float:
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+
+    plain_mbs = make_micro_batches(rows, mbt, trainer.pad_id)
+    rss_loaded = _rss_mb()
+    res: dict[str, list[float]] = {"plain": [], "update": [], "proximal": []}
+    for i in range(args.steps + 1):
+        pair = [("plain", lambda: plain_step(trainer, plain_mbs, bf16)), ("update", update)]
+        for name, fn in pair if i % 2 == 0 else pair[::-1]:
+            t = timed(fn)
+            if i > 0:  # the first round is a warm-up
+                res[name].append(t)
+        t = timed(lambda: trainer.proximal_pass(make_micro_batches(rows, mbt, trainer.pad_id)))
+        if i > 0:
+            res["proximal"].append(t)
+    q.put({**res, "tokens": args.rows * (args.context + args.action), "configured": configured,
+           "epochs": cfg.learner.ppo_epochs, "rss_loaded_mb": rss_loaded, "peak_mb": _rss_mb()})
+
+
+def run_interleaved(args: Any, model_path: str, bf16: bool,
+                    overrides: list[str] | None = None) -> None:
+    """Print the interleaved comparison: medians, ranges and per-step ratios."""
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    proc = ctx.Process(target=_run_interleaved, args=(bf16, args, model_path, q, overrides))
+    proc.start()
+    try:
+        r = q.get(timeout=3600)
+    finally:
+        proc.join(60)
+    tokens = r["tokens"]
+    prec = "bf16 autocast" if bf16 else "fp32"
+    with_prox = [u + (0.0 if r["configured"] else p) for u, p in zip(r["update"], r["proximal"],
+                                                                      strict=True)]
+    lines = [(f"plain HF step, {prec}", r["plain"]),
+             (f"whole update as configured ({'with' if r['configured'] else 'no'} proximal "
+              f"pass, {r['epochs']} epoch)", r["update"]),
+             ("proximal pass alone", r["proximal"])]
+    if not r["configured"]:
+        lines.append(("update + a proximal pass (as PPO/KL configs)", with_prox))
+    print(f"{'':52} {'step s: median (min–max, n)':>30} {'tokens/s':>9} {'plain / this':>28}")
+    for label, ts in lines:
+        ratio = [p / t for p, t in zip(r["plain"], ts, strict=True)]
+        print(f"{label:52} {fmt_spread(ts, 2):>30} {tokens / statistics.median(ts):>9.1f} "
+              f"{fmt_spread(ratio, 2, '×'):>28}", flush=True)
+    print(f"peak RSS {r['peak_mb']:.0f} MB (both sides in one process; {r['rss_loaded_mb']:.0f} "
+          f"MB after loading)")
 
 
 def _state_bytes(trainer: Any) -> int:
@@ -428,7 +519,10 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=192)
     ap.add_argument("--action", type=int, default=64)
     ap.add_argument("--micro-batch-tokens", type=int, default=1024)
-    ap.add_argument("--steps", type=int, default=2, help="timed steps after 1 warm-up")
+    ap.add_argument("--steps", type=int, default=5, help="timed steps after 1 warm-up")
+    ap.add_argument("--separate", action="store_true",
+                    help="CPU: each side in its own process (own peak memory), not interleaved")
+    ap.add_argument("--bf16", action="store_true", help="CPU interleaved: bf16 autocast too")
     ap.add_argument("--peak-tflops", type=float, default=0.0)
     ap.add_argument("--quick", action="store_true", help="4 rows, 1 timed step, fp32 only")
     ap.add_argument("--world-size", default="", help="comma-separated learner world sizes")
@@ -471,6 +565,15 @@ def main() -> None:
         if args.world_size:
             run_world_sizes([int(x) for x in args.world_size.split(",")], args, model_path)
             print(f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+            return
+        if not cuda and not args.separate:
+            print(f"## Learner update vs plain HF step, interleaved in one process: "
+                  f"{args.model_size} on cpu, {args.rows} rows × ({args.context} context + "
+                  f"{args.action} action) tokens, micro-batches of ≤{args.micro_batch_tokens} "
+                  f"tokens; {args.steps} steps after 1 warm-up; {load_line()} at the start")
+            for bf16 in [False] if args.quick or not args.bf16 else [False, True]:
+                run_interleaved(args, model_path, bf16)
+            print(f"({load_line()} at the end)")
             return
         precisions = [True] if cuda else ([False] if args.quick else [False, True])
         print(f"## Learner step: {args.model_size} on {args.device}, {args.rows} rows × "

@@ -1,7 +1,9 @@
-"""Side by side with TRL's GRPOTrainer: trained samples/s and held-out return after T minutes.
+"""Side by side with TRL's GRPOTrainer: trained samples/s and held-out return after T minutes,
+with the two ablations that separate our engine from our async design.
 
-    .venv/bin/python bench/bench_vs_trl.py --minutes 8 --seeds 0 1 2       # ~75 minutes
-    .venv/bin/python bench/bench_vs_trl.py --side ours --minutes 2 --seeds 0 --eval-tasks 8  # smoke
+    .venv/bin/python bench/bench_vs_trl.py --minutes 8 --seeds 0 1 2      # 4 arms: ~2.5 hours
+    .venv/bin/python bench/bench_vs_trl.py --arms ours trl --minutes 8 --seeds 0 1 2
+    .venv/bin/python bench/bench_vs_trl.py --arms ours --minutes 2 --seeds 0 --eval-tasks 8  # smoke
 
 TRL is the optional `peer` extra: `.venv/bin/pip install -e '.[peer]'` (trl==1.16.0, pure
 Python; its dependencies are already in the venv). Without it the TRL side prints how to
@@ -33,12 +35,25 @@ Same on both sides:
 - ours: `agent-r1-async launch` (configs/default.yaml: vLLM CPU actor, async learner,
   max_staleness 2) with `model.init_from` = the warm start and `launch.max_wall_time_s` = T;
   trained samples = episodes in the learner's batches (metrics.jsonl).
+- ours-sync (ablation: the async design off, same engine): ours with `buffer.max_staleness=0`
+  (configs/sync.yaml's setting: the learner trains only on its current version's data).
+- ours-hf (ablation: TRL's generation engine, our design): ours with `engine.backend=hf`
+  (transformers `generate`, as TRL uses), still async.
+  ours / ours-sync isolates the async design, ours / ours-hf the engine, ours-hf / TRL the
+  design with the same kind of engine.
 - TRL: `GRPOTrainer` (its own transformers generation; synchronous: generate, then train);
   a callback stops it at T; trained samples = optimizer steps × 16 completions.
 - held-out: `evaluate()` of each final model on the first `--eval-tasks` dev tasks with the
   vLLM engine (T = 1, one sample per task): `mean_return`. The shared start is
   evaluated once (seed 0) for reference.
-Prints per seed and the median over seeds: samples/s, held-out return, and ours / TRL.
+- memory (`--memory-savers`, on by default): the learner's activation checkpointing + chunked
+  LM head (`learner.gradient_checkpointing`, `learner.head_chunk_tokens=512`) and TRL's
+  `gradient_checkpointing`, on both sides alike, so a run stays near 7 GB on the shared box.
+The arms of one seed run one after the other, in an order rotated by seed (load drifts hit
+every arm). Prints per run, then per arm the mean ± a 95 % t interval over seeds and the
+per-seed ratios; one held-out evaluation of 100 tasks with one sample each has a standard
+error of ~0.05 on the success rate (printed per run), so seed-to-seed spread is reported,
+not hidden. Rows also go to <root>/results.jsonl as they finish.
 """
 
 from __future__ import annotations
@@ -48,7 +63,6 @@ import asyncio
 import importlib.util
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -59,9 +73,18 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.stats import PeakRSS, binomial_se, fmt_ci, load_line, mean_ci  # noqa: E402
+
 CONFIG = REPO / "configs" / "default.yaml"
 GROUP, PROMPTS_PER_STEP = 8, 2
 TRL_HINT = "TRL is not installed: .venv/bin/pip install -e '.[peer]' (trl==1.16.0)"
+OUR_ARMS = {
+    "ours": [],  # async (max_staleness 2), vLLM actor
+    "ours-sync": ["buffer.max_staleness=0"],  # the async design off, same engine
+    "ours-hf": ["engine.backend=hf"],  # TRL's kind of generation engine, our async design
+}
+ARMS = [*OUR_ARMS, "trl"]
+OUR_SAVERS = ["learner.gradient_checkpointing=true", "learner.head_chunk_tokens=512"]
 
 
 def common_overrides(seed: int) -> list[str]:
@@ -85,20 +108,38 @@ def shared_start() -> str:
     return warm_start(load_config(CONFIG, ["logging.wandb_mode=disabled"]), print)
 
 
-def held_out(model_path: str, seed: int, n: int) -> float:
+def held_out(model_path: str, seed: int, n: int) -> dict[str, float]:
+    """evaluate()'s summary (mean_return, success, ...) of `model_path` on n dev tasks."""
     from agent_r1_async.run.evaluate import evaluate
 
     cfg = bench_config(seed)
-    return float(evaluate(cfg, cfg.env.eval_split, n, model_path=model_path)["mean_return"])
+    return evaluate(cfg, cfg.env.eval_split, n, model_path=model_path)
 
 
 # ---------------------------------------------------------------- ours
 
 
-def run_ours(seed: int, minutes: float, root: str, start: str) -> tuple[float, str]:
-    """(trained samples/s, final checkpoint dir) of one budgeted launch."""
-    run_root = os.path.join(root, f"ours-s{seed}")
-    sets = [*common_overrides(seed), f"model.init_from={start}", "launch.warm_start=false",
+def launch_metrics(run_dir: Path) -> dict[str, float]:
+    """Trained episodes, updates, mean staleness and learner idle fraction of a launch."""
+    samples = updates = stale = idle = 0.0
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        if "learner/episodes" not in rec:
+            continue
+        samples += float(rec["learner/episodes"])  # episodes in each update's batch
+        updates += 1
+        stale += float(rec.get("learner/staleness_mean", 0.0))
+        idle += float(rec.get("learner/idle_frac", 0.0))
+    n = max(updates, 1.0)
+    return {"samples": samples, "updates": updates, "staleness": stale / n, "idle": idle / n}
+
+
+def run_ours(arm: str, seed: int, minutes: float, root: str, start: str,
+             savers: bool) -> dict[str, Any]:
+    """One budgeted launch of `arm`: trained samples/s, final checkpoint dir, its metrics."""
+    run_root = os.path.join(root, f"{arm}-s{seed}")
+    sets = [*common_overrides(seed), *OUR_ARMS[arm], *(OUR_SAVERS if savers else []),
+            f"model.init_from={start}", "launch.warm_start=false",
             "eval.in_launch=false", f"launch.max_wall_time_s={minutes * 60}",
             "learner.total_updates=1000000", f"launch.run_root={run_root}",
             "learner.checkpoint_every=1000000"]
@@ -109,24 +150,24 @@ def run_ours(seed: int, minutes: float, root: str, start: str) -> tuple[float, s
     subprocess.run(cmd, check=True, cwd=REPO, timeout=minutes * 60 + 900, stdout=sys.stderr)
     wall = time.monotonic() - t0
     (run_dir,) = [p for p in Path(run_root).iterdir() if p.is_dir()]
-    samples = 0.0
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        rec = json.loads(line)
-        samples += float(rec.get("learner/episodes", 0.0))  # episodes in each update's batch
     from agent_r1_async.learner.checkpoint import latest_checkpoint
 
     ckpt = latest_checkpoint(str(run_dir))
     if ckpt is None:
         raise RuntimeError(f"{run_dir}: no checkpoint after the budget")
-    return samples / wall, ckpt  # the budget can overrun by the update in progress
+    m = launch_metrics(run_dir)
+    # the budget can overrun by the update in progress: divide by the actual wall time
+    return {"rate": m["samples"] / wall, "model_dir": ckpt, "wall_s": wall, **m}
 
 
 # ---------------------------------------------------------------- TRL
 
 # SmolLM2's ChatML template plus what TRL's tool loop needs, rendered the way our env and
 # context builder do: a tool result is a `user` turn of `<tool_response>` blocks (one per call),
-# an assistant turn with calls renders them as `<tool_call>{json}</tool_call>`, tool schemas are
-# not added to the prompt (the env's system prompt already describes the calculator).
+# an assistant turn with calls renders them as `<tool_call>{json}</tool_call>`. The template
+# ignores `tools=`: like our context builder for a template without tool support, the prompt
+# carries the env's tool schemas as a text block in the system message (`trl_prompt`).
+# tests/unit/test_bench_vs_trl.py checks a whole episode renders to our context's exact ids.
 CHATML_TOOLS = (
     "{%- for message in messages -%}"
     "{%- if loop.first and message['role'] != 'system' -%}"
@@ -172,6 +213,15 @@ class CalculatorTools:
         return await Calculator().call(expression)  # the env's own tool, same answers
 
 
+def trl_prompt(obs: Any) -> list[dict[str, Any]]:
+    """The conversational prompt of a reset observation as our context builder shows it to
+    SmolLM2 (ChatML has no tool support: the schemas go into the system message)."""
+    from agent_r1_async.actors.context import with_tools_text
+
+    messages = [dict(m) for m in obs.messages]
+    return [dict(m) for m in with_tools_text(messages, obs.tools)] if obs.tools else messages
+
+
 def arithmetic_dataset(seed: int) -> tuple[Any, Any]:
     """(datasets.Dataset of conversational prompts + task index, the env spec)."""
     from datasets import Dataset
@@ -182,7 +232,7 @@ def arithmetic_dataset(seed: int) -> tuple[Any, Any]:
     rows = []
     for i, task in enumerate(spec.tasks("train")):
         obs = asyncio.run(spec.make().reset(task))
-        rows.append({"prompt": [dict(m) for m in obs.messages], "task_index": i})
+        rows.append({"prompt": trl_prompt(obs), "task_index": i})
     return Dataset.from_list(rows).shuffle(seed=seed), spec
 
 
@@ -216,8 +266,8 @@ def env_return(spec: Any, task: Any, actions: list[str]) -> float:
     return asyncio.run(replay())
 
 
-def run_trl(seed: int, minutes: float, root: str, start: str) -> tuple[float, str]:
-    """(trained samples/s, saved model dir) of one budgeted GRPOTrainer run."""
+def run_trl(seed: int, minutes: float, root: str, start: str, savers: bool) -> dict[str, Any]:
+    """One budgeted GRPOTrainer run: trained samples/s, saved model dir, optimizer steps."""
     t0 = time.monotonic()
     deadline = t0 + minutes * 60
     from transformers import TrainerCallback
@@ -256,6 +306,7 @@ def run_trl(seed: int, minutes: float, root: str, start: str) -> tuple[float, st
         max_tool_calling_iterations=cfg.env.max_turns - 1,
         temperature=cfg.engine.temperature, top_p=1.0, max_steps=10**6, logging_steps=1,
         save_strategy="no", report_to=[], lr_scheduler_type="constant", warmup_steps=0,
+        gradient_checkpointing=savers,
     )
     trainer = GRPOTrainer(model=load_causal_lm(start), reward_funcs=reward, args=args,
                           train_dataset=dataset, processing_class=tokenizer,
@@ -266,50 +317,137 @@ def run_trl(seed: int, minutes: float, root: str, start: str) -> tuple[float, st
     model_dir = os.path.join(out, "final")
     trainer.save_model(model_dir)
     load_tokenizer(start).save_pretrained(model_dir)  # the original template, for evaluate()
-    return samples / wall, model_dir
+    return {"rate": samples / wall, "model_dir": model_dir, "wall_s": wall,
+            "samples": float(samples), "updates": float(trainer.state.global_step)}
+
+
+def _trl_child(q: Any, *args: Any) -> None:
+    try:
+        q.put(("ok", run_trl(*args)))
+    except BaseException as e:  # reported to the parent, which raises it
+        q.put(("error", f"{type(e).__name__}: {e}"))
+
+
+def run_trl_isolated(seed: int, minutes: float, root: str, start: str,
+                     savers: bool) -> dict[str, Any]:
+    """`run_trl` in a spawned process: its model, optimizer and generation memory go away
+    with it instead of staying in this process for the arms after it (2026-11-23: ~3 GB
+    left behind, and the next launches were OOM-killed on the shared box)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    proc = ctx.Process(target=_trl_child, args=(q, seed, minutes, root, start, savers))
+    proc.start()
+    try:
+        status, value = q.get(timeout=minutes * 60 + 3600)
+    finally:
+        proc.join(120)
+    if status != "ok":
+        raise RuntimeError(f"TRL run failed: {value}")
+    return value
 
 
 # ---------------------------------------------------------------- main
+
+
+def arm_order(arms: list[str], seed_index: int) -> list[str]:
+    """The arms of one seed, rotated by the seed's index: no arm always runs first."""
+    k = seed_index % len(arms)
+    return [*arms[k:], *arms[:k]]
+
+
+def summarize(rows: list[dict[str, Any]]) -> list[str]:
+    """Per arm mean ± 95 % t interval over seeds; per-seed ratios of paired arms."""
+    out = [f"{'arm':10} {'samples/s':>24} {'held-out return':>24} {'success':>24}"]
+    by_arm: dict[str, dict[int, dict[str, Any]]] = {}
+    for r in rows:
+        by_arm.setdefault(r["arm"], {})[r["seed"]] = r
+    for arm, runs in by_arm.items():
+        vals = list(runs.values())
+        out.append(f"{arm:10} {fmt_ci([r['rate'] for r in vals]):>24} "
+                   f"{fmt_ci([r['return'] for r in vals]):>24} "
+                   f"{fmt_ci([r['success'] for r in vals]):>24}")
+    pairs = [("ours", "trl"), ("ours-sync", "trl"), ("ours-hf", "trl"),
+             ("ours", "ours-sync"), ("ours", "ours-hf")]
+    for a, b in pairs:
+        seeds = sorted(set(by_arm.get(a, {})) & set(by_arm.get(b, {})))
+        if not seeds:
+            continue
+        ratio = [by_arm[a][s]["rate"] / by_arm[b][s]["rate"] for s in seeds]
+        diff = [by_arm[a][s]["return"] - by_arm[b][s]["return"] for s in seeds]
+        m, h = mean_ci(ratio)
+        out.append(f"{a} / {b}: samples/s {m:.2f}× ± {h:.2f} (per seed "
+                   f"{', '.join(f'{x:.2f}' for x in ratio)}); held-out return "
+                   f"{fmt_ci(diff)} (per seed {', '.join(f'{x:+.3f}' for x in diff)})")
+    return out
+
+
+def run_arm(arm: str, seed: int, args: argparse.Namespace, root: str,
+            start: str) -> dict[str, Any]:
+    """One budgeted run of `arm` and the held-out evaluation of its final weights."""
+    load_before = os.getloadavg()[0]
+    with PeakRSS() as mem:
+        if arm == "trl":
+            r = run_trl_isolated(seed, args.minutes, root, start, args.memory_savers)
+        else:
+            r = run_ours(arm, seed, args.minutes, root, start, args.memory_savers)
+    ev = held_out(r["model_dir"], seed, args.eval_tasks)
+    return {"arm": arm, "seed": seed, **r, "return": float(ev["mean_return"]),
+            "success": float(ev.get("success", 0.0)), "peak_rss_gb": mem.peak_gb,
+            "load_before": load_before, "load_after": os.getloadavg()[0]}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=8.0)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--side", choices=["both", "ours", "trl"], default="both")
+    ap.add_argument("--arms", nargs="+", choices=ARMS, default=ARMS)
     ap.add_argument("--eval-tasks", type=int, default=100)
+    ap.add_argument("--memory-savers", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--root", default="", help="where runs go (default: a temp dir)")
+    ap.add_argument("--skip-start-eval", action="store_true",
+                    help="do not evaluate the shared start (it does not change between runs)")
     args = ap.parse_args()
-    sides = ["ours", "trl"] if args.side == "both" else [args.side]
-    if "trl" in sides and importlib.util.find_spec("trl") is None:
+    arms = list(dict.fromkeys(args.arms))
+    if "trl" in arms and importlib.util.find_spec("trl") is None:
         print(TRL_HINT)
-        sides.remove("trl")
-        if not sides:
+        arms.remove("trl")
+        if not arms:
             return
     root = args.root or tempfile.mkdtemp(prefix="bench-vs-trl-")
     start = shared_start()
-    runners = {"ours": run_ours, "trl": run_trl}
-    results: dict[str, list[tuple[float, float]]] = {s: [] for s in sides}
-    print(f"## vs TRL GRPOTrainer: warm-started SmolLM2-135M-Instruct, arithmetic (up to 3 turns), "
-          f"{args.minutes:g} min budget, seeds {args.seeds}, held-out {args.eval_tasks} dev "
-          f"tasks", flush=True)
-    print(f"start: held-out return {held_out(start, 0, args.eval_tasks):.3f}", flush=True)
-    print(f"{'side':6} {'seed':>4} {'samples/s':>10} {'held-out return':>15}", flush=True)
-    for seed in args.seeds:
-        for side in sides:  # one at a time: they would share the 2 cores
-            rate, model_dir = runners[side](seed, args.minutes, root, start)
-            ret = held_out(model_dir, seed, args.eval_tasks)
-            results[side].append((rate, ret))
-            print(f"{side:6} {seed:>4} {rate:>10.3f} {ret:>15.3f}", flush=True)
-    med = statistics.median
-    for side, rows in results.items():
-        print(f"{side:6} {'med':>4} {med(r for r, _ in rows):>10.3f} "
-              f"{med(w for _, w in rows):>15.3f}")
-    if len(results) == 2:
-        ours, trl = results["ours"], results["trl"]
-        print(f"ours / TRL: samples/s {med(a[0] / b[0] for a, b in zip(ours, trl, strict=True)):.2f}×, "
-              f"held-out return {med(a[1] for a in ours) - med(b[1] for b in trl):+.3f}")
-    print(f"(runs under {root}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+    print(f"## vs TRL GRPOTrainer + ablations: warm-started SmolLM2-135M-Instruct, arithmetic (up "
+          f"to 3 turns), {args.minutes:g} min budget, seeds {args.seeds}, arms {arms}, held-out "
+          f"{args.eval_tasks} dev tasks, memory savers {args.memory_savers}; {load_line()}",
+          flush=True)
+    if not args.skip_start_eval:
+        ev = held_out(start, 0, args.eval_tasks)
+        p = float(ev.get("success", 0.0))
+        print(f"start: held-out return {ev['mean_return']:.3f}, success {p:.2f} (binomial SE "
+              f"{binomial_se(p, args.eval_tasks):.3f})", flush=True)
+    print(f"{'arm':10} {'seed':>4} {'samples/s':>9} {'return':>7} {'success':>7} {'SE':>6} "
+          f"{'updates':>7} {'stale':>5} {'idle':>5} {'wall s':>6} {'peak GB':>7} {'load':>9}",
+          flush=True)
+    rows: list[dict[str, Any]] = []
+    for i, seed in enumerate(args.seeds):
+        for arm in arm_order(arms, i):  # one at a time: they would share the 2 cores
+            try:
+                r = run_arm(arm, seed, args, root, start)
+            except Exception as e:  # one failed run must not lose the others' numbers
+                print(f"{arm:10} {seed:>4} FAILED: {type(e).__name__}: {e}", flush=True)
+                continue
+            rows.append(r)
+            with open(os.path.join(root, "results.jsonl"), "a") as f:
+                f.write(json.dumps(r) + "\n")
+            print(f"{arm:10} {seed:>4} {r['rate']:>9.3f} {r['return']:>7.3f} "
+                  f"{r['success']:>7.2f} {binomial_se(r['success'], args.eval_tasks):>6.3f} "
+                  f"{r['updates']:>7.0f} {r.get('staleness', 0.0):>5.2f} "
+                  f"{r.get('idle', 0.0):>5.2f} {r['wall_s']:>6.0f} {r['peak_rss_gb']:>7.1f} "
+                  f"{r['load_before']:>4.1f}→{r['load_after']:<4.1f}", flush=True)
+    for line in summarize(rows):
+        print(line)
+    print(f"(runs under {root}; {load_line()})")
 
 
 if __name__ == "__main__":

@@ -283,7 +283,7 @@ class TrajectoryBuffer:
 
     # ---- metrics and snapshots ----------------------------------------------------------
 
-    def stats(self, ingest_rate: float = 0.0) -> BufferStats:
+    def stats(self, ingest_rate: float = 0.0, records_per_frame: float = 0.0) -> BufferStats:
         return BufferStats(
             time=time.time(),
             learner_version=self.version,
@@ -298,6 +298,7 @@ class TrajectoryBuffer:
             staleness_hist=dict(self.staleness_hist),
             ingest_records_per_s=ingest_rate,
             actors=dict(self.actor_stats),
+            records_per_frame=records_per_frame,
         )
 
     def state(self) -> BufferState:

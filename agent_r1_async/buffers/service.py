@@ -125,6 +125,7 @@ class BufferService:
         self._closed = False
         self._rate = 0.0
         self._rate_mark = (clock(), 0)
+        self._data_frames = self._data_items = 0  # decoded data frames and their messages
 
     # ---- lifecycle ----------------------------------------------------------------------
 
@@ -228,7 +229,7 @@ class BufferService:
 
     def metrics(self) -> m.BufferStats:
         with self._lock:
-            return self.buffer.stats(self._rate)
+            return self.buffer.stats(self._rate, self._records_per_frame())
 
     def snapshot_now(self) -> str | None:
         """Write a snapshot now (the launcher asks on every learner checkpoint, and before the
@@ -269,6 +270,8 @@ class BufferService:
                 continue
             budget -= len(msgs)
             sender = self._puller.user_id  # who authenticated the message (CurveZMQ), or None
+            self._data_frames += 1
+            self._data_items += len(msgs)
             for msg in msgs:
                 try:
                     self.buffer.ingest(msg, sender)
@@ -316,7 +319,7 @@ class BufferService:
             self.buffer.set_version(req.version)
             return m.VersionAck(self.buffer.version)
         if isinstance(req, m.StatsRequest):
-            return self.buffer.stats(self._rate)
+            return self.buffer.stats(self._rate, self._records_per_frame())
         if isinstance(req, m.SampleRequest):
             return self._sample(peer, req)
         self.buffer.drops["unexpected_message"] += 1
@@ -376,6 +379,11 @@ class BufferService:
     def _reply(self, peer: bytes, msg: m.ControlMessage) -> None:
         if not self._server.reply(peer, [m.encode(msg)]):
             self.buffer.drops["reply_undeliverable"] += 1
+
+    def _records_per_frame(self) -> float:
+        """Mean data messages per decoded frame since start (actors coalesce a loop turn's
+        records into one Batch frame: this is how many a real run gets)."""
+        return self._data_items / self._data_frames if self._data_frames else 0.0
 
     def _update_rate(self, now: float) -> None:
         t0, n0 = self._rate_mark

@@ -223,7 +223,8 @@ def merge_metrics(
         else:
             out[_RENAME.get(k, f"learner/{k}")] = v
     for key in ("groups_ready", "groups_assembling", "episodes_stored", "bytes_stored",
-                "in_flight_groups", "accepted_groups", "sampled_groups", "ingest_records_per_s"):
+                "in_flight_groups", "accepted_groups", "sampled_groups", "ingest_records_per_s",
+                "records_per_frame"):
         if key in buffer:
             out[f"buffer/{key}"] = buffer[key]
     for reason, count in buffer.get("drops", {}).items():

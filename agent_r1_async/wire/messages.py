@@ -334,6 +334,8 @@ class BufferStats(_Wire, tag="buffer_stats"):
     ingest_records_per_s: float = 0.0
     actors: dict[str, ActorStats] = {}
     """The latest ActorStats of each actor, by actor id."""
+    records_per_frame: float = 0.0
+    """Mean data messages per received data frame since the service started (coalescing)."""
 
 
 class ErrorReply(_Wire, tag="error"):

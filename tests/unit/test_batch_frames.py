@@ -128,3 +128,22 @@ def test_decoded_values_own_their_memory():
     buf[:] = bytes(len(buf))  # overwrite the received bytes
     assert got == [rec, end]
     assert type(got[0].context_ids) is m.TokenIds and type(got[0].behavior_logprobs) is m.LogProbs
+
+
+def test_the_service_reports_records_per_frame_as_launch_metrics_log_it():
+    from agent_r1_async.run.hosts import struct_to_dict
+    from agent_r1_async.run.monitor import merge_metrics
+
+    service, pusher = _service()
+    try:
+        assert service.metrics().records_per_frame == 0.0  # no frame yet
+        records = episode_records("g0-e0", "g0", num_steps=2)  # 2 StepRecords + EpisodeEnd
+        assert pusher.send([m.encode_batch([m.encode(r) for r in records])])  # 3 in one frame
+        assert pusher.send([m.encode(step("g0-e1", "g0", 0))])  # 1 alone
+        service._drain_data()
+        stats = service.metrics()
+        assert stats.records_per_frame == 2.0  # (3 + 1) / 2 frames
+        out, _ = merge_metrics({"metrics": {}}, struct_to_dict(stats))  # as launch logs it
+        assert out["buffer/records_per_frame"] == 2.0
+    finally:
+        service.stop()

@@ -147,3 +147,12 @@ def test_learning_summary_from_a_run_directory(tmp_path: Path) -> None:
     # RL time: last update (240 s) minus the held-out evaluation before it (60 s) = 3 min.
     assert summary["updates"] == 2 and summary["rl_min"] == pytest.approx(3.0)
     assert summary["curve"] == [(1, 0.5, 0.25), (2, 1.0, 0.75)]
+
+
+def test_transport_runs_pair_each_transport_run_with_its_like_for_like_baseline() -> None:
+    mod = load("bench_transport")
+    assert mod.schedule([16, 1]) == [("raw", 1), ("transport", 1), ("transport", 16),
+                                     ("raw_coalesced", 16)]
+    assert mod.schedule([1]) == [("raw", 1), ("transport", 1)]
+    assert mod.like_for_like(1) == "raw"
+    assert mod.like_for_like(16) == "raw_coalesced"
