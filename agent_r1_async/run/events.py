@@ -25,22 +25,28 @@ from agent_r1_async.run.console import Console
 from agent_r1_async.run.logs import log_file, tail_error
 
 
-def worker_exit(pid: int) -> str | None:
+def worker_exit(pid: int, wait_s: float = 3.0) -> str | None:
     """Ray's record of how the worker process `pid` ended ("Worker exit type: ... Worker exit
     detail: ..."), from the GCS worker table; None when Ray has none (or its private API
-    moved: this is a best effort on top of the error the caller already has)."""
-    try:
-        from ray._private.state import state
-        from ray.core.generated import common_pb2, gcs_pb2
+    moved: this is a best effort on top of the error the caller already has). The driver can
+    see the death before the GCS has recorded it (a loaded machine, in a test): ask again for
+    up to `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            from ray._private.state import state
+            from ray.core.generated import common_pb2, gcs_pb2
 
-        for raw in state._connect_and_get_accessor().get_worker_table():
-            w = gcs_pb2.WorkerTableData.FromString(raw)
-            if w.pid == pid and not w.is_alive:
-                return (f"Worker exit type: {common_pb2.WorkerExitType.Name(w.exit_type)} "
-                        f"Worker exit detail: {w.exit_detail}")
-    except Exception:
-        return None
-    return None
+            for raw in state._connect_and_get_accessor().get_worker_table():
+                w = gcs_pb2.WorkerTableData.FromString(raw)
+                if w.pid == pid and not w.is_alive:
+                    return (f"Worker exit type: {common_pb2.WorkerExitType.Name(w.exit_type)} "
+                            f"Worker exit detail: {w.exit_detail}")
+        except Exception:
+            return None
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.25)
 
 
 def last_pid(log: Path) -> int | None:

@@ -149,7 +149,8 @@ def test_buffer_learner_and_actor_killed_in_one_launch_and_every_update_logged_o
     redone = [v for v, line in zip(_progress_versions(after), _progress_lines(after),
                                    strict=True) if line.endswith(" (redone)")]
     assert redone == list(range(resumed + 1, last_logged + 1))
-    assert "restarting its loop (" in actor_line, actor_line
+    assert "/logs/actor-0.log" in actor_line, actor_line  # the died line names its log ...
+    assert "[launch] actor-0 restarted by Ray (1 of " in stdout  # ... and the restart is said
     # New processes wrote their pid files.
     for role, old in (("buffer", buffer_pid), ("learner-rank-0", learner_pid),
                       ("actor-0", actor_pid)):
