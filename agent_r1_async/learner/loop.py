@@ -26,6 +26,7 @@ ready is asked for again until `learner.sample_timeout_s` has passed (then Timeo
 
 from __future__ import annotations
 
+import threading
 import time
 
 import torch
@@ -39,6 +40,10 @@ from agent_r1_async.learner.protocols import SampleSource
 from agent_r1_async.learner.trainer import PolicyTrainer
 from agent_r1_async.wire import messages
 from agent_r1_async.wire.weight_channel import WeightSender
+
+
+class SamplingStopped(RuntimeError):
+    """An update's wait for data ended by `Learner.stop_waiting` (the launch is stopping)."""
 
 
 class Learner:
@@ -69,6 +74,7 @@ class Learner:
         """Policy version of the current weights (the actors' data is stamped with it)."""
         self.updates = 0
         self.samples_drawn = 0
+        self._stop_waiting = threading.Event()
         """Data cursor: batches drawn from the source so far."""
         self._last_publish = float("-inf")
         self.last_staleness_hist: dict[int, int] = {}
@@ -123,6 +129,14 @@ class Learner:
                        tokens_per_s=tokens / max(elapsed - (t_data - t0), 1e-9))
         return metrics
 
+    def stop_waiting(self) -> None:
+        """From another thread: an update waiting for data gives up at its next poll (within
+        `learner.republish_s`) with `SamplingStopped`. The launcher asks before its final
+        checkpoint, which runs on the same thread as updates (run/hosts.py) and would otherwise
+        wait behind an update that no data will ever come for (every env failing, actors
+        already stopped) until `learner.sample_timeout_s`."""
+        self._stop_waiting.set()
+
     def _sample(self) -> messages.SampleBatch:
         """Rank 0 polls the source; each poll's outcome is broadcast, so all ranks return the
         same batch, or raise together, or re-publish (a collective) together."""
@@ -136,13 +150,17 @@ class Learner:
                 batch = self.source.sample(self.cfg.algorithm.batch_groups, self.version,
                                            max(min(left, lc.republish_s), 0.0))
                 ready = batch.ready and bool(batch.groups)
-                outcome = (batch if ready else None, batch.reason,
-                           time.monotonic() >= deadline and not ready)
+                stopped = self._stop_waiting.is_set() and not ready
+                outcome = (batch if ready else None,
+                           "stopped by the launcher" if stopped else batch.reason,
+                           (time.monotonic() >= deadline or stopped) and not ready)
             batch, reason, timed_out = dist_util.broadcast(
                 outcome, tuple[messages.SampleBatch | None, str, bool])
             if batch is not None:
                 self.samples_drawn += 1
                 return batch
+            if timed_out and reason == "stopped by the launcher":
+                raise SamplingStopped(reason)
             if timed_out:
                 raise TimeoutError(f"no batch after learner.sample_timeout_s="
                                    f"{lc.sample_timeout_s}: {reason}")

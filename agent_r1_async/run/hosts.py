@@ -258,6 +258,12 @@ class LearnerHost:
         metrics = self._on_worker(self.learner.step)
         return {"metrics": metrics, "staleness_hist": self.learner.last_staleness_hist}
 
+    def stop_waiting(self) -> None:
+        """Runs on Ray's second thread while an update may hold the worker: an update waiting
+        for data ends (`Learner.stop_waiting`), so a final checkpoint can run."""
+        if self.learner is not None:
+            self.learner.stop_waiting()
+
     def save_checkpoint(self) -> str:
         return str(self._on_worker(self.learner.save_checkpoint))
 

@@ -364,6 +364,9 @@ class Supervisor:
                                       log=self.run_dir / "logs" / "buffer.log")
         if checkpoint:
             try:
+                # An update still waiting for data would hold the learner's one worker thread
+                # (run/hosts.py) until learner.sample_timeout_s: end its wait first.
+                self.learner.call("stop_waiting")
                 path = self.learner.call("save_checkpoint")
             except Exception as e:  # a dead rank: the last periodic checkpoint stands
                 self.events.console.error(

@@ -128,7 +128,8 @@ def test_the_final_snapshot_is_written_before_the_final_checkpoint(capsys, tmp_p
     class _Learner:
         def call(self, method):
             calls.append(f"learner.{method}")
-            raise rex.RayTaskError("save_checkpoint", "Traceback ...", full)
+            if method == "save_checkpoint":
+                raise rex.RayTaskError("save_checkpoint", "Traceback ...", full)
 
         def kill(self):
             calls.append("learner.kill")
@@ -142,8 +143,8 @@ def test_the_final_snapshot_is_written_before_the_final_checkpoint(capsys, tmp_p
     sup.run_dir = tmp_path
     sup.events = Events(Console(None, live=False), tmp_path, 1, 1000)
     assert sup.shutdown(checkpoint=True) is None
-    assert calls == ["actor-0.stop", "buffer.snapshot", "learner.save_checkpoint",
-                     "learner.kill", "buffer.stop"]
+    assert calls == ["actor-0.stop", "buffer.snapshot", "learner.stop_waiting",
+                     "learner.save_checkpoint", "learner.kill", "buffer.stop"]
     assert f"[launch] error: final learner checkpoint failed: {full}" in capsys.readouterr().err
 
 
