@@ -25,37 +25,43 @@ from agent_r1_async.run.console import Console
 from agent_r1_async.run.logs import log_file, tail_error
 
 
-def worker_exit(pid: int, wait_s: float = 3.0) -> str | None:
-    """Ray's record of how the worker process `pid` ended ("Worker exit type: ... Worker exit
-    detail: ..."), from the GCS worker table; None when Ray has none (or its private API
-    moved: this is a best effort on top of the error the caller already has). The driver can
-    see the death before the GCS has recorded it (a loaded machine, in a test): ask again for
-    up to `wait_s`."""
+def worker_exit(pids: list[int], wait_s: float = 3.0) -> str | None:
+    """Ray's record of how a worker process ended ("Worker exit type: ... Worker exit detail:
+    ..."), from the GCS worker table: the first of `pids` (newest first) that Ray records as
+    dead. A process's log names every pid it had (`log_pids`): by the time the launcher sees
+    a death Ray may have restarted the actor, whose new pid is alive. None when Ray has no
+    record (or its private API moved: a best effort on top of the error the caller has). The
+    driver can see the death before the GCS records it: ask again for up to `wait_s`."""
     deadline = time.monotonic() + wait_s
-    while True:
+    while pids:
         try:
             from ray._private.state import state
             from ray.core.generated import common_pb2, gcs_pb2
 
+            dead = {}
             for raw in state._connect_and_get_accessor().get_worker_table():
                 w = gcs_pb2.WorkerTableData.FromString(raw)
-                if w.pid == pid and not w.is_alive:
-                    return (f"Worker exit type: {common_pb2.WorkerExitType.Name(w.exit_type)} "
-                            f"Worker exit detail: {w.exit_detail}")
+                if w.pid in pids and not w.is_alive:
+                    dead[w.pid] = (f"Worker exit type: {common_pb2.WorkerExitType.Name(w.exit_type)} "
+                                   f"Worker exit detail: {w.exit_detail}")
         except Exception:
             return None
+        for pid in pids:
+            if pid in dead:
+                return dead[pid]
         if time.monotonic() >= deadline:
             return None
         time.sleep(0.25)
+    return None
 
 
-def last_pid(log: Path) -> int | None:
-    """The pid in the last `===== ... pid N started` header of a process's log (run/logs.py)."""
+def log_pids(log: Path, last: int = 3) -> list[int]:
+    """The pids in a process's log headers (`===== ... pid N started`), newest first."""
     try:
         found = re.findall(r"^===== .* pid (\d+) started$", log.read_text("utf-8", "replace"), re.M)
     except OSError:
-        return None
-    return int(found[-1]) if found else None
+        return []
+    return [int(p) for p in reversed(found[-last:])]
 
 
 def death_cause(error: BaseException, log: Path | None = None, exit_record: str | None = None) -> str:
@@ -129,8 +135,7 @@ class Events:
     def actor_died(self, actor_id: str, error: BaseException, deaths: int) -> str:
         """An actor's process (or its loop) ended; returns the cause it said."""
         log = self.actor_log(actor_id)
-        pid = last_pid(log)
-        cause = death_cause(error, log, worker_exit(pid) if pid else None)
+        cause = death_cause(error, log, worker_exit(log_pids(log)))
         self.console.event(f"{actor_id} died: {cause}; log: {log}", key=f"died {actor_id} {deaths}")
         return cause
 
@@ -142,8 +147,7 @@ class Events:
     def learner_restarting(self, rank: int, error: BaseException, world_size: int, source: str,
                            restarts: int, max_restarts: int) -> None:
         log = log_file(self.log_dir, "learner", rank)
-        pid = last_pid(log)
-        cause = death_cause(error, log, worker_exit(pid) if pid else None)
+        cause = death_cause(error, log, worker_exit(log_pids(log)))
         self.console.event(f"learner rank {rank} failed: {cause}; log: {log}; "
                            f"restarting the learner group ({world_size} ranks) from {source} "
                            f"({restarts} of {max_restarts} restarts)", key=f"learner {restarts}")

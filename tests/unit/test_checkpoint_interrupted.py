@@ -24,6 +24,7 @@ import torch
 
 from agent_r1_async import config
 from agent_r1_async.learner import checkpoint
+from agent_r1_async.learner.checkpoint_files import DiskFullError
 from agent_r1_async.learner.trainer import PolicyTrainer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -161,7 +162,7 @@ def test_a_save_that_raises_in_the_dcp_writer_keeps_latest_and_cleans_up(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(dcp, "save", save_then_fail)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(DiskFullError, match="disk full: checkpoint step-2 could not be written"):
         checkpoint.save_checkpoint(str(tmp_path), trainer, {"version": 2, "updates": 2})
     monkeypatch.undo()
 

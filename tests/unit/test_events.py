@@ -12,7 +12,7 @@ from pathlib import Path
 from ray.exceptions import RayActorError, RayTaskError
 
 from agent_r1_async.run.console import Console
-from agent_r1_async.run.events import Events, death_cause, last_pid
+from agent_r1_async.run.events import Events, death_cause, log_pids
 from agent_r1_async.run.logs import bound, tail_error
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,11 +52,11 @@ def test_death_cause_names_oom_signal_and_exception(tmp_path: Path) -> None:
 
 def test_a_restartable_actor_s_death_is_told_by_ray_s_worker_record(tmp_path: Path) -> None:
     """A restartable actor's pending call fails with "unavailable" (no cause in it); the cause
-    is in Ray's worker table, found by the pid of the log's last header."""
+    is in Ray's worker table, found by the pids of the log's headers."""
     log = tmp_path / "actor-0.log"
     log.write_text("===== 2026-11-23 22:00:00 actor-0 pid 41 started\nok\n"
                    "===== 2026-11-23 22:01:00 actor-0 pid 4242 started\nserving v3\n")
-    assert last_pid(log) == 4242
+    assert log_pids(log) == [4242, 41]  # newest first: Ray may have restarted it already
     unavailable = RayActorError(error_msg="The actor ab is unavailable: RpcError: Socket closed")
     record = "Worker exit type: SYSTEM_ERROR " + _SIGKILL.split("Worker exit detail: ")[1]
     assert death_cause(unavailable, log, record).startswith("killed by a signal (SIGKILL")

@@ -29,14 +29,14 @@ def test_a_freed_tensor_above_the_threshold_is_returned_whichever_thread_frees_i
     def alloc() -> None:
         held.extend(torch.ones(2 << 20) for _ in range(40))  # 2M fp32 = 8 MiB each, touched
 
-    before = _rss_bytes()
     t = threading.Thread(target=alloc)
     t.start()
     t.join()
-    allocated = _rss_bytes()
+    allocated = _rss_bytes()  # (what it grew by depends on pages earlier tests left resident)
     held.clear()
-    assert allocated - before >= 300 << 20
-    assert allocated - _rss_bytes() >= 300 << 20  # the freed 320 MiB left the process
+    # The freed 320 MiB left the process (with glibc's default about 0 would: see above); 256,
+    # not 320: threads of earlier tests in this process may allocate meanwhile (seen: 296).
+    assert allocated - _rss_bytes() >= 256 << 20
 
 
 def test_the_threshold_is_not_set_for_zero():

@@ -31,7 +31,9 @@ def test_smollm2_parameter_count() -> None:
 
 
 def test_default_config_estimate_by_hand() -> None:
-    cfg = load_config(str(ROOT / "configs" / "default.yaml"), [])
+    # The learner as launches ran it until session 5 (no activation checkpointing).
+    cfg = load_config(str(ROOT / "configs" / "default.yaml"),
+                      ["learner.gradient_checkpointing=false"])
     d = ModelDims.from_hf_config(SMOLLM2)
     parts = learner_parts(cfg, d)
     p = 134_515_008
@@ -63,8 +65,20 @@ def test_checkpointing_and_bf16_shrink_the_activations() -> None:
     assert learner_parts(cfg, d)["activations"] == pytest.approx(1.8 * 2048 * per_token)
 
 
-def test_preflight_refuses_or_warns_with_force(monkeypatch, capsys) -> None:
+def test_default_config_as_shipped_matches_a_real_launch() -> None:
+    # configs/default.yaml checkpoints activations: each layer's input (30 x 576 x 4 x 2) + one
+    # layer's full set (11,520 x 4) per token. A default launch (2026-11-24) peaked at 4.9 GB.
     cfg = load_config(str(ROOT / "configs" / "default.yaml"), [])
+    d = ModelDims.from_hf_config(SMOLLM2)
+    parts = learner_parts(cfg, d)
+    assert parts["activations"] == pytest.approx(1.8 * 2048 * (30 * 576 * 4 * 2 + 11520 * 4))
+    total = 0.5 * GB + 24 * 134_515_008 + 1.8 * 2048 * 184_320 + 1.8 * 576 * 49152 * 12
+    assert sum(parts.values()) == pytest.approx(total) and total / GB == pytest.approx(5.02, abs=0.01)
+
+
+def test_preflight_refuses_or_warns_with_force(monkeypatch, capsys) -> None:
+    cfg = load_config(str(ROOT / "configs" / "default.yaml"),
+                      ["learner.gradient_checkpointing=false"])
     monkeypatch.setattr(memory, "model_dims", lambda _: ModelDims.from_hf_config(SMOLLM2))
     monkeypatch.setattr(memory, "available_bytes", lambda: 8 * GB)
     with pytest.raises(ConfigError, match=r"learner\.micro_batch_tokens"):

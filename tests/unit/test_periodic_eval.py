@@ -60,8 +60,9 @@ def test_evaluates_due_versions_of_the_published_weights():
 
     def publish_until_loaded(*versions):
         def loaded():
-            for v in versions:  # republished until the late-joining SUB sees it
-                pub.publish(v, weights)
+            for v in versions:  # republished until the late-joining SUB sees it; the pause
+                pub.publish(v, weights)  # lets the queue drain (weights PUB high-water mark: 1)
+                time.sleep(0.05)
             return engine.version == versions[-1]
         _wait(loaded)
 
