@@ -17,19 +17,6 @@ from agent_r1_async.learner import checkpoint, checkpoint_files
 from agent_r1_async.learner.trainer import PolicyTrainer
 
 
-@pytest.fixture(scope="module")
-def micro_model_dir(tmp_path_factory) -> str:
-    """A 2-layer Llama with hidden 16 and a 64-token vocabulary (no tokenizer)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    out = tmp_path_factory.mktemp("micro")
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
-    LlamaForCausalLM(cfg).save_pretrained(str(out))
-    return str(out)
-
-
 def _trainer(path: str, algo: str = "ppo") -> PolicyTrainer:
     cfg = config.config_from_dict({
         "model": {"name_or_path": path},
