@@ -7,9 +7,6 @@ and its summary arithmetic, by hand.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -19,20 +16,9 @@ from agent_r1_async.config import EnvConfig
 from agent_r1_async.envs.registry import get_env_spec
 from agent_r1_async.envs.toolenv import ToolCall, tool_call_text
 from agent_r1_async.models import load_tokenizer, tiny_model_dir
+from tests.unit.test_bench_smoke import load
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
 IM_END = 2  # SmolLM2 <|im_end|>
-
-
-def load(name: str) -> ModuleType:
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")

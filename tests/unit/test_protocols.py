@@ -22,7 +22,6 @@ compares each Protocol method with the implementation's through `inspect.signatu
 from __future__ import annotations
 
 import ast
-import importlib.util
 import inspect
 import re
 import subprocess
@@ -48,18 +47,13 @@ from tests.fakes import envs
 from tests.fakes.engine import FakeEngine
 from tests.fakes.learner import FakeSource, RecordingSource
 from tests.fakes.transport import BrokenPusher, RecordingPusher, RecordingTransport
+from tests.unit.test_bench_smoke import load
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _bench_sleep_trainer() -> type:
-    path = REPO / "bench" / "bench_async_vs_sync.py"
-    spec = importlib.util.spec_from_file_location("bench_async_vs_sync", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses in the module look themselves up here
-    spec.loader.exec_module(module)
-    return module.SleepTrainer
+    return load("bench_async_vs_sync").SleepTrainer
 
 
 # (Protocol, implementations): every real class and every fake that stands in for it.
