@@ -164,6 +164,8 @@ def _train(cfg: RunConfig, sup: Supervisor, logger: MetricsLogger, console: Cons
             logged = version
         console.update(record, suffix=" (redone)" if redone else "")
         events.after_update(record, buffer)
+        if evals is not None:
+            evals.follow(sup.endpoints["weights"])  # a restarted learner binds a new port
         for result in evals.poll() if evals is not None else []:
             log_result(logger, result, step=version)
         rl.advance(version)

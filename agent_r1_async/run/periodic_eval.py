@@ -18,8 +18,9 @@ If an evaluation takes longer than N updates, versions are skipped, never queued
 names the version it evaluated (`version`). The launch logs each result as `eval/periodic/*`:
 in metrics.jsonl with `update` = the evaluated version, in W&B at the learner's current step
 with `eval/periodic/version` as its x axis (`define_metric`), since W&B steps only increase.
-A restarted learner group publishes elsewhere; this evaluator keeps the old socket and stops
-receiving weights (its results stop advancing; training is unaffected).
+A restarted learner group binds a new weights socket: the launch points the evaluator at it
+after the restart (`PeriodicEval.follow`), and the versions the new group redoes from its
+checkpoint are not evaluated again (each version once, like the metrics).
 """
 
 from __future__ import annotations
@@ -72,6 +73,14 @@ class Evaluator:
         self.results: list[dict[str, float]] = []
         self._lock = threading.Lock()
         self._pending: Any = None
+        self._new_endpoint: str | None = None
+
+    def retarget(self, weights_endpoint: str) -> None:
+        """Subscribe to a restarted learner's weights socket (it binds a new port). Taken up
+        between evaluations; thread-safe. Versions the new learner redoes (it resumed from an
+        older checkpoint) are not applied again: each version is evaluated once."""
+        with self._lock:
+            self._new_endpoint = weights_endpoint
 
     def take_results(self) -> list[dict[str, float]]:
         """Results finished since the last call (thread-safe)."""
@@ -103,6 +112,7 @@ class Evaluator:
         self._rx = WeightReceiver(self.transport, self.weights_endpoint)
         try:
             while not stop.is_set():
+                self._follow_endpoint(WeightReceiver)
                 await self._apply_newest()
                 if self.engine.version >= self.due:
                     await self._evaluate(rollout, spec.make, tasks)
@@ -112,6 +122,16 @@ class Evaluator:
             self._rx.close()
             if self._owns_engine:
                 await self.engine.close()
+
+    def _follow_endpoint(self, receiver_cls: Any) -> None:
+        with self._lock:
+            endpoint, self._new_endpoint = self._new_endpoint, None
+        if endpoint is None or endpoint == self.weights_endpoint:
+            return
+        self._rx.close()
+        self._pending = None  # from the old learner
+        self.weights_endpoint = endpoint
+        self._rx = receiver_cls(self.transport, endpoint)
 
     async def _apply_newest(self) -> None:
         got = self._rx.poll(0) or self._pending
@@ -170,6 +190,9 @@ class EvalHost:
     def take_results(self) -> list[dict[str, float]]:
         return self.evaluator.take_results()
 
+    def retarget(self, weights_endpoint: str) -> None:
+        self.evaluator.retarget(weights_endpoint)
+
     def stop(self) -> None:
         self._stop.set()
 
@@ -186,6 +209,19 @@ class PeriodicEval:
         self.host = cls.remote(cfg, weights_endpoint, curve, start_version, log_dir)
         self.run_ref = self.host.run.remote()
         self.failed = False
+        self.weights_endpoint = weights_endpoint
+
+    def follow(self, weights_endpoint: str) -> None:
+        """After a learner restart (new weights port): point the evaluator at it. Without
+        this its results stop at the old learner's last version."""
+        if self.failed or weights_endpoint == self.weights_endpoint:
+            return
+        try:
+            self.ray.get(self.host.retarget.remote(weights_endpoint), timeout=30)
+            self.weights_endpoint = weights_endpoint
+        except Exception as e:  # an evaluator failure never fails the run
+            self.failed = True
+            print(f"[launch] periodic evaluation stopped: {e!r} (the run goes on)", flush=True)
 
     def poll(self) -> list[dict[str, float]]:
         """Finished results (never blocks on an evaluation in progress). A dead evaluator

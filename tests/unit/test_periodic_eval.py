@@ -95,3 +95,53 @@ def test_config_rules():
         config_from_dict({"eval": {"every_updates": 3}, "learner": {"publish_every": 2}})
     with pytest.raises(ConfigError, match=r"eval\.every_num_tasks"):
         config_from_dict({"eval": {"every_num_tasks": 0}})
+
+
+def test_follows_a_restarted_learner_to_its_new_weights_socket():
+    """The learner group restarts from its checkpoint at v2 and binds a new port. Before
+    `retarget`, v4 from the new socket never arrives (the evaluator still listens on the old
+    one); after it, the redone v2 is not applied again (engine stays at 3, no second result)
+    and v4 is evaluated: results [0, 2, 4]."""
+    cfg = _cfg()
+    spec = get_env_spec(cfg.env)
+    oracles = {t.prompt: spec.oracle(t) for t in spec.tasks("dev")[:3]}
+    engine = FakeEngine.by_turn(load_tokenizer(tiny_model_dir()), oracles)
+    transport = ZmqTransport()
+    old, new = WeightPublisher(transport, tcp_endpoint()), WeightPublisher(transport, tcp_endpoint())
+    ev = Evaluator(cfg, transport, old.endpoint, engine=engine)
+    stop = threading.Event()
+    thread = threading.Thread(target=ev.run, args=(stop,))
+    thread.start()
+    weights = {"w": torch.zeros(4)}
+    results: list[dict] = []
+
+    def publish_until(pub, version, until):
+        def done():
+            pub.publish(version, weights)
+            time.sleep(0.05)
+            return until()
+        _wait(done)
+
+    try:
+        _wait(lambda: results.extend(ev.take_results()) or len(results) == 1)
+        publish_until(old, 2, lambda: results.extend(ev.take_results()) or len(results) == 2)
+        publish_until(old, 3, lambda: engine.version == 3)
+        for _ in range(10):  # the new learner publishes; nobody listens there yet
+            new.publish(4, weights)
+            time.sleep(0.05)
+        assert engine.version == 3
+        ev.retarget(new.endpoint)
+        for _ in range(10):  # the redone version 2 from the new socket
+            new.publish(2, weights)
+            time.sleep(0.05)
+        assert engine.version == 3 and ev.take_results() == []
+        publish_until(new, 4, lambda: results.extend(ev.take_results()) or len(results) == 3)
+    finally:
+        stop.set()
+        thread.join(30)
+        old.close()
+        new.close()
+        transport.close()
+    assert [r["version"] for r in results] == [0.0, 2.0, 4.0]
+    assert ev.weights_endpoint == new.endpoint
+    assert 2 not in engine.loaded[engine.loaded.index(3):]  # the redone v2 was never applied
