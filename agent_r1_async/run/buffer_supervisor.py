@@ -25,28 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from agent_r1_async.config import RunConfig
+from agent_r1_async.run.events import death_cause, process_death
+from agent_r1_async.run.logs import log_file
 from agent_r1_async.wire.zmq import CurveKeys
-
-_EXIT_KINDS = {  # Ray's worker exit types, said plainly
-    "SYSTEM_ERROR": "the process was killed or crashed",
-    "UNEXPECTED_SYSTEM_EXIT": "the process was killed or crashed",
-    "NODE_OUT_OF_MEMORY": "out of memory",
-    "USER_ERROR": "its code raised",
-}
-
-
-def death_cause(error: BaseException) -> str:
-    """A short reason a Ray actor died, from Ray's long error text."""
-    import ray
-
-    if isinstance(error, ray.exceptions.OutOfMemoryError) or "memory monitor" in str(error):
-        return f"{type(error).__name__}: killed by Ray's memory monitor (out of memory)"
-    text = str(error)
-    if "Worker exit type: " in text:
-        kind = text.split("Worker exit type: ", 1)[1].split()[0].strip(".,")
-        what = f": {_EXIT_KINDS[kind]}" if kind in _EXIT_KINDS else ""
-        return f"{type(error).__name__} (worker exit type {kind}{what})"
-    return type(error).__name__
 
 
 class SupervisedBuffer:
@@ -107,7 +88,8 @@ class SupervisedBuffer:
 
     def restart(self, error: BaseException, learner_version: int | None) -> None:
         self.restarts += 1
-        why = f"buffer process died: {death_cause(error)}"
+        log = log_file(self.run_dir / "logs", "buffer")
+        why = f"buffer process died: {process_death(error, log)}; log: {log}"
         if self.restarts > self.cfg.buffer.max_restarts:
             raise RuntimeError(f"{why}; restarted {self.cfg.buffer.max_restarts} times "
                                "(buffer.max_restarts)") from error

@@ -91,6 +91,11 @@ def death_cause(error: BaseException, log: Path | None = None, exit_record: str 
     return _first_line(detail.group(1) if detail else msg) or type(error).__name__
 
 
+def process_death(error: BaseException, log: Path) -> str:
+    """`death_cause` of a process whose own log is `log`, with Ray's record of its exit."""
+    return death_cause(error, log, worker_exit(log_pids(log)))
+
+
 def _fatal_signal(log: Path) -> str | None:
     """'Fatal Python error: Segmentation fault' (faulthandler's report) in the log's tail."""
     try:
@@ -135,7 +140,7 @@ class Events:
     def actor_died(self, actor_id: str, error: BaseException, deaths: int) -> str:
         """An actor's process (or its loop) ended; returns the cause it said."""
         log = self.actor_log(actor_id)
-        cause = death_cause(error, log, worker_exit(log_pids(log)))
+        cause = process_death(error, log)
         self.console.event(f"{actor_id} died: {cause}; log: {log}", key=f"died {actor_id} {deaths}")
         return cause
 
@@ -147,7 +152,7 @@ class Events:
     def learner_restarting(self, rank: int, error: BaseException, world_size: int, source: str,
                            restarts: int, max_restarts: int) -> None:
         log = log_file(self.log_dir, "learner", rank)
-        cause = death_cause(error, log, worker_exit(log_pids(log)))
+        cause = process_death(error, log)
         self.console.event(f"learner rank {rank} failed: {cause}; log: {log}; "
                            f"restarting the learner group ({world_size} ranks) from {source} "
                            f"({restarts} of {max_restarts} restarts)", key=f"learner {restarts}")

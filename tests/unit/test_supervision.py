@@ -3,15 +3,15 @@ restart the group), what the one restart line says, and a full disk behind Ray's
 
 from __future__ import annotations
 
+import re
 import types
 
 import pytest
 import ray.exceptions as rex
 
 from agent_r1_async.learner.checkpoint_files import DiskFullError, disk_full_message
-from agent_r1_async.run.buffer_supervisor import death_cause
 from agent_r1_async.run.console import Console
-from agent_r1_async.run.events import Events
+from agent_r1_async.run.events import Events, death_cause
 from agent_r1_async.run.supervisor import Supervisor
 
 _SIGKILLED = ("The actor died unexpectedly before finishing this task.\n\tclass_name: LearnerHost"
@@ -70,14 +70,17 @@ def test_a_learner_whose_update_raised_still_ends_the_launch():
         sup._dead_rank(["r0"], ["r0"])
 
 
-def test_death_causes_are_short():
+def test_the_buffer_and_the_learner_share_one_cause_of_death():
+    """The buffer's restart line says why in the same words as the learner's and the actors'
+    (run/events.py `death_cause`; the buffer once had its own, terser, copy)."""
     assert death_cause(rex.OutOfMemoryError(_OOM)) == (
-        "OutOfMemoryError: killed by Ray's memory monitor (out of memory)")
+        "out of memory (Ray's memory monitor killed it, node memory 22.5GB of 23.4GB)")
     assert death_cause(_Died(_SIGKILLED)) == (
-        "ActorDiedError (worker exit type SYSTEM_ERROR: the process was killed or crashed)")
+        "killed by a signal (SIGKILL: `kill -9`, the kernel's OOM killer or a crash)")
     assert death_cause(_Died("killed by the memory monitor")) == (
-        "ActorDiedError: killed by Ray's memory monitor (out of memory)")
-    assert death_cause(rex.ActorUnavailableError("restarting", None)) == "ActorUnavailableError"
+        "out of memory (Ray's memory monitor killed it)")
+    assert death_cause(rex.ActorUnavailableError("restarting", None)) == (
+        "its process ended (Ray recorded no reason; see its log)")
 
 
 def test_a_full_disk_behind_rays_task_error_is_found():
@@ -148,16 +151,18 @@ def test_the_final_snapshot_is_written_before_the_final_checkpoint(capsys, tmp_p
     assert f"[launch] error: final learner checkpoint failed: {full}" in capsys.readouterr().err
 
 
-def test_a_buffer_that_keeps_dying_ends_the_launch_after_max_restarts():
+def test_a_buffer_that_keeps_dying_ends_the_launch_after_max_restarts(tmp_path):
     from agent_r1_async.config import config_from_dict
     from agent_r1_async.run.buffer_supervisor import SupervisedBuffer
 
     buffers = SupervisedBuffer.__new__(SupervisedBuffer)  # no processes: the count only
     buffers.cfg = config_from_dict({"buffer": {"max_restarts": 0}})
     buffers.restarts = 0
-    with pytest.raises(RuntimeError, match=r"^buffer process died: ActorDiedError \(worker exit "
-                       r"type SYSTEM_ERROR: the process was killed or crashed\); restarted 0 "
-                       r"times \(buffer\.max_restarts\)$"):
+    buffers.run_dir = tmp_path
+    log = tmp_path / "logs" / "buffer.log"
+    with pytest.raises(RuntimeError, match=r"^buffer process died: killed by a signal \(SIGKILL: "
+                       r"`kill -9`, the kernel's OOM killer or a crash\); log: "
+                       + re.escape(str(log)) + r"; restarted 0 times \(buffer\.max_restarts\)$"):
         buffers.restart(_Died(_SIGKILLED), learner_version=3)
     with pytest.raises(Exception, match=r"buffer\.max_restarts: must be >= 0"):
         config_from_dict({"buffer": {"max_restarts": -1}})
