@@ -75,7 +75,7 @@ def test_group_durations_without_spread_are_the_median() -> None:
 
 def test_flops_params_counts_a_tied_head_once() -> None:
     torch = pytest.importorskip("torch")
-    flops_params = load("bench_learner").flops_params
+    flops_params = load("learner_common").flops_params
 
     class Tiny(torch.nn.Module):
         def __init__(self, tied: bool) -> None:
