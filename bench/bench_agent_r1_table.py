@@ -14,14 +14,17 @@ run's seed (`launch.seed`, also `actors.seed` and `buffer.seed`), so a seed fixe
 - Naive RAG: the untrained model, the top-k BM25 passages for the question in the prompt, one
   turn (`--baseline naive_rag`, k = `--rag-k`, default env.args.top_k).
 - Warm start: the supervised oracle warm start every RL run starts from (trained once here,
-  cached; its row is the launches' own `eval/before` on the same dev tasks).
+  cached), evaluated once per seed on the same dev tasks.
 - RL rows: one `agent-r1-async launch` per algorithm and seed, all from that same warm-start
   checkpoint (`model.init_from`) and the same wall-clock budget (`launch.max_wall_time_s`,
-  `--budget-s`), evaluated after RL on the dev split (`eval/after`) and, during RL, on a fixed
-  dev subset every `--eval-every` versions (`eval.every_updates`) for the curve.
+  `--budget-s`, counted from the launch's start), its final checkpoint then evaluated on the
+  dev split like the rows above and, during RL, a fixed dev subset every `--eval-every`
+  versions (`eval.every_updates`) for the curve.
 
-`--credit-ablation`: GRPO with algorithm.credit step vs token, process rewards on vs off
-(env.args.gold_retrieval_reward and valid_call_reward 0), same warm start and budget.
+`--credit-ablation` (same --out as the table, after it): GRPO with algorithm.credit token
+instead of step, and with process rewards off (env.args.gold_retrieval_reward and
+valid_call_reward 0), one factor at a time, same warm start, seeds and budget; the step /
+process-on arm is the table's GRPO row (configs/multihop.yaml's own setting), not run again.
 
 Writes OUT/table.md (mean ± std over seeds, and whether a difference exceeds the seed spread),
 OUT/em_vs_time.png (held-out EM vs RL wall-clock per run) and OUT/results.json; `--summarize
@@ -46,12 +49,14 @@ from agent_r1_async.run.report import read_metrics  # noqa: E402
 
 ALGOS = {"grpo": "GRPO", "ppo": "PPO (step GAE)", "reinforce_pp": "REINFORCE++", "rloo": "RLOO"}
 PROCESS_OFF = ["env.args.gold_retrieval_reward=0", "env.args.valid_call_reward=0"]
-ABLATION = {  # label -> overrides (GRPO)
+ABLATION = {  # label -> overrides (GRPO); one factor at a time against the table's GRPO
     "GRPO credit=step, process on": ["algorithm.credit=step"],
     "GRPO credit=token, process on": ["algorithm.credit=token"],
     "GRPO credit=step, process off": ["algorithm.credit=step", *PROCESS_OFF],
-    "GRPO credit=token, process off": ["algorithm.credit=token", *PROCESS_OFF],
 }
+SAME_AS_GRPO = "GRPO credit=step, process on"
+"""configs/multihop.yaml's own setting: with the table's results in the same --out, its GRPO
+runs are this arm's (same warm start, seeds and budget), not run again."""
 
 
 def _python() -> str:
@@ -79,15 +84,17 @@ def _run(cmd: list[str], log: Path) -> str:
     return out.stdout
 
 
-def baseline(args: argparse.Namespace, kind: str, seed: int) -> dict[str, Any]:
-    """One baseline evaluation on the dev split: {"em", "f1", ...} (the eval table's row)."""
-    res = args.out / f"{kind}-s{seed}.json"
+def dev_eval(args: argparse.Namespace, tag: str, seed: int, kind: str = "",
+             model: str = "") -> dict[str, Any]:
+    """One evaluation on ALL `--final-tasks` dev tasks at `seed`: a baseline (`kind`), or a
+    checkpoint (`model`: the warm start, an RL run's final weights). {"em", "f1", ...}"""
+    res = args.out / f"{tag}-s{seed}.json"
     code = ("import json,sys; from agent_r1_async.config import load_config; "
             "from agent_r1_async.run.evaluate import evaluate; "
             f"cfg = load_config({str(args.config)!r}, {[*args.overrides, f'launch.seed={seed}']!r}); "
-            f"r = evaluate(cfg, 'dev', {args.final_tasks}, baseline={kind!r}, "
-            f"rag_k={args.rag_k}); open({str(res)!r}, 'w').write(json.dumps(r))")
-    _run([_python(), "-c", code], args.out / f"{kind}-s{seed}.log")
+            f"r = evaluate(cfg, 'dev', {args.final_tasks}, model_path={model or None!r}, "
+            f"baseline={kind!r}, rag_k={args.rag_k}); open({str(res)!r}, 'w').write(json.dumps(r))")
+    _run([_python(), "-c", code], args.out / f"{tag}-s{seed}.log")
     return json.loads(res.read_text())
 
 
@@ -101,37 +108,48 @@ def warm_start_checkpoint(args: argparse.Namespace) -> str:
     return out.split("CKPT=")[-1].strip()
 
 
-def rl_run(args: argparse.Namespace, name: str, seed: int, ckpt: str,
-           extra: list[str]) -> dict[str, Any]:
+def rl_run(args: argparse.Namespace, name: str, seed: int, ckpt: str, extra: list[str],
+           before: dict[str, Any]) -> dict[str, Any]:
+    """One launch from the warm start `ckpt`, then its final checkpoint on all dev tasks.
+    `before`: the warm start's own dev result at this seed (evaluated once per seed, not
+    again in every launch: `eval.in_launch` is off)."""
+    from agent_r1_async.learner.checkpoint import latest_checkpoint
+
     sets = [*args.overrides, f"model.init_from={ckpt}", f"launch.name={name}-s{seed}",
             f"launch.seed={seed}", f"actors.seed={seed}", f"buffer.seed={seed}",
             f"launch.max_wall_time_s={args.budget_s}", "learner.total_updates=100000",
-            f"eval.num_tasks={args.final_tasks}", f"eval.every_updates={args.eval_every}",
+            "eval.in_launch=false", f"eval.every_updates={args.eval_every}",
             f"eval.every_num_tasks={args.eval_tasks}", f"launch.run_root={args.out / 'runs'}",
             *extra]
+    t_start = time.time()
     stdout = _run(_cli("launch", "--config", str(args.config), *_sets(sets)),
                   args.out / f"{name}-s{seed}.log")
     run_dir = Path(stdout.split("[launch] run directory: ")[-1].strip())
-    return summarize_run(run_dir)
+    final = latest_checkpoint(str(run_dir))
+    if final is None:
+        raise SystemExit(f"{run_dir}: no checkpoint to evaluate")
+    after = dev_eval(args, f"{name}-after", seed, model=str(final))
+    return summarize_run(run_dir, t_start, before, after)
 
 
-def summarize_run(run_dir: Path) -> dict[str, Any]:
-    """Before/after EM and F1 (eval.json) and the held-out curve vs RL wall-clock."""
-    ev = json.loads((run_dir / "eval.json").read_text())
+def summarize_run(run_dir: Path, t_start: float, before: dict[str, Any],
+                  after: dict[str, Any]) -> dict[str, Any]:
+    """Before/after EM and F1 and the held-out curve against the launch's wall clock
+    (`t_start`: when the launch command started; engine and learner start-up count, as they
+    do in `launch.max_wall_time_s`)."""
     rows = read_metrics(run_dir)
-    t0 = next(r["time"] for r in rows if "eval/before/em" in r)  # RL starts after it
-    t_update = {int(r["update"]): r["time"] - t0 for r in rows if "learner/loss" in r}
+    t_update = {int(r["update"]): r["time"] - t_start for r in rows if "learner/loss" in r}
     t_update[0] = 0.0
     curve = [(t_update.get(int(r["update"]), float("nan")) / 60, r["eval/periodic/em"])
              for r in rows if "eval/periodic/em" in r]
     if not curve:  # no periodic evaluation: start from the warm start's full-dev result
-        curve = [(0.0, ev["before"]["em"])]
+        curve = [(0.0, before["em"])]
     last = max(t_update)
-    curve.append((t_update[last] / 60, ev["after"]["em"]))  # the final (full dev) point
-    return {"run": str(run_dir), "before_em": ev["before"]["em"], "before_f1": ev["before"]["f1"],
-            "em": ev["after"]["em"], "f1": ev["after"]["f1"], "updates": last,
+    curve.append((t_update[last] / 60, after["em"]))  # the final (full dev) point
+    return {"run": str(run_dir), "before_em": before["em"], "before_f1": before["f1"],
+            "em": after["em"], "f1": after["f1"], "updates": last,
             "rl_min": t_update[last] / 60, "curve": curve,
-            "hacking_no_tool_score": ev["after"].get("hacking_no_tool_score", float("nan"))}
+            "hacking_no_tool_score": after.get("hacking_no_tool_score", float("nan"))}
 
 
 def _ms(xs: list[float]) -> str:
@@ -252,6 +270,13 @@ def main() -> None:
     def done(label: str, seed: int) -> bool:
         return any(r.get("seed") == seed for r in rows.get(label, []))
 
+    def warm(seed: int) -> dict[str, Any]:  # the warm start on all dev tasks, once per seed
+        if not done("Warm start (SFT)", seed):
+            r = dev_eval(args, "warm_start", seed, model=ckpt)
+            rows.setdefault("Warm start (SFT)", []).append({"seed": seed, **r})
+            save()
+        return next(r for r in rows["Warm start (SFT)"] if r["seed"] == seed)
+
     if args.credit_ablation:
         ckpt = warm_start_checkpoint(args)
         results["title"] = "Credit ablation (GRPO), multi-hop QA"
@@ -263,8 +288,13 @@ def main() -> None:
             for seed in args.seeds:
                 if done(label, seed):
                     continue
+                grpo = [r for r in rows.get("GRPO", []) if r["seed"] == seed]
+                if label == SAME_AS_GRPO and grpo:  # the table's GRPO run is this arm
+                    rows[label].append(grpo[0])
+                    continue
                 tag = "abl-" + label.split(" ", 1)[1].replace(", ", "-").replace(" ", "").replace("=", "")
-                rows[label].append({"seed": seed, **rl_run(args, tag, seed, ckpt, extra)})
+                rows[label].append({"seed": seed, **rl_run(args, tag, seed, ckpt, extra,
+                                                           warm(seed))})
                 save()
         return
     results["title"] = "Multi-hop QA (synthetic corpus), SmolLM2-135M-Instruct"
@@ -274,7 +304,8 @@ def main() -> None:
     for label, kind in (("Base Tool Call", "base_tool_call"), ("Naive RAG", "naive_rag")):
         for seed in [] if args.skip_baselines else args.seeds:
             if not done(label, seed):
-                rows.setdefault(label, []).append({"seed": seed, **baseline(args, kind, seed)})
+                rows.setdefault(label, []).append({"seed": seed, **dev_eval(args, kind, seed,
+                                                                            kind=kind)})
                 save()
     ckpt = warm_start_checkpoint(args)
     for algo in args.algos:
@@ -283,12 +314,8 @@ def main() -> None:
         for seed in args.seeds if algo == "grpo" else seeds0:
             if done(label, seed):
                 continue
-            r = {"seed": seed, **rl_run(args, f"mh-{algo}", seed, ckpt, [f"algorithm.name={algo}"])}
-            rows[label].append(r)
-            # every run evaluates the same checkpoint first (eval/before): one row per seed
-            if not done("Warm start (SFT)", seed):
-                rows.setdefault("Warm start (SFT)", []).append(
-                    {"seed": seed, "em": r["before_em"], "f1": r["before_f1"], "run": r["run"]})
+            rows[label].append({"seed": seed, **rl_run(args, f"mh-{algo}", seed, ckpt,
+                                                        [f"algorithm.name={algo}"], warm(seed))})
             save()
 
 

@@ -16,18 +16,15 @@ def test_imports_and_documents_its_command():
 
 def test_summarize_run_curve_against_rl_wall_clock(tmp_path):
     mod = load("bench_agent_r1_table")
-    rows = [
-        {"update": 0, "time": 100.0, "eval/before/em": 0.1},  # RL starts here (t0)
+    rows = [  # the launch command started at t = 100
         {"update": 1, "time": 160.0, "learner/loss": 0.5},
         {"update": 0, "time": 170.0, "eval/periodic/em": 0.125, "eval/periodic/version": 0},
         {"update": 2, "time": 220.0, "learner/loss": 0.4},
         {"update": 2, "time": 250.0, "eval/periodic/em": 0.25, "eval/periodic/version": 2},
-        {"update": 2, "time": 300.0, "eval/after/em": 0.3},
     ]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "eval.json").write_text(json.dumps({
-        "before": {"em": 0.1, "f1": 0.2}, "after": {"em": 0.3, "f1": 0.4}}))
-    s = mod.summarize_run(tmp_path)
+    before, after = {"em": 0.1, "f1": 0.2}, {"em": 0.3, "f1": 0.4}
+    s = mod.summarize_run(tmp_path, 100.0, before, after)
     # v0 at 0 min; v2 produced at 220 - 100 = 120 s = 2 min; the final (full dev) point too
     assert s["curve"] == [(0.0, 0.125), (2.0, 0.25), (2.0, 0.3)]
     assert (s["before_em"], s["em"], s["f1"], s["updates"]) == (0.1, 0.3, 0.4, 2)
@@ -35,7 +32,7 @@ def test_summarize_run_curve_against_rl_wall_clock(tmp_path):
     # without eval.every_updates the curve starts at the warm start's own result
     (tmp_path / "metrics.jsonl").write_text("".join(
         json.dumps(r) + "\n" for r in rows if "eval/periodic/em" not in r))
-    assert mod.summarize_run(tmp_path)["curve"] == [(0.0, 0.1), (2.0, 0.3)]
+    assert mod.summarize_run(tmp_path, 100.0, before, after)["curve"] == [(0.0, 0.1), (2.0, 0.3)]
 
 
 def test_table_and_spread_verdict():
