@@ -128,8 +128,8 @@ def launch_metrics(run_dir: Path) -> dict[str, float]:
             continue
         samples += float(rec["learner/episodes"])  # episodes in each update's batch
         updates += 1
-        stale += float(rec.get("learner/staleness_mean", 0.0))
-        idle += float(rec.get("learner/idle_frac", 0.0))
+        stale += float(rec.get("staleness/mean", 0.0))  # of the batch's tokens, in versions
+        idle += float(rec.get("learner/idle_ratio", 0.0))  # waiting for data / update time
     n = max(updates, 1.0)
     return {"samples": samples, "updates": updates, "staleness": stale / n, "idle": idle / n}
 

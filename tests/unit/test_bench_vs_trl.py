@@ -128,3 +128,19 @@ def test_summary_ratios_and_intervals_by_hand(bench) -> None:
     ours = next(line for line in lines if line.startswith("ours "))
     # rates 0.3, 0.4: mean 0.35, se 0.05 -> ± 0.635
     assert "0.350 ± 0.635 (n=2)" in ours
+
+
+def test_launch_metrics_reads_the_names_the_launch_logs(bench, tmp_path) -> None:
+    """Staleness and learner idleness under the names the launch writes to metrics.jsonl
+    (run/monitor.py `_RENAME`); the bench once read names no record has, printing 0.00."""
+    import json
+
+    from agent_r1_async.run.monitor import _RENAME
+
+    stale, idle = _RENAME["staleness_mean"], _RENAME["idle_frac"]
+    rows = [{"update": 1, "learner/episodes": 16.0, stale: 1.0, idle: 0.5},
+            {"update": 2, "learner/episodes": 16.0, stale: 1.5, idle: 0.0},
+            {"update": 2, "eval/periodic/em": 0.3}]  # not an update: skipped
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert bench.launch_metrics(tmp_path) == {
+        "samples": 32.0, "updates": 2.0, "staleness": 1.25, "idle": 0.25}
