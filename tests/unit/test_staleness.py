@@ -104,3 +104,19 @@ def test_discarded_groups_return_their_budget():
     adm.on_discarded()  # one accepted group dropped as stale before training
     adm.on_discarded()
     assert adm.capacity() == 2  # 4 − (4 − 2) − 0
+
+
+def test_synchronous_mode_reopens_exactly_one_batch_per_version() -> None:
+    """max_staleness 0 (configs/sync.yaml), batch 2: (0 + v + 1) × 2. v0: 2 credits, then
+    none until the learner trains them; each version change opens exactly 2 more, for as
+    long as the run goes (what a stalled synchronous launch would have to violate)."""
+    ctl, _, version = _control(max_staleness=0, batch_groups=2)
+    for v in range(4):
+        version.v = v
+        assert ctl.capacity() == 2, v
+        granted = ctl.grant("a0", 4)  # an actor asks for its 4 free slots: gets 2
+        assert len(granted) == 2
+        for gid in granted:
+            ctl.on_record(gid, "a0")
+            ctl.on_accepted(gid)
+        assert (ctl.accepted, ctl.capacity(), ctl.grant("a0", 4)) == (2 * (v + 1), 0, [])
