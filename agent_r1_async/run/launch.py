@@ -166,8 +166,8 @@ def _train(cfg: RunConfig, sup: Supervisor, logger: MetricsLogger, console: Cons
         events.after_update(record, buffer)
         if evals is not None:
             evals.follow(sup.endpoints["weights"])  # a restarted learner binds a new port
-        for result in evals.poll() if evals is not None else []:
-            log_result(logger, result, step=version)
+            for result in evals.poll():
+                log_result(logger, result, step=version)
         rl.advance(version)
         if rl.out_of_time():
             events.wall_clock(cfg.launch.max_wall_time_s, version)
