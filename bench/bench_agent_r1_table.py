@@ -16,15 +16,17 @@ run's seed (`launch.seed`, also `actors.seed` and `buffer.seed`), so a seed fixe
 - Warm start: the supervised oracle warm start every RL run starts from (trained once here,
   cached), evaluated once per seed on the same dev tasks.
 - RL rows: one `agent-r1-async launch` per algorithm and seed, all from that same warm-start
-  checkpoint (`model.init_from`) and the same wall-clock budget (`launch.max_wall_time_s`,
-  `--budget-s`, counted from the launch's start), its final checkpoint then evaluated on the
+  checkpoint (`model.init_from`) and the same RL wall-clock budget (`launch.max_wall_time_s`,
+  `--budget-s`: the launch's clock starts with the RL loop, after start-up, and the update in
+  flight when it runs out completes), its final checkpoint then evaluated on the
   dev split like the rows above and, during RL, a fixed dev subset every `--eval-every`
   versions (`eval.every_updates`) for the curve.
 
-`--credit-ablation` (same --out as the table, after it): GRPO with algorithm.credit token
-instead of step, and with process rewards off (env.args.gold_retrieval_reward and
-valid_call_reward 0), one factor at a time, same warm start, seeds and budget; the step /
-process-on arm is the table's GRPO row (configs/multihop.yaml's own setting), not run again.
+`--credit-ablation` (same --out as the table, after it; writes OUT/ablation/): GRPO with
+algorithm.credit token instead of step, and with process rewards off
+(env.args.gold_retrieval_reward and valid_call_reward 0), one factor at a time, same warm
+start, seeds and budget; the step / process-on arm is the table's GRPO row
+(configs/multihop.yaml's own setting) and the warm-start row the table's, not run again.
 
 Writes OUT/table.md (mean ± std over seeds, and whether a difference exceeds the seed spread),
 OUT/em_vs_time.png (held-out EM vs RL wall-clock per run) and OUT/results.json; `--summarize
@@ -129,16 +131,25 @@ def rl_run(args: argparse.Namespace, name: str, seed: int, ckpt: str, extra: lis
     if final is None:
         raise SystemExit(f"{run_dir}: no checkpoint to evaluate")
     after = dev_eval(args, f"{name}-after", seed, model=str(final))
-    return summarize_run(run_dir, t_start, before, after)
+    return summarize_run(run_dir, before, after, clock_offset_s(run_dir, t_start))
 
 
-def summarize_run(run_dir: Path, t_start: float, before: dict[str, Any],
-                  after: dict[str, Any]) -> dict[str, Any]:
-    """Before/after EM and F1 and the held-out curve against the launch's wall clock
-    (`t_start`: when the launch command started; engine and learner start-up count, as they
-    do in `launch.max_wall_time_s`)."""
+def clock_offset_s(run_dir: Path, t_start: float) -> float:
+    """Seconds from the launch command's start (`t_start`, epoch) to the run's own clock:
+    metrics.jsonl's "time" counts from the run directory's creation (NAME-YYYYmmdd-HHMMSS,
+    local time, `run/run_dir.py`), to the second."""
+    day, hms = run_dir.name.rsplit("-", 2)[-2:]
+    return max(0.0, time.mktime(time.strptime(day + hms, "%Y%m%d%H%M%S")) - t_start)
+
+
+def summarize_run(run_dir: Path, before: dict[str, Any], after: dict[str, Any],
+                  offset_s: float = 0.0) -> dict[str, Any]:
+    """Before/after EM and F1 and the held-out curve against the launch's wall clock:
+    metrics.jsonl's "time" (seconds on the run's clock) plus `offset_s`, the seconds before
+    that clock started, so the curve's minutes include start-up (the engine, the learner,
+    the first group), which `launch.max_wall_time_s` does not count."""
     rows = read_metrics(run_dir)
-    t_update = {int(r["update"]): r["time"] - t_start for r in rows if "learner/loss" in r}
+    t_update = {int(r["update"]): r["time"] + offset_s for r in rows if "learner/loss" in r}
     t_update[0] = 0.0
     curve = [(t_update.get(int(r["update"]), float("nan")) / 60, r["eval/periodic/em"])
              for r in rows if "eval/periodic/em" in r]
@@ -190,6 +201,15 @@ def compare(a: list[dict], b: list[dict], name_a: str, name_b: str) -> str:
             f"(std sum {spread:.3f})")
 
 
+def paired_gain(results: list[dict[str, Any]], label: str) -> str:
+    """EM after RL minus the warm start's EM at the same seed (the same sampled episodes'
+    seed), per run: the gain that the spread between seeds' warm-start evaluations hides."""
+    gains = [r["em"] - r["before_em"] for r in results]
+    spread = f" ± {statistics.stdev(gains):.3f}" if len(gains) > 1 else ""
+    return (f"{label} minus the warm start at the same seed: ΔEM {statistics.fmean(gains):+.3f}"
+            f"{spread} (per seed {', '.join(f'{g:+.3f}' for g in gains)})")
+
+
 def plot(rl: dict[str, list[dict[str, Any]]], path: Path, title: str) -> None:
     import matplotlib
 
@@ -199,10 +219,17 @@ def plot(rl: dict[str, list[dict[str, Any]]], path: Path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     for i, (label, results) in enumerate(rl.items()):
         for j, r in enumerate(results):
-            xs, ys = zip(*sorted(r["curve"]), strict=True) if r["curve"] else ((), ())
+            # the last point is the final checkpoint on all dev tasks; the ones before it the
+            # periodic evaluations of a fixed dev subset while RL ran
+            (*during, (x_end, y_end)) = r["curve"]
+            xs, ys = zip(*during, strict=True) if during else ((), ())
             ax.plot(xs, ys, "o-", color=f"C{i}", alpha=0.8, ms=3,
                     label=label if j == 0 else None)
-    ax.set(xlabel="RL wall-clock (min)", ylabel="held-out EM (dev)", title=title)
+            if during:
+                ax.plot([xs[-1], x_end], [ys[-1], y_end], ":", color=f"C{i}", alpha=0.6)
+            ax.plot([x_end], [y_end], "*", color=f"C{i}", ms=10)
+    ax.set(xlabel="RL wall-clock (min), start-up included",
+           ylabel="held-out EM (o: dev subset, *: all dev)", title=title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -222,6 +249,9 @@ def write(args: argparse.Namespace, results: dict[str, Any]) -> None:
     for a, b in results.get("comparisons", []):
         if rows.get(a) and rows.get(b):
             md.append(f"- {compare(rows[a], rows[b], a, b)}")
+    for label, runs in rows.items():
+        if runs and "before_em" in runs[0]:
+            md.append(f"- {paired_gain(runs, label)}")
     (out / "table.md").write_text("\n".join(md) + "\n")
     rl = {k: v for k, v in rows.items() if v and "curve" in v[0]}
     if rl:
@@ -254,6 +284,11 @@ def main() -> None:
         return
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     args.out = (args.out or ROOT / "bench" / "results" / f"agent_r1_table-{stamp}").resolve()
+    table_rows: dict[str, list[dict[str, Any]]] = {}
+    if args.credit_ablation:  # its own files in OUT/ablation; the table's rows are read only
+        if (args.out / "results.json").exists():
+            table_rows = json.loads((args.out / "results.json").read_text())["rows"]
+        args.out = args.out / "ablation"
     args.out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {
         "command": " ".join(["python", *sys.argv]), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -279,6 +314,10 @@ def main() -> None:
 
     if args.credit_ablation:
         ckpt = warm_start_checkpoint(args)
+        for seed in args.seeds:  # the table's warm-start evaluations, not run again
+            for r in table_rows.get("Warm start (SFT)", []):
+                if r["seed"] == seed and not done("Warm start (SFT)", seed):
+                    rows.setdefault("Warm start (SFT)", []).append(r)
         results["title"] = "Credit ablation (GRPO), multi-hop QA"
         results["comparisons"] = [
             ("GRPO credit=step, process on", "GRPO credit=token, process on"),
@@ -288,7 +327,7 @@ def main() -> None:
             for seed in args.seeds:
                 if done(label, seed):
                     continue
-                grpo = [r for r in rows.get("GRPO", []) if r["seed"] == seed]
+                grpo = [r for r in table_rows.get("GRPO", []) if r["seed"] == seed]
                 if label == SAME_AS_GRPO and grpo:  # the table's GRPO run is this arm
                     rows[label].append(grpo[0])
                     continue

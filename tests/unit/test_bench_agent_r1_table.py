@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -16,23 +17,30 @@ def test_imports_and_documents_its_command():
 
 def test_summarize_run_curve_against_rl_wall_clock(tmp_path):
     mod = load("bench_agent_r1_table")
-    rows = [  # the launch command started at t = 100
-        {"update": 1, "time": 160.0, "learner/loss": 0.5},
-        {"update": 0, "time": 170.0, "eval/periodic/em": 0.125, "eval/periodic/version": 0},
-        {"update": 2, "time": 220.0, "learner/loss": 0.4},
-        {"update": 2, "time": 250.0, "eval/periodic/em": 0.25, "eval/periodic/version": 2},
+    rows = [  # the run's clock started 20 s after the launch command
+        {"update": 1, "time": 40.0, "learner/loss": 0.5},
+        {"update": 0, "time": 50.0, "eval/periodic/em": 0.125, "eval/periodic/version": 0},
+        {"update": 2, "time": 100.0, "learner/loss": 0.4},
+        {"update": 2, "time": 130.0, "eval/periodic/em": 0.25, "eval/periodic/version": 2},
     ]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     before, after = {"em": 0.1, "f1": 0.2}, {"em": 0.3, "f1": 0.4}
-    s = mod.summarize_run(tmp_path, 100.0, before, after)
-    # v0 at 0 min; v2 produced at 220 - 100 = 120 s = 2 min; the final (full dev) point too
+    s = mod.summarize_run(tmp_path, before, after, 20.0)
+    # v0 at 0 min; v2 produced at 100 + 20 = 120 s = 2 min; the final (full dev) point too
     assert s["curve"] == [(0.0, 0.125), (2.0, 0.25), (2.0, 0.3)]
     assert (s["before_em"], s["em"], s["f1"], s["updates"]) == (0.1, 0.3, 0.4, 2)
     assert s["rl_min"] == pytest.approx(2.0)
     # without eval.every_updates the curve starts at the warm start's own result
     (tmp_path / "metrics.jsonl").write_text("".join(
         json.dumps(r) + "\n" for r in rows if "eval/periodic/em" not in r))
-    assert mod.summarize_run(tmp_path, 100.0, before, after)["curve"] == [(0.0, 0.1), (2.0, 0.3)]
+    assert mod.summarize_run(tmp_path, before, after, 20.0)["curve"] == [(0.0, 0.1), (2.0, 0.3)]
+
+
+def test_clock_offset_reads_the_run_directory_stamp(tmp_path):
+    mod = load("bench_agent_r1_table")
+    run = tmp_path / "mh-grpo-s0-20261124-044434"  # 2026-11-24 04:44:34, local time
+    t_start = time.mktime((2026, 11, 24, 4, 44, 27, 0, 0, -1))  # 7 s before the directory
+    assert mod.clock_offset_s(run, t_start) == 7.0
 
 
 def test_table_and_spread_verdict():
@@ -48,3 +56,12 @@ def test_table_and_spread_verdict():
     assert "exceeds the seed spread (std sum 0.141)" in mod.compare(a, b, "GRPO", "Naive RAG")
     assert "does not exceed" in mod.compare(a, [{"em": 0.55}, {"em": 0.75}], "x", "y")
     assert "no spread" in mod.compare(a[:1], b, "x", "y")
+
+
+def test_paired_gain_over_the_warm_start():
+    mod = load("bench_agent_r1_table")
+    runs = [{"em": 0.30, "before_em": 0.20}, {"em": 0.10, "before_em": 0.15}]
+    # gains +0.10 and -0.05: mean +0.025, std sqrt(2 * 0.075^2) = 0.106
+    assert mod.paired_gain(runs, "GRPO") == ("GRPO minus the warm start at the same seed: "
+                                             "ΔEM +0.025 ± 0.106 (per seed +0.100, -0.050)")
+    assert mod.paired_gain(runs[:1], "PPO").endswith("ΔEM +0.100 (per seed +0.100)")
