@@ -185,6 +185,16 @@ def _report(run_dir: Path, console: Console) -> None:
         console.error(f"report failed: {e!r}")
 
 
+def lost_final_checkpoint(error: str, run_dir: Path) -> str:
+    """The failure of a run whose final checkpoint failed (it exits 1, not 0): the updates
+    since the last periodic checkpoint are lost, and a script must not take it for done."""
+    from agent_r1_async.learner.checkpoint import latest_checkpoint
+
+    last = latest_checkpoint(str(run_dir))
+    since = f"the last periodic checkpoint ({last})" if last else "the start (no periodic checkpoint)"
+    return f"the final checkpoint failed ({error}): the updates since {since} are lost"
+
+
 def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None,
            force: bool = False) -> int:
     """The whole run (module docstring); `force`: go on when the memory check says the run
@@ -251,6 +261,8 @@ def _launch(cfg: RunConfig, run_dir: Path, console: Console, address: str | None
             for result in evals.stop(wait_s) if evals is not None else []:
                 log_result(logger, result, step=version)  # the evaluation that was running
             ckpt = sup.shutdown(checkpoint=True) if sup is not None else None
+            if sup is not None and sup.checkpoint_error and not failure:
+                failure = lost_final_checkpoint(sup.checkpoint_error, run_dir)
         finally:
             signal.signal(signal.SIGTERM, previous)
             stop_ray()

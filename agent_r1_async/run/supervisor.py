@@ -353,6 +353,7 @@ class Supervisor:
         snapshot, then the learner's checkpoint, then the buffer's stop (its final snapshot)."""
         ray = self.ray
         path = None
+        self.checkpoint_error: str | None = None  # the final checkpoint's failure, if any
         for a in self.actors:
             with contextlib.suppress(Exception):  # a dead actor has nothing left to stop
                 ray.get(a.stop.remote(), timeout=10)
@@ -369,9 +370,9 @@ class Supervisor:
                 self.learner.call("stop_waiting")
                 path = self.learner.call("save_checkpoint")
             except Exception as e:  # a dead rank: the last periodic checkpoint stands
-                self.events.console.error(
-                    f"final learner checkpoint failed: {disk_full_message(e) or one_line(e)}",
-                    log=self.run_dir / "logs" / "learner-0.log")
+                self.checkpoint_error = disk_full_message(e) or one_line(e)
+                self.events.console.error(f"final learner checkpoint failed: {self.checkpoint_error}",
+                                          log=self.run_dir / "logs" / "learner-0.log")
                 self.learner.kill()
         try:
             ray.get(self.buffer.stop.remote(), timeout=30)

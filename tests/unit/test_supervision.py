@@ -12,6 +12,7 @@ import ray.exceptions as rex
 from agent_r1_async.learner.checkpoint_files import DiskFullError, disk_full_message
 from agent_r1_async.run.console import Console
 from agent_r1_async.run.events import Events, death_cause
+from agent_r1_async.run.launch import lost_final_checkpoint
 from agent_r1_async.run.supervisor import Supervisor
 
 _SIGKILLED = ("The actor died unexpectedly before finishing this task.\n\tclass_name: LearnerHost"
@@ -149,6 +150,11 @@ def test_the_final_snapshot_is_written_before_the_final_checkpoint(capsys, tmp_p
     assert calls == ["actor-0.stop", "buffer.snapshot", "learner.stop_waiting",
                      "learner.save_checkpoint", "learner.kill", "buffer.stop"]
     assert f"[launch] error: final learner checkpoint failed: {full}" in capsys.readouterr().err
+    # ... and the launch exits 1 with it: no periodic checkpoint here, so every update is lost
+    assert sup.checkpoint_error == str(full)
+    assert lost_final_checkpoint(sup.checkpoint_error, tmp_path) == (
+        f"the final checkpoint failed ({full}): the updates since the start "
+        "(no periodic checkpoint) are lost")
 
 
 def test_a_buffer_that_keeps_dying_ends_the_launch_after_max_restarts(tmp_path):
