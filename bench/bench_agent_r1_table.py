@@ -48,6 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from agent_r1_async.run.report import read_metrics  # noqa: E402
+from agent_r1_async.run.run_dir import created_at  # noqa: E402
 
 ALGOS = {"grpo": "GRPO", "ppo": "PPO (step GAE)", "reinforce_pp": "REINFORCE++", "rloo": "RLOO"}
 PROCESS_OFF = ["env.args.gold_retrieval_reward=0", "env.args.valid_call_reward=0"]
@@ -136,10 +137,8 @@ def rl_run(args: argparse.Namespace, name: str, seed: int, ckpt: str, extra: lis
 
 def clock_offset_s(run_dir: Path, t_start: float) -> float:
     """Seconds from the launch command's start (`t_start`, epoch) to the run's own clock:
-    metrics.jsonl's "time" counts from the run directory's creation (NAME-YYYYmmdd-HHMMSS,
-    local time, `run/run_dir.py`), to the second."""
-    day, hms = run_dir.name.rsplit("-", 2)[-2:]
-    return max(0.0, time.mktime(time.strptime(day + hms, "%Y%m%d%H%M%S")) - t_start)
+    metrics.jsonl's "time" counts from the run directory's creation (`run_dir.created_at`)."""
+    return max(0.0, created_at(run_dir) - t_start)
 
 
 def summarize_run(run_dir: Path, before: dict[str, Any], after: dict[str, Any],

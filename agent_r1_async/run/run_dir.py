@@ -7,9 +7,13 @@ from pathlib import Path
 
 from agent_r1_async.config import RunConfig, dump_config
 
+STAMP = "%Y%m%d-%H%M%S"
+"""The run directory's creation time in its name, local time (metrics.jsonl's "time" counts
+from about then)."""
+
 
 def make_run_dir(cfg: RunConfig) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
+    stamp = time.strftime(STAMP)
     run_dir = Path(cfg.launch.run_root) / f"{cfg.launch.name}-{stamp}"
     n = 1
     while run_dir.exists():
@@ -19,3 +23,16 @@ def make_run_dir(cfg: RunConfig) -> Path:
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(dump_config(cfg))
     return run_dir.resolve()
+
+
+def created_at(run_dir: Path) -> float:
+    """When `make_run_dir` made `run_dir` (epoch seconds, to the second), read off its name:
+    NAME-STAMP or, when that name was taken, NAME-STAMP-n."""
+    parts = run_dir.name.split("-")
+    for end in (len(parts), len(parts) - 1):  # without, then with, the -n suffix
+        if end >= 2:
+            try:
+                return time.mktime(time.strptime("-".join(parts[end - 2:end]), STAMP))
+            except ValueError:
+                continue
+    raise ValueError(f"{run_dir.name}: not a run directory name (NAME-{STAMP}[-n])")
