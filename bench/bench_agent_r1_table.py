@@ -197,7 +197,22 @@ def compare(a: list[dict], b: list[dict], name_a: str, name_b: str) -> str:
     spread = statistics.stdev(ea) + statistics.stdev(eb)
     verdict = "exceeds" if abs(diff) > spread else "does not exceed"
     return (f"{name_a} vs {name_b}: ΔEM {diff:+.3f}, which {verdict} the seed spread "
-            f"(std sum {spread:.3f})")
+            f"(std sum {spread:.3f}){paired_difference(a, b)}")
+
+
+def paired_difference(a: list[dict], b: list[dict]) -> str:
+    """The EM differences of two arms run at the same seeds (same warm start, same sampling
+    seeds), seed by seed, and how many share the mean's sign: what the unpaired spread, which
+    counts each evaluation's own seed-to-seed noise twice, cannot show."""
+    by_seed = {r["seed"]: r["em"] for r in b if "seed" in r}
+    diffs = [r["em"] - by_seed[r["seed"]] for r in a if r.get("seed") in by_seed]
+    if len(diffs) < 2:
+        return ""
+    mean = statistics.fmean(diffs)
+    same = sum(1 for d in diffs if d * mean > 0)
+    return (f"; paired by seed ΔEM {mean:+.3f} ± {statistics.stdev(diffs):.3f} "
+            f"(per seed {', '.join(f'{d:+.3f}' for d in diffs)}: {same} of {len(diffs)} "
+            "the same sign)")
 
 
 def paired_gain(results: list[dict[str, Any]], label: str) -> str:

@@ -69,3 +69,23 @@ def test_paired_gain_over_the_warm_start():
     assert mod.paired_gain(runs, "GRPO") == ("GRPO minus the warm start at the same seed: "
                                              "ΔEM +0.025 ± 0.106 (per seed +0.100, -0.050)")
     assert mod.paired_gain(runs[:1], "PPO").endswith("ΔEM +0.100 (per seed +0.100)")
+
+
+def test_two_arms_are_also_compared_seed_by_seed():
+    """The ablation's step-vs-token arms at seeds 0-2 (session 7, EM rounded): unpaired the
+    difference is inside the spread, paired every seed favours step credit."""
+    mod = load("bench_agent_r1_table")
+    step = [{"seed": s, "em": e} for s, e in ((0, 0.224), (1, 0.119), (2, 0.189))]
+    token = [{"seed": s, "em": e} for s, e in ((0, 0.133), (1, 0.042), (2, 0.168))]
+    # differences +0.091, +0.077, +0.021: mean +0.063; deviations +0.028, +0.014, -0.042,
+    # squares sum 0.002744 / 2 = 0.001372 -> std 0.037
+    assert mod.paired_difference(step, token) == (
+        "; paired by seed ΔEM +0.063 ± 0.037 (per seed +0.091, +0.077, +0.021: 3 of 3 the "
+        "same sign)")
+    assert mod.compare(step, token, "step", "token").endswith("3 of 3 the same sign)")
+    # only the seeds both arms ran are paired (-0.076, +0.100: mean +0.012, std 0.176 / √2 =
+    # 0.124); a sign against the mean is not counted
+    other = [{"seed": 0, "em": 0.30}, {"seed": 2, "em": 0.089}, {"seed": 7, "em": 0.9}]
+    assert mod.paired_difference(step, other) == (
+        "; paired by seed ΔEM +0.012 ± 0.124 (per seed -0.076, +0.100: 1 of 2 the same sign)")
+    assert mod.paired_difference(step[:1], token) == ""  # one common seed: nothing to say
