@@ -210,18 +210,21 @@ def paired_difference(a: list[dict], b: list[dict]) -> str:
         return ""
     mean = statistics.fmean(diffs)
     same = sum(1 for d in diffs if d * mean > 0)
-    return (f"; paired by seed ΔEM {mean:+.3f} ± {statistics.stdev(diffs):.3f} "
-            f"(per seed {', '.join(f'{d:+.3f}' for d in diffs)}: {same} of {len(diffs)} "
-            "the same sign)")
+    return f"; paired by seed {_per_seed(diffs, f': {same} of {len(diffs)} the same sign')}"
 
 
 def paired_gain(results: list[dict[str, Any]], label: str) -> str:
     """EM after RL minus the warm start's EM at the same seed (the same sampled episodes'
     seed), per run: the gain that the spread between seeds' warm-start evaluations hides."""
     gains = [r["em"] - r["before_em"] for r in results]
-    spread = f" ± {statistics.stdev(gains):.3f}" if len(gains) > 1 else ""
-    return (f"{label} minus the warm start at the same seed: ΔEM {statistics.fmean(gains):+.3f}"
-            f"{spread} (per seed {', '.join(f'{g:+.3f}' for g in gains)})")
+    return f"{label} minus the warm start at the same seed: {_per_seed(gains)}"
+
+
+def _per_seed(diffs: list[float], note: str = "") -> str:
+    """`ΔEM mean ± std (per seed d0, d1, ...NOTE)`; no std for one seed."""
+    spread = f" ± {statistics.stdev(diffs):.3f}" if len(diffs) > 1 else ""
+    return (f"ΔEM {statistics.fmean(diffs):+.3f}{spread} "
+            f"(per seed {', '.join(f'{d:+.3f}' for d in diffs)}{note})")
 
 
 def plot(rl: dict[str, list[dict[str, Any]]], path: Path, title: str) -> None:

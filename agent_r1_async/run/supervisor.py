@@ -163,6 +163,8 @@ class Supervisor:
         self.events = events or Events(Console(run_dir / "logs"), run_dir, cfg.actors.num_actors,
                                        cfg.buffer.max_staleness)
         self.learner_restarts = 0
+        self.checkpoint_error: str | None = None
+        """Why the final checkpoint (`shutdown`) failed, if it did: `launch` exits 1 with it."""
         self.buffers = SupervisedBuffer(cfg, run_dir, keys_for(curve, None, binds=True), resume)
         self.endpoints: dict[str, str] = dict(self.buffers.endpoints)
         self.learner = LearnerGroup(cfg, run_dir, self.endpoints["control"], resume, curve)
@@ -353,7 +355,6 @@ class Supervisor:
         snapshot, then the learner's checkpoint, then the buffer's stop (its final snapshot)."""
         ray = self.ray
         path = None
-        self.checkpoint_error: str | None = None  # the final checkpoint's failure, if any
         for a in self.actors:
             with contextlib.suppress(Exception):  # a dead actor has nothing left to stop
                 ray.get(a.stop.remote(), timeout=10)

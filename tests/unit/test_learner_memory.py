@@ -10,6 +10,12 @@ import pytest
 
 from agent_r1_async.learner import memory
 
+_RSS_MIB = """if True:
+    def rss():  # this process's resident memory, MiB
+        return int(open("/proc/self/statm").read().split()[1]) * 4096 >> 20
+"""
+"""Prepended to the snippets below, each run in a fresh process."""
+
 
 @pytest.mark.skipif(memory._glibc() is None, reason="not glibc")
 def test_a_freed_tensor_above_the_threshold_is_returned_whichever_thread_frees_it():
@@ -21,13 +27,12 @@ def test_a_freed_tensor_above_the_threshold_is_returned_whichever_thread_frees_i
     In a process of its own: in pytest's, threads of earlier tests allocate meanwhile (CI
     once saw only 248 of the 320 MiB leave), and the threshold would stay pinned for the
     tests after it."""
-    code = """if True:
+    code = _RSS_MIB + """if True:
+        import sys
         import threading
         import torch
         from agent_r1_async.learner import memory
-        def rss():
-            return int(open("/proc/self/statm").read().split()[1]) * 4096 >> 20
-        configured = memory.configure_malloc(1 << 20) if THRESHOLD else False
+        configured = memory.configure_malloc(1 << 20) if sys.argv[1] == "pin" else False
         x = torch.ones(2 << 20)
         del x  # what raises glibc's adaptive threshold
         held = []
@@ -42,7 +47,7 @@ def test_a_freed_tensor_above_the_threshold_is_returned_whichever_thread_frees_i
     """
     returned = {}
     for threshold in (True, False):
-        out = subprocess.run([sys.executable, "-c", code.replace("THRESHOLD", str(threshold))],
+        out = subprocess.run([sys.executable, "-c", code, "pin" if threshold else "default"],
                              capture_output=True, text=True, check=True, timeout=120)
         configured, freed_mib = out.stdout.split()
         assert configured == str(threshold)
@@ -79,11 +84,9 @@ def test_release_free_memory_purges_jemalloc():
     env = memory.allocator_env("jemalloc")
     if not env:
         pytest.skip("this ray package ships no libjemalloc.so")
-    code = """if True:
+    code = _RSS_MIB + """if True:
         import torch
         from agent_r1_async.learner import memory
-        def rss():
-            return int(open("/proc/self/statm").read().split()[1]) * 4096 >> 20
         x = [torch.ones(2 << 20) for _ in range(40)]
         before_free = rss()
         del x
