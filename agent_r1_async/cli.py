@@ -9,7 +9,7 @@ imported inside each command after parsing, so `agent-r1-async --help` stays fas
     agent-r1-async report RUN_DIR
     agent-r1-async prepare-model smollm2-135m-instruct
     agent-r1-async envs list
-    agent-r1-async envs check [NAME] [--split dev] [--episodes N]
+    agent-r1-async envs check [NAME] [--split dev] [--episodes N]   (exit 1: a check failed)
     agent-r1-async config show [--config ...] [--set ...]
 """
 
@@ -73,9 +73,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     split = args.split or cfg.env.eval_split
     env_preflight(cfg, "eval", split)
     num_tasks = args.num_tasks or cfg.eval.num_tasks
+    errors: list[str] = []
     result = evaluate(cfg, split=split, num_tasks=num_tasks, model_path=args.model,
-                      baseline=args.baseline, rag_k=args.rag_k)
+                      baseline=args.baseline, rag_k=args.rag_k, errors=errors)
     print(format_table([{"model": args.baseline or "policy", **result}]))
+    if result["failed_rate"] >= 1.0:  # nothing was measured: a script must not take it for 0
+        n = int(result["episodes"])
+        print(f"agent-r1-async: every episode failed ({n} of {n}); first: "
+              f"{errors[0] if errors else '(no reason recorded)'}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -120,12 +126,13 @@ def cmd_envs_list(args: argparse.Namespace) -> int:
 def cmd_envs_check(args: argparse.Namespace) -> int:
     import msgspec
 
-    from agent_r1_async.envs.check import check_env
+    from agent_r1_async.envs.check import check_env, prompt_budget
 
     cfg = _load(args)
     env_cfg = msgspec.structs.replace(cfg.env, name=args.name) if args.name else cfg.env
     splits = args.split or [env_cfg.train_split, env_cfg.eval_split]
-    ok, lines = check_env(env_cfg, list(dict.fromkeys(splits)), args.episodes)
+    budget, note = prompt_budget(cfg)  # the policy's tokenizer: prompts must fit max_model_len
+    ok, lines = check_env(env_cfg, list(dict.fromkeys(splits)), args.episodes, budget, note)
     print("\n".join(lines))
     return 0 if ok else 1
 
@@ -158,7 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="launch even when the memory check says the run does not fit")
     p.set_defaults(func=cmd_launch)
 
-    p = sub.add_parser("eval", help="evaluate a model on held-out tasks")
+    p = sub.add_parser("eval", help="evaluate a model on held-out tasks (exits 1 when every "
+                                    "episode failed)")
     _add_config_args(p)
     p.add_argument("--split", default=None, help="dataset split (default: env.eval_split)")
     p.add_argument("--num-tasks", type=int, default=0, help="tasks to evaluate (default: eval.num_tasks)")

@@ -84,8 +84,9 @@ class ModelConfig(_Section):
 class EngineConfig(_Section):
     backend: Literal["vllm", "hf"] = "vllm"
     """Actor inference engine: vLLM (async engine, continuous batching) or transformers."""
-    dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"
-    """Engine weights/activations dtype."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """Engine weights/activations dtype; auto: bfloat16 where the engine's device multiplies
+    bf16 natively (CUDA, or a CPU with AMX-BF16 / AVX512-BF16), else float32 (precision.py)."""
     max_new_tokens: int = 256
     """Token budget of one action (one assistant turn)."""
     temperature: float = 1.0
@@ -374,8 +375,9 @@ class LearnerConfig(_Section):
     keep_checkpoints: int = 3
     """Keep the newest N complete checkpoints of the run, removing older ones after each new
     one is in place (never the one `checkpoints/latest` names); 0 = keep all."""
-    bf16: bool = False
-    """bf16 autocast for forward/backward."""
+    bf16: bool | Literal["auto"] = "auto"
+    """bf16 autocast for forward/backward (fp32 master weights and AdamW state); auto: on
+    where `learner.device` multiplies bf16 natively, as `engine.dtype: auto` (precision.py)."""
     gradient_checkpointing: bool = False
     """Recompute each decoder layer's activations in backward (non-reentrant
     torch.utils.checkpoint; FSDP2 needs that variant): a micro-batch keeps one layer's
@@ -417,7 +419,7 @@ class LearnerConfig(_Section):
     lora: LoraConfig = msgspec.field(default_factory=LoraConfig)
     """LoRA settings."""
     world_size: int = 1
-    """Learner processes (ranks). 1: one process, as before; N > 1: N ranks train one model
+    """Learner processes (ranks). 1: one process (no torch.distributed); N > 1: N ranks train one model
     sharded with FSDP2 (torch.distributed), each on its share of the batch's tokens."""
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     """torch.distributed backend of the learner ranks; auto: nccl on CUDA, gloo on CPU."""

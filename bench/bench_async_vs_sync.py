@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -232,6 +233,7 @@ class SleepTrainer:
     """Stands in for PolicyTrainer: no model; the optimizer step is a fixed sleep."""
 
     pad_id = 2
+    publish_dtype = None  # publishes nothing
 
     def __init__(self, update_s: float) -> None:
         self.update_s = update_s
@@ -243,11 +245,11 @@ class SleepTrainer:
         for mb in mbs:
             mb.proximal_logprobs = mb.behavior_logprobs.clone()
 
-    def optimize(self, mbs: list) -> dict[str, float]:
+    def optimize(self, mbs: list, version: int | None = None) -> dict[str, float]:
         time.sleep(self.update_s)
         return {"loss": 0.0}
 
-    def published_state_dict(self) -> dict:
+    def published_state_dict(self, dtype: torch.dtype | None = None) -> dict:
         return {}
 
 

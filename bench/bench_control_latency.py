@@ -108,7 +108,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     args = ap.parse_args()
     transport = ZmqTransport()
-    # Credits never bind: the load is as heavy as the pipe allows, as before groups needed them.
+    # Credits never bind: the load is as heavy as the pipe allows, with no wait for a grant.
     cfg = BufferConfig(gc_freeze=False, snapshot_interval_s=0, max_staleness=1_000_000,
                        spi_tolerance=1e7)
     service = BufferService(cfg, AlgorithmConfig(group_size=GROUP), transport)

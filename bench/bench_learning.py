@@ -1,8 +1,16 @@
 """Learning demonstration: the default launch over several seeds, held-out reward before/after.
 
-    .venv/bin/python bench/bench_learning.py                       # 3 seeds, ~35 min each here
+    .venv/bin/python bench/bench_learning.py                       # 3 seeds, ~20 min each here
     .venv/bin/python bench/bench_learning.py --seeds 0 --set learner.total_updates=5
     .venv/bin/python bench/bench_learning.py --runs runs/learn-s0-* runs/learn-s1-*  # summarize
+    .venv/bin/python bench/bench_learning.py --precision-parity --set learner.total_updates=12 \
+        --set eval.num_tasks=100                                   # fp32 vs bf16, 3 seeds each
+
+`--precision-parity`: two arms per seed, `fp32` (engine.dtype=float32, learner.bf16=false)
+and `bf16` (engine.dtype=bfloat16, learner.bf16=true), run one after the other in an order
+that alternates by seed; each arm trains its own warm start in its own precision (cached).
+It prints each arm's held-out success after RL (mean ± 95 % t interval over seeds), the
+paired difference bf16 − fp32 per seed, and the seconds per update of each arm.
 
 Each seed is one `agent-r1-async launch` of `configs/default.yaml` (plus any `--set`) with
 `actors.seed` and `buffer.seed` set to the seed, so the episodes sampled differ between seeds;
@@ -29,9 +37,12 @@ sys.path.insert(0, str(ROOT))
 
 from agent_r1_async.run.report import read_metrics  # noqa: E402
 
+ARMS = {"fp32": ["engine.dtype=float32", "learner.bf16=false"],
+        "bf16": ["engine.dtype=bfloat16", "learner.bf16=true"]}
 
-def run_seed(seed: int, overrides: list[str]) -> Path:
-    cmd = [str(ROOT / ".venv/bin/agent-r1-async"), "launch", "--set", f"launch.name=learn-s{seed}",
+
+def run_seed(seed: int, overrides: list[str], name: str = "learn") -> Path:
+    cmd = [str(ROOT / ".venv/bin/agent-r1-async"), "launch", "--set", f"launch.name={name}-s{seed}",
            "--set", f"actors.seed={seed}", "--set", f"buffer.seed={seed}"]
     for o in overrides:
         cmd += ["--set", o]
@@ -56,6 +67,9 @@ def summarize(run_dir: Path, metric: str) -> dict[str, Any]:
         "tasks": int(ev["before"]["episodes"]),
         "updates": int(updates[-1]["update"]) if updates else 0,
         "rl_min": (updates[-1]["time"] - t0) / 60 if updates else 0.0,
+        "s_per_update": statistics.median(r["learner/update_time_s"] for r in updates)
+        if updates else float("nan"),
+        "peak_gb": max((r.get("learner/peak_memory_gb", 0.0) for r in updates), default=0.0),
         "curve": [(r["update"], r["reward/mean"], r.get("env/success")) for r in updates],
     }
 
@@ -96,7 +110,12 @@ def main() -> None:
     ap.add_argument("--runs", nargs="+", type=Path, help="summarize these finished runs instead")
     ap.add_argument("--metric", default="success", help="held-out metric (eval.json key)")
     ap.add_argument("--plot", type=Path, default=ROOT / "docs" / "learning.png")
+    ap.add_argument("--precision-parity", action="store_true",
+                    help="fp32 vs bf16 arms at every seed (module docstring)")
     args = ap.parse_args()
+    if args.precision_parity:
+        parity(args)
+        return
     runs = args.runs or [run_seed(s, args.overrides) for s in args.seeds]
     results = [summarize(r, args.metric) for r in runs]
     print(f"\n## Held-out {args.metric} before/after RL (default config)")
@@ -110,6 +129,35 @@ def main() -> None:
           f"min {min(gains):+.3f}); mean before {statistics.fmean(r['before'] for r in results):.3f}")
     plot(results, args.metric, args.plot)
     print(f"plot: {args.plot}")
+
+
+def parity(args: argparse.Namespace) -> None:
+    from bench.stats import fmt_ci, mean_ci
+
+    results: dict[str, list[dict[str, Any]]] = {a: [] for a in ARMS}
+    for i, seed in enumerate(args.seeds):
+        for arm in list(ARMS) if i % 2 == 0 else list(ARMS)[::-1]:
+            run = run_seed(seed, [*ARMS[arm], *args.overrides], name=f"parity-{arm}")
+            results[arm].append(summarize(run, args.metric))
+            r = results[arm][-1]
+            print(f"{arm} seed {seed}: {r['run']} before {r['before']:.3f} after {r['after']:.3f} "
+                  f"updates {r['updates']} {r['s_per_update']:.1f} s/update, RL {r['rl_min']:.1f} "
+                  f"min, learner peak {r['peak_gb']:.2f} GB", flush=True)
+    print(f"\n## Precision parity: held-out {args.metric} after RL, {len(args.seeds)} seeds "
+          f"({', '.join(args.overrides) or 'default config'})")
+    for arm, rs in results.items():
+        print(f"{arm}: after {fmt_ci([r['after'] for r in rs])}, before "
+              f"{fmt_ci([r['before'] for r in rs])}, gain {fmt_ci([r['gain'] for r in rs])}, "
+              f"s/update {fmt_ci([r['s_per_update'] for r in rs], 1)}, RL min "
+              f"{fmt_ci([r['rl_min'] for r in rs], 1)}, learner peak "
+              f"{max(r['peak_gb'] for r in rs):.2f} GB")
+    diffs = [b["after"] - f["after"] for f, b in zip(results["fp32"], results["bf16"], strict=True)]
+    m, h = mean_ci(diffs)
+    print(f"bf16 − fp32 after RL, paired by seed: {', '.join(f'{d:+.3f}' for d in diffs)}; "
+          f"mean {m:+.3f} ± {h:.3f} (95 % t)")
+    speed = [f["s_per_update"] / b["s_per_update"]
+             for f, b in zip(results["fp32"], results["bf16"], strict=True)]
+    print(f"fp32 / bf16 seconds per update, per seed: {', '.join(f'{x:.2f}×' for x in speed)}")
 
 
 if __name__ == "__main__":

@@ -8,10 +8,17 @@ Design choices
   (`timeout`), a failed engine request (`engine_error`) end *this* episode with a status and a
   one-line reason; the caller (actor, evaluation) goes on. Env failures are logged once per
   distinct error and counted per kind (env_errors.py). Env calls run on worker threads
-  (envs/offload.py), so an env that blocks in synchronous code still times out. A cancelled episode (actor stop)
-  still sends its end record ("aborted") before the cancellation propagates.
+  (envs/offload.py), so an env that blocks in synchronous code still times out. A cancelled
+  episode (actor stop) still sends its end record ("aborted") before the cancellation
+  propagates.
+- One boundary checks every value an env returns (envs/contract.py) before it is used or
+  sent: a NaN or string reward, a `done` that is not a bool, malformed messages or tool
+  schemas, a prompt that leaves no room for an action in `model.max_model_len`. A violation
+  is an `env_error` like an exception, its reason naming the method, the field and the
+  value; no record of that step is emitted.
 - Length: the engine's budget is capped to `model.max_model_len - len(context)`; a context
-  with no room left ends the episode as `truncated` (its earlier steps stay trainable). An
+  with no room left ends the episode as `truncated` (its earlier steps stay trainable), except
+  the first one: a prompt that alone fills `model.max_model_len` is the env's `env_error`. An
   env that never says done is cut at `env.max_turns` (also `truncated`).
 - The env sees the decoded action text; the history keeps the exact sampled ids.
 """
@@ -31,9 +38,16 @@ from agent_r1_async.actors.engines.base import Engine, GenResult
 from agent_r1_async.actors.env_errors import EnvErrorLog
 from agent_r1_async.actors.stats import ActorCounters
 from agent_r1_async.config import RunConfig
-from agent_r1_async.envs.base import Env, Observation, StepResult, Task
+from agent_r1_async.envs.base import Env, StepResult, Task
+from agent_r1_async.envs.contract import (
+    EnvContractError,
+    check_observation,
+    check_step_result,
+    prompt_too_long,
+)
 from agent_r1_async.envs.offload import run_offloaded
 from agent_r1_async.wire.messages import (
+    MAX_METRICS,
     TRAINABLE_STATUSES,
     EpisodeEnd,
     EpisodeStatus,
@@ -60,8 +74,16 @@ class _EpisodeOver(Exception):
 
 def _env_failed(method: str, e: BaseException, what: str = "") -> _EpisodeOver:
     """An env exception in `method` as the episode's end (status env_error)."""
+    where = what or f"env.{method}"
+    if isinstance(e, EnvContractError):  # a bad value inside the env (a ToolEnv hook's)
+        return _EpisodeOver("env_error", f"{where}: {e}", method, e.kind, e)
     kind = type(e).__name__
-    return _EpisodeOver("env_error", f"{what or 'env.' + method}: {kind}: {e}", method, kind, e)
+    return _EpisodeOver("env_error", f"{where}: {kind}: {e}", method, kind, e)
+
+
+def _violation(method: str, e: EnvContractError) -> _EpisodeOver:
+    """A value the env returned that breaks the contract, as the episode's end (env_error)."""
+    return _EpisodeOver("env_error", str(e), method, e.kind)
 
 
 def _detail(e: TimeoutError) -> str:
@@ -155,29 +177,33 @@ class Rollout:
                 raise _env_failed("make", e, "making the env") from e
         history = History(self.tokenizer)
         obs = await self._env_call(env, lambda: env.reset(task), "reset")
-        if not isinstance(obs, Observation):
-            raise _EpisodeOver(
-                "env_error", f"env.reset returned {type(obs).__name__}, not Observation",
-                "reset", "TypeError",
-            )
+        try:
+            obs = check_observation(obs, "env.reset")
+        except EnvContractError as e:
+            raise _violation("reset", e) from None
         self._extend(history, obs.messages, obs.tools)
         while True:
-            context = self._context(history)
+            context = self._context(history, task)
             gen = await self._generate(context)
             text = self.tokenizer.decode(gen.action_ids, skip_special_tokens=True)
             t_env = time.perf_counter()
-            result = await self._env_call(env, functools.partial(env.step, text), "step")
+            raw = await self._env_call(env, functools.partial(env.step, text), "step")
             env_s = time.perf_counter() - t_env
-            if not isinstance(result, StepResult):
-                raise _EpisodeOver(
-                    "env_error", f"env.step returned {type(result).__name__}, not StepResult",
-                    "step", "TypeError",
-                )
+            try:  # checked before anything of this step is used or sent
+                result = check_step_result(raw, "env.step")
+                merged = {**st.metrics, **result.metrics}  # every step's; a later value wins
+                if len(merged) > MAX_METRICS:
+                    raise EnvContractError(
+                        "env.step", "StepResult.metrics", len(merged), "", "ValueError",
+                        message=f"env.step: the StepResult.metrics of this episode's steps "
+                                f"hold {len(merged)} names; at most {MAX_METRICS} are kept")
+            except EnvContractError as e:
+                raise _violation("step", e) from None
             history.add_action(gen.action_ids)
             cut = not result.done and st.steps + 1 >= self.max_turns
             await emit(self._record(task, ids, st.steps, context, gen, result, env_s, cut))
             st.steps += 1
-            st.metrics.update(result.metrics)  # every step's metrics; a later value wins
+            st.metrics = merged
             if result.done or cut:
                 st.outcome = result.outcome_reward if result.done else 0.0
                 if cut:
@@ -187,11 +213,14 @@ class Rollout:
                 return
             self._extend(history, result.observation.messages)
 
-    def _context(self, history: History) -> list[int]:
+    def _context(self, history: History, task: Task) -> list[int]:
         try:
             context = self.builder.build(history)
         except Exception as e:
             raise _env_failed("context", e, "context builder") from e
+        if len(context) >= self.max_model_len and not history.turns:
+            e = prompt_too_long(len(context), self.max_model_len, task.task_id)
+            raise _violation("reset", e)
         if len(context) >= self.max_model_len:
             raise _EpisodeOver(
                 "truncated",
@@ -246,10 +275,10 @@ class Rollout:
             actor_id=self.actor_id, env_name=self.env_name, step_index=index,
             context_ids=TokenIds(context), action_ids=TokenIds(gen.action_ids),
             behavior_logprobs=LogProbs(gen.logprobs),
-            policy_version=gen.policy_version, process_reward=float(result.reward),
-            done=bool(result.done or cut), finish_reason=gen.finish_reason,
+            policy_version=gen.policy_version, process_reward=result.reward,
+            done=result.done or cut, finish_reason=gen.finish_reason,
             token_versions=gen.token_versions, gen_time_s=gen.gen_time_s, env_time_s=env_s,
-            num_tool_calls=int(result.num_tool_calls), created_at=time.time(),
+            num_tool_calls=result.num_tool_calls, created_at=time.time(),
         )
 
     async def _end(
@@ -263,8 +292,8 @@ class Rollout:
         end = EpisodeEnd(
             episode_id=ids.episode_id, group_id=ids.group_id, task_id=task.task_id,
             actor_id=self.actor_id, env_name=self.env_name, num_steps=st.steps,
-            outcome_reward=float(st.outcome), status=st.status,
-            group_size=ids.group_size, metrics={k: float(v) for k, v in st.metrics.items()},
+            outcome_reward=st.outcome, status=st.status,
+            group_size=ids.group_size, metrics=dict(st.metrics),
             error=st.reason, wall_time_s=time.perf_counter() - t0, created_at=time.time(),
         )
         await emit(end)

@@ -28,9 +28,9 @@ from collections.abc import Callable
 
 import msgspec
 
+from agent_r1_async.buffers.admission import AdmissionControl
 from agent_r1_async.buffers.assembly import Assembler, OpenGroup, episode_nbytes
 from agent_r1_async.buffers.rate_limiter import SampleToInsertRatio
-from agent_r1_async.buffers.staleness import AdmissionControl
 from agent_r1_async.buffers.store import GroupStore, StoredGroup, describe
 from agent_r1_async.buffers.validate import RecordBounds, check_record, check_stats
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
@@ -150,9 +150,9 @@ class TrajectoryBuffer:
     def _origin(self, msg: StepRecord | EpisodeEnd, sender: str | None) -> tuple[str, str]:
         """Why a record may not enter its group at all, or ("", ""): its authenticated sender
         is not its actor (`identity`), or its group was never granted to its actor
-        (`ungranted`: such records used to take an admission credit each, and 4 of them
-        stalled a run for `episode_timeout_s`). Records of a group already closed pass, and
-        assembly counts them `late_record`."""
+        (`ungranted`: were they admitted, each would take an admission credit, and a handful
+        would stall a run for `episode_timeout_s`). Records of a group already closed pass,
+        and assembly counts them `late_record`."""
         if roles.not_this_actor(sender, msg.actor_id):
             return "identity", f"record of actor {msg.actor_id!r} sent by {sender!r}"
         owner = self.admission.owner(msg.group_id)

@@ -328,7 +328,8 @@ class BufferService:
     @staticmethod
     def _denied(req: m.ControlMessage, sender: str | None) -> str:
         """Why `sender` may not make this request ("" if it may). A stranger's
-        VersionUpdate(10**9) froze a run for good, and its SampleRequest stole groups."""
+        VersionUpdate(10**9) would stall the run for good, and its SampleRequest would take
+        the learner's groups."""
         if isinstance(req, (m.VersionUpdate, m.SampleRequest)) and roles.learner_only(sender):
             return "only the learner may send it"
         if isinstance(req, m.CreditRequest) and roles.not_this_actor(sender, req.actor_id):

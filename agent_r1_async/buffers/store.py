@@ -105,7 +105,8 @@ class GroupStore:
         # Clamped exponent and floor: extreme configs must not overflow or reach priority 0.
         staleness = min(max(self._ref - entry.version, -2 * _REBASE_EVERY), 1000)
         fresh = self.freshness_decay**staleness
-        return max(((entry.signal + self.priority_eps) * fresh) ** self.alpha, 1e-300)
+        p: float = ((entry.signal + self.priority_eps) * fresh) ** self.alpha  # base > 0: real
+        return max(p, 1e-300)
 
     def insert(self, entry: StoredGroup) -> bool:
         """Store a group; False if its id is already stored."""

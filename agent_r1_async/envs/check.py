@@ -10,19 +10,34 @@ actor restarts) and far from the cause. Two levels:
   method and the exception.
 - `check_env(env_cfg, splits, episodes)` (the `envs check` command): the same, then plays
   episodes with the env's oracle (when it has one) and one scripted junk action, timing
-  `reset` and `step`, and returns the lines of a one-screen report.
+  `reset` and `step`, and returns the lines of a one-screen report. It fails, one line each,
+  when an env method raises or returns a value the rollout would refuse (envs/contract.py:
+  a NaN or string reward, a `done` that is not a bool, a prompt with no room for an action in
+  `model.max_model_len`), when the oracle does not reach a positive outcome within
+  `env.max_turns` actions, and when a split repeats a task id. It never raises on what an env
+  returns.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from agent_r1_async.config import ConfigError, EnvConfig
+from agent_r1_async.config import ConfigError, EnvConfig, RunConfig
 from agent_r1_async.envs.base import Env, Observation, StepResult, Task
+from agent_r1_async.envs.contract import (
+    EnvContractError,
+    check_observation,
+    check_step_result,
+    prompt_too_long,
+    show,
+)
 from agent_r1_async.envs.offload import run_offloaded
 from agent_r1_async.envs.registry import (
     EnvSpec,
@@ -31,6 +46,8 @@ from agent_r1_async.envs.registry import (
     parse_args,
     resolve,
 )
+
+log = logging.getLogger(__name__)
 
 JUNK_ACTION = "I am not sure. Let me think about it some more."
 """An action with no tool call and no answer: every env must survive it."""
@@ -83,6 +100,10 @@ def split_tasks(spec: EnvSpec, split: str, min_tasks: int = 1) -> list[Task]:
     if not isinstance(tasks, list) or not all(isinstance(t, Task) for t in tasks):
         raise EnvCheckError(f"env {spec.name!r}: tasks({split!r}) must return a list of Task, "
                             f"got {type(tasks).__name__}")
+    bad = next((t for t in tasks if not isinstance(t.task_id, str) or not t.task_id), None)
+    if bad is not None:  # it names the episode's records on the wire, which need a str
+        raise EnvCheckError(f"env {spec.name!r}: tasks({split!r}) has a task whose task_id is "
+                            f"{show(bad.task_id)}; a task_id must be a non-empty str")
     if len(tasks) < min_tasks:
         need = "at least one task" if min_tasks <= 1 else f"at least {min_tasks} tasks (one per actor)"
         raise EnvCheckError(f"env {spec.name!r}: tasks({split!r}) returned {len(tasks)} tasks; "
@@ -94,12 +115,69 @@ def preflight_env(env_cfg: EnvConfig, splits: dict[str, int]) -> EnvSpec:
     """The cheap checks; `splits` maps each split the command uses to its minimum task count."""
     spec = build_spec(env_cfg)
     for split, min_tasks in splits.items():
-        split_tasks(spec, split, min_tasks)
+        repeated = repeated_ids(split_tasks(spec, split, min_tasks))
+        if repeated:
+            log.warning("env %r: %s", spec.name, _repeats(split, repeated))
     _call(spec.name, "make()", spec.make)
     return spec
 
 
 # ---------------------------------------------------------------------------- full check
+
+
+@dataclass
+class PromptBudget:
+    """The policy's chat template and `model.max_model_len`: a reset's prompt must leave room
+    for an action (the rollout refuses it otherwise)."""
+
+    tokenizer: Any
+    max_model_len: int
+    builder: Any
+    """The run's context builder (actors/context.py)."""
+    model: str
+
+    def tokens(self, obs: Observation) -> int:
+        """The tokens of the first context the policy would see after this reset."""
+        from agent_r1_async.actors.context import History
+
+        history = History(self.tokenizer)
+        history.add_messages(obs.messages, obs.tools)
+        return len(self.builder.build(history))
+
+
+def prompt_budget(cfg: RunConfig) -> tuple[PromptBudget | None, str]:
+    """The policy's `PromptBudget`, or (None, why not) when its tokenizer cannot be loaded
+    cheaply here: a known model not prepared yet is not converted for this (`launch` and
+    `prepare-model` do that), and a hub id is only looked up in the local cache."""
+    from agent_r1_async.actors.context import make_context_builder
+    from agent_r1_async.models import KNOWN_MODELS, cache_dir, load_tokenizer, resolve_model
+
+    model = cfg.model.start_from
+    # The directory prepare_model builds; build_atomically marks it complete.
+    if model in KNOWN_MODELS and not (cache_dir() / "models" / model / ".complete").is_file():
+        return None, (f"{model} is not prepared yet (`agent-r1-async prepare-model {model}`; "
+                      "a launch prepares it too)")
+    try:
+        path = resolve_model(model)
+        if Path(path).is_dir():
+            tokenizer = load_tokenizer(path)
+        else:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        builder = make_context_builder(cfg.context, tokenizer)
+    except Exception as e:
+        return None, f"the tokenizer of {model!r} cannot be loaded here: {_one_line(e)}"
+    return PromptBudget(tokenizer, cfg.model.max_model_len, builder, model), ""
+
+
+def _one_line(e: BaseException) -> str:
+    text = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
+    return f"{type(e).__name__}: {text[:200]}".rstrip(": ")
+
+
+class _Failed(Exception):
+    """An episode step that failed; the message is the report's reason."""
 
 
 @dataclass
@@ -112,52 +190,109 @@ class EpisodeLog:
     step_s: list[float] = field(default_factory=list)
     rewards: list[float] = field(default_factory=list)
     result: StepResult | None = None
+    """The last step's result, checked (envs/contract.py)."""
+    prompt_tokens: int | None = None
     error: str = ""
 
 
-async def _episode(spec: EnvSpec, task: Task, actions: list[str], timeout_s: float) -> EpisodeLog:
-    log = EpisodeLog(task.task_id, actions)
-    method = "make()"
+async def _env_call(call: Callable[[], Any], timeout_s: float, method: str, name: str) -> Any:
+    """One env call on a worker thread, as the rollout makes it; failures as `_Failed`."""
     try:
-        env: Env = spec.make()
-        method = "reset"
+        return await run_offloaded(call, timeout_s, name)
+    except TimeoutError:
+        raise _Failed(f"{method} took longer than env.step_timeout_s={timeout_s:g}") from None
+    except EnvContractError as e:  # a bad value inside the env, e.g. a ToolEnv hook's
+        raise _Failed(f"{method}: {e}") from None
+    except Exception as e:
+        raise _Failed(f"{method} raised {_one_line(e)}") from None
+
+
+async def _episode(spec: EnvSpec, task: Task, actions: list[str], timeout_s: float,
+                   prompt: PromptBudget | None = None) -> EpisodeLog:
+    log = EpisodeLog(task.task_id, actions)
+    try:
+        try:
+            env: Env = spec.make()
+        except Exception as e:
+            raise _Failed(f"make() raised {_one_line(e)}") from None
         t0 = time.perf_counter()
-        obs = await run_offloaded(lambda: env.reset(task), timeout_s, f"{spec.name}.reset")
+        obs = await _env_call(lambda: env.reset(task), timeout_s, "env.reset", f"{spec.name}.reset")
         log.reset_s = time.perf_counter() - t0
-        if not isinstance(obs, Observation):
-            raise TypeError(f"returned {type(obs).__name__}, not Observation")
-        method = "step"
+        obs = check_observation(obs, "env.reset")
+        if prompt is not None:
+            try:
+                log.prompt_tokens = n = prompt.tokens(obs)
+            except Exception as e:
+                raise _Failed(f"env.reset: its messages cannot be rendered with the chat "
+                              f"template of {prompt.model!r}: {_one_line(e)}") from None
+            if n >= prompt.max_model_len:
+                raise prompt_too_long(n, prompt.max_model_len, task.task_id)
         for action in actions:
             t0 = time.perf_counter()
-            res = await run_offloaded(lambda a=action: env.step(a), timeout_s, f"{spec.name}.step")
+            res = await _env_call(lambda a=action: env.step(a), timeout_s, "env.step",
+                                  f"{spec.name}.step")
             log.step_s.append(time.perf_counter() - t0)
-            if not isinstance(res, StepResult):
-                raise TypeError(f"returned {type(res).__name__}, not StepResult")
-            log.rewards.append(float(res.reward))
+            res = check_step_result(res, "env.step")
+            log.rewards.append(res.reward)
             log.result = res
             if res.done:
                 break
-    except Exception as e:
-        log.error = f"{method} failed: {type(e).__name__}: {e}"
+    except (_Failed, EnvContractError) as e:
+        log.error = str(e)
     return log
 
 
-def _describe(kind: str, ep: EpisodeLog) -> str:
+def oracle_verdict(ep: EpisodeLog, max_turns: int, planned: int) -> str:
+    """Why an oracle episode does not pass ("" when it does): it must end within
+    `env.max_turns` actions with a positive outcome."""
+    r = ep.result
     if ep.error:
-        return f"  {kind:7s} {ep.task_id}: FAILED in {ep.error}"
+        return ep.error
+    if r is None or not r.done:
+        if planned > max_turns:
+            return (f"not done after env.max_turns={max_turns} actions (the oracle has "
+                    f"{planned}); the run would cut the episode there with outcome 0")
+        return f"not done after the oracle's {planned} actions"
+    if r.outcome_reward <= 0:
+        return (f"the oracle's outcome is {r.outcome_reward:g}"
+                f"{' (truncated)' if r.truncated else ''}; it must be positive")
+    return ""
+
+
+def _describe(kind: str, ep: EpisodeLog, verdict: str = "") -> str:
+    if ep.error:
+        return f"  {kind:7s} {ep.task_id}: FAILED: {ep.error}"
     r = ep.result
     steps = " ".join(f"{s * 1e3:.1f}" for s in ep.step_s)
     head = f"  {kind:7s} {ep.task_id}: reset {ep.reset_s * 1e3:.1f} ms, steps [{steps}] ms"
+    failed = f"; FAILED: {verdict}" if verdict else ""
     if r is None:
-        return head + ", no step"
+        return head + ", no step" + failed
     end = "done" if r.done else "not done"
     metrics = ", ".join(f"{k} {v:g}" for k, v in r.metrics.items())
     return (f"{head}, {end}, process {sum(ep.rewards):g}, outcome {r.outcome_reward:g}"
-            + (f" ({metrics})" if metrics else ""))
+            + (f" ({metrics})" if metrics else "") + failed)
 
 
-def check_env(env_cfg: EnvConfig, splits: list[str], episodes: int = 1) -> tuple[bool, list[str]]:
-    """Run every check; (all passed, report lines). Stops at the first cheap-check failure."""
+def repeated_ids(tasks: list[Task]) -> list[tuple[str, int]]:
+    """(task id, count) of every id that more than one task of a split has."""
+    counts = Counter(t.task_id for t in tasks)
+    return [(task_id, n) for task_id, n in counts.items() if n > 1]
+
+
+def _repeats(split: str, repeated: list[tuple[str, int]]) -> str:
+    task_id, n = repeated[0]
+    more = f" and {len(repeated) - 1} more ids" if len(repeated) > 1 else ""
+    return (f"tasks({split!r}): task id {task_id!r} appears {n} times{more}; "
+            "each task needs its own id")
+
+
+def check_env(env_cfg: EnvConfig, splits: list[str], episodes: int = 1,
+              prompt: PromptBudget | None = None, prompt_note: str = "") -> tuple[bool, list[str]]:
+    """Run every check; (all passed, report lines). Stops at the first cheap-check failure.
+
+    `prompt`: the policy's budget for the prompt's length (checked at every reset); without
+    it, `prompt_note` says why the length was not checked."""
     lines = [f"env {env_cfg.name}"]
     try:
         cls = resolve_env(env_cfg)
@@ -169,29 +304,53 @@ def check_env(env_cfg: EnvConfig, splits: list[str], episodes: int = 1) -> tuple
         lines.append(f"  build   {(time.perf_counter() - t0) * 1e3:.0f} ms")
         tasks = {s: split_tasks(spec, s) for s in splits}
         for s, ts in tasks.items():
-            lines.append(f"  tasks   {s}: {len(ts)} (first: {ts[0].task_id}: {ts[0].prompt[:60]!r})")
+            first = ts[0].prompt
+            shown = repr(first[:60]) if isinstance(first, str) else show(first)
+            lines.append(f"  tasks   {s}: {len(ts)} (first: {ts[0].task_id}: {shown})")
     except ConfigError as e:
         return False, [*lines, f"  FAILED  {e}"]
     ok = True
+    for s, ts in tasks.items():
+        repeated = repeated_ids(ts)
+        if repeated:
+            ok = False
+            lines.append(f"  FAILED  {_repeats(s, repeated)}")
     has_oracle = getattr(spec.definition, "oracle", None) is not None
-    timeout = env_cfg.step_timeout_s
+    timeout, max_turns = env_cfg.step_timeout_s, env_cfg.max_turns
+    longest: tuple[int, str] = (-1, "")
     for ts in tasks.values():
         for task in ts[:episodes]:
+            played: list[EpisodeLog] = []
             if has_oracle:
                 try:
                     actions = spec.oracle(task)
                 except Exception as e:
                     ok = False
-                    lines.append(f"  oracle  {task.task_id}: FAILED in oracle: {type(e).__name__}: {e}")
-                    continue
+                    lines.append(f"  oracle  {task.task_id}: FAILED: oracle(task) raised "
+                                 f"{_one_line(e)}")
+                    actions = None
                 if actions:
-                    ep = asyncio.run(_episode(spec, task, list(actions), timeout))
-                    ok = ok and not ep.error and ep.result is not None and ep.result.done
-                    lines.append(_describe("oracle", ep))
-            junk = asyncio.run(_episode(spec, task, [JUNK_ACTION] * env_cfg.max_turns, timeout))
+                    actions = list(actions)
+                    ep = asyncio.run(_episode(spec, task, actions[:max_turns], timeout, prompt))
+                    verdict = oracle_verdict(ep, max_turns, len(actions))
+                    ok = ok and not verdict
+                    lines.append(_describe("oracle", ep, verdict if not ep.error else ""))
+                    played.append(ep)
+                elif actions is not None:
+                    lines.append(f"  oracle  {task.task_id}: no actions for this task")
+            junk = asyncio.run(_episode(spec, task, [JUNK_ACTION] * max_turns, timeout, prompt))
             ok = ok and not junk.error
             lines.append(_describe("junk", junk))
+            played.append(junk)
+            for ep in played:
+                if ep.prompt_tokens is not None and ep.prompt_tokens > longest[0]:
+                    longest = (ep.prompt_tokens, ep.task_id)
     if not has_oracle:
         lines.append("  oracle  (none: the definition has no oracle(task))")
+    if prompt is None:
+        lines.append(f"  prompt  length not checked: {prompt_note or 'no model given'}")
+    elif longest[0] >= 0:
+        lines.append(f"  prompt  longest {longest[0]} tokens (task {longest[1]}) of "
+                     f"model.max_model_len={prompt.max_model_len} ({prompt.model})")
     lines.append("OK" if ok else "FAILED")
     return ok, lines

@@ -44,6 +44,10 @@ BLOCK_WARN_S = 1.0
 _CANCEL_GRACE_S = 0.5
 """After a timeout, how long to wait for a cooperative coroutine to finish cancelling."""
 
+BLOCKING_WARNING = "blocked its event loop"
+"""The words of the blocking warning (`<name> blocked its event loop for 3.0 s ...`): the
+launch finds them in an actor's log and says them on its console (run/events.py)."""
+
 _lock = threading.Lock()
 _running = 0
 _warned: set[str] = set()
@@ -154,9 +158,9 @@ def _warn_if_blocking(call: _Call) -> None:
     if longest > BLOCK_WARN_S and call.name not in _warned:
         _warned.add(call.name)
         log.warning(
-            "%s blocked its event loop for %.1f s in one synchronous stretch: use async I/O "
+            "%s %s for %.1f s in one synchronous stretch: use async I/O "
             "or `await asyncio.to_thread(...)` for blocking work (warned once per name)",
-            call.name, longest,
+            call.name, BLOCKING_WARNING, longest,
         )
 
 

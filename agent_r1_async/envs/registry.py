@@ -26,6 +26,7 @@ import importlib
 import importlib.metadata
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -39,6 +40,7 @@ _BUILTINS = {
     "multihop_qa": "agent_r1_async.envs.multihop.env:MultihopQAEnv",
     "arithmetic": "agent_r1_async.envs.arithmetic:ArithmeticEnv",
     "python_tool": "agent_r1_async.envs.tools.python_env:PythonToolEnv",
+    "mcp_tools": "agent_r1_async.envs.mcp.env:McpToolsEnv",
 }
 _REGISTRY: dict[str, type] = {}
 
@@ -117,8 +119,43 @@ def resolve(name: str) -> type:
     known = sorted({*_REGISTRY, *_BUILTINS, *eps})
     raise UnknownEnvError(
         f"unknown env {name!r}; known envs: {', '.join(known) or '(none)'} "
-        f"(or give a class as 'package.module:Class')"
+        f"(or give a class as 'package.module:Class'); {_import_hint(name)}"
     )
+
+
+_HINT_MAX_FILES = 500
+_HINT_MAX_BYTES = 1 << 20
+
+
+def registering_modules(name: str, root: Path | None = None) -> list[str]:
+    """Modules under `root` (default: the working directory, and its packages one level
+    down) whose source registers `name` with `@register_env`: what `env.import` must list.
+    Reads at most `_HINT_MAX_FILES` files of at most 1 MiB each; imports nothing."""
+    root = Path.cwd() if root is None else root
+    pattern = re.compile(r"""register_env\(\s*(["'])""" + re.escape(name) + r"""\1\s*\)""")
+    found: list[str] = []
+    files = [*sorted(root.glob("*.py")), *sorted(root.glob("*/*.py"))][:_HINT_MAX_FILES]
+    for path in files:
+        try:
+            if path.stat().st_size > _HINT_MAX_BYTES:
+                continue
+            text = path.read_text("utf-8", "replace")
+        except OSError:
+            continue
+        if pattern.search(text):
+            parts = path.relative_to(root).with_suffix("").parts
+            found.append(".".join(p for p in parts if p != "__init__"))
+    return found
+
+
+def _import_hint(name: str) -> str:
+    """How to make a `@register_env(name)` class known (for the unknown-env message)."""
+    modules = registering_modules(name)
+    if modules:
+        return (f"module {' and '.join(modules)} registers {name!r} but nothing imports it: "
+                f"add it to env.import (--set env.import=[{modules[0]}])")
+    return ("a name registered with @register_env needs its module in env.import "
+            "(--set env.import=[my_module])")
 
 
 def list_envs() -> list[tuple[str, str]]:

@@ -22,8 +22,9 @@ renders `tool` messages as a `user` turn wrapped in `<tool_response>` tags. Send
 `{"role": "user", "content": "<tool_response>...</tool_response>"}` therefore gives the exact
 Qwen token layout and a familiar turn header for SmolLM2.
 
-Failures of the env's own logic (a domain hook raising, a hook returning the wrong type) raise
-`EnvError`; the actor records the episode with status "env_error".
+Failures of the env's own logic (a domain hook raising, a hook returning a wrong type or a
+reward that is not a finite number: envs/contract.py) raise `EnvError`; the actor records the
+episode with status "env_error". A *tool* that raises is not one: see step 2.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from typing import Any, Protocol
 
 import jsonschema
 
+from agent_r1_async.envs import contract
 from agent_r1_async.envs.base import EnvError, Message, Observation, StepResult, Task, Tool
 from agent_r1_async.envs.canaries import canary_metrics
 from agent_r1_async.envs.offload import run_offloaded
@@ -357,9 +359,7 @@ class ToolEnv:
         if not hasattr(self.domain, "process_reward"):
             return 0.0
         value = self._hook("process_reward", self.state, outcome)
-        if not isinstance(value, int | float):
-            raise EnvError(f"process_reward returned {type(value).__name__}, expected a number")
-        return float(value)
+        return contract.real(value, f"{type(self.domain).__name__}.process_reward", "")
 
     def _finish(
         self, answer: str | None, *, reward: float, num_calls: int, truncated: bool
@@ -367,18 +367,20 @@ class ToolEnv:
         assert self.state is not None
         self.done = True
         score = self._hook("score", self.state.task, answer)
+        domain = type(self.domain).__name__
         if not isinstance(score, Score):
-            raise EnvError(f"score() returned {type(score).__name__}, expected Score")
+            raise contract.EnvContractError(f"{domain}.score", "", score, "Score")
+        outcome = contract.real(score.reward, f"{domain}.score", "Score.reward")
         metrics = {
-            **score.metrics,
+            **contract.metrics(score.metrics, f"{domain}.score", "Score.metrics"),
             "format_ok": float(answer is not None),
             "turns": float(self.state.turn),
             "tool_calls": float(self._calls),
             "tool_errors": float(self._errors),
             "truncated": float(truncated),
-            **canary_metrics(answer, float(score.reward), self._responses),
+            **canary_metrics(answer, outcome, self._responses),
         }
         return StepResult(
-            Observation([]), reward, True, outcome_reward=float(score.reward),
+            Observation([]), reward, True, outcome_reward=outcome,
             truncated=truncated, num_tool_calls=num_calls, metrics=metrics,
         )

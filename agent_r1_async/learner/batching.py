@@ -42,10 +42,10 @@ from agent_r1_async.wire import messages
 class Row:
     """One step, ready to be collated. `advantage` may be filled in later (PPO)."""
 
-    context_ids: list[int]
-    action_ids: list[int]
-    behavior_logprobs: list[float]
-    token_versions: list[int]
+    context_ids: Sequence[int]
+    action_ids: Sequence[int]
+    behavior_logprobs: Sequence[float]
+    token_versions: Sequence[int]
     advantage: float
     reward: float
     sample_weight: float

@@ -50,7 +50,9 @@ LATEST = "latest"
 
 
 def _rng_state() -> dict[str, Any]:
-    np_state = np.random.get_state()
+    np_state = np.random.get_state(legacy=True)
+    if not isinstance(np_state, tuple):  # legacy=True: a tuple while the generator is MT19937
+        raise TypeError(f"numpy's global generator is not MT19937: {np_state.get('bit_generator')}")
     return {
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],

@@ -110,7 +110,8 @@ class Learner:
             self.trainer.proximal_pass(mbs)
         if self.cfg.algorithm.name == "ppo":
             fill_gae(rows, mbs, self.cfg.algorithm)
-        metrics = epoch_mean([self.trainer.optimize(mbs) for _ in range(self.cfg.learner.ppo_epochs)])
+        metrics = epoch_mean([self.trainer.optimize(mbs, self.version)
+                              for _ in range(self.cfg.learner.ppo_epochs)])
         self.version += 1
         self.updates += 1
         if self.source is not None:
@@ -183,7 +184,8 @@ class Learner:
             return
         if only_if_idle_s and time.monotonic() - self._last_publish < only_if_idle_s:
             return
-        weights = self.trainer.published_state_dict()  # fresh CPU copies: send them in place
+        # fresh CPU copies in the engines' dtype: sent in place
+        weights = self.trainer.published_state_dict(self.trainer.publish_dtype)
         if self.publisher is not None:
             self.publisher.publish(self.version, weights, copy=False)
         self._last_publish = time.monotonic()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
+import torch
 from torch import Tensor
 
 from agent_r1_async.learner.batching import MicroBatch
@@ -38,6 +39,8 @@ class Trainer(Protocol):
 
     pad_id: int
     """Token id that pads micro-batches."""
+    publish_dtype: torch.dtype
+    """The dtype the engines serve: published weights are cast to it."""
 
     def needs_proximal_pass(self, epochs: int) -> bool:
         """Whether `proximal_pass` must run before `epochs` optimizer steps on one batch."""
@@ -47,10 +50,11 @@ class Trainer(Protocol):
         """Fill each micro-batch's proximal log-probs (and values, reference) under no_grad."""
         ...
 
-    def optimize(self, mbs: list[MicroBatch]) -> dict[str, float]:
-        """One optimizer step over all micro-batches; returns its metrics."""
+    def optimize(self, mbs: list[MicroBatch], version: int | None = None) -> dict[str, float]:
+        """One optimizer step over all micro-batches (`version`: the proximal policy's);
+        returns its metrics."""
         ...
 
-    def published_state_dict(self) -> dict[str, Tensor]:
+    def published_state_dict(self, dtype: torch.dtype | None = None) -> dict[str, Tensor]:
         """The weights actors load (LoRA merged into the base)."""
         ...

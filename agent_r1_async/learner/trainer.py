@@ -9,7 +9,7 @@ in backward (`head_logprobs`), so a micro-batch's [N, V] logits never exist at o
 Results are scattered back to [B, T] aligned with `input_ids`. The softmax is
 that of the distribution the engines sample from (`engine.temperature`, then `engine.top_p`;
 `action_logprobs`), so proximal and current log-probs compare like with like with the
-behavior log-probs; at temperature 1 and top-p 1 it is the plain softmax, computed as before.
+behavior log-probs; at temperature 1 and top-p 1 it is the plain log-softmax of the logits.
 
 One optimizer step per pass over the batch: gradients accumulate over the micro-batches, each
 loss divided by the whole batch's token (or row) count, so the accumulated gradient equals the
@@ -50,12 +50,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from agent_r1_async import config, models
+from agent_r1_async import config, models, precision
 from agent_r1_async.learner import distributed as dist_util
 from agent_r1_async.learner import memory
 from agent_r1_async.learner.batching import MicroBatch, filler_micro_batch
 from agent_r1_async.learner.logprobs import head_logprobs, kl_reference
 from agent_r1_async.learner.losses import ppo_loss, value_loss
+from agent_r1_async.learner.mismatch import MismatchMeter
 
 
 def resolve_device(name: str) -> torch.device:
@@ -107,7 +108,7 @@ class PolicyNet(nn.Module):
         return lp, ent, values
 
 
-def shard(net: PolicyNet, lcfg: config.LearnerConfig, device: torch.device) -> None:
+def shard(net: PolicyNet, bf16: bool, lcfg: config.LearnerConfig, device: torch.device) -> None:
     """FSDP2: one group per decoder layer (gathered only while that layer runs) + the root."""
     from torch.distributed.fsdp import (
         CPUOffloadPolicy,
@@ -118,7 +119,7 @@ def shard(net: PolicyNet, lcfg: config.LearnerConfig, device: torch.device) -> N
     )
 
     mp = MixedPrecisionPolicy()  # fp32 everywhere (CPU; CUDA without learner.bf16)
-    if device.type == "cuda" and lcfg.bf16:
+    if device.type == "cuda" and bf16:
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     offload = CPUOffloadPolicy() if lcfg.cpu_offload else OffloadPolicy()
     for layer in net.lm.get_decoder().layers:
@@ -160,6 +161,11 @@ class PolicyTrainer:
         self.lcfg = cfg.learner
         self.algo = cfg.algorithm
         self.device = resolve_device(self.lcfg.device)
+        self.bf16 = precision.learner_bf16(self.lcfg, self.device)
+        """bf16 autocast over fp32 master weights (`learner.bf16`, auto resolved here)."""
+        self.publish_dtype = getattr(torch, precision.engine_dtype(cfg.engine))
+        """The engines' dtype: published weights are cast to it here, once, so the learner
+        holds and sends half the bytes for bf16 engines (each engine would cast on load)."""
         memory.configure_malloc(self.lcfg.malloc_mmap_threshold_kb * 1024)
         self.model_path = model_path
         self.attn_implementation, _ = models.attention_implementation(
@@ -197,9 +203,9 @@ class PolicyTrainer:
         if self.lcfg.cpu_offload and self.device.type != "cuda":
             raise ValueError(f"learner.cpu_offload needs a CUDA learner.device, not {self.device}")
         if self.sharded:
-            shard(self.net, self.lcfg, self.device)
+            shard(self.net, self.bf16, self.lcfg, self.device)
             if self.reference is not None:
-                shard(self.reference, self.lcfg, self.device)
+                shard(self.reference, self.bf16, self.lcfg, self.device)
         elif self.lcfg.cpu_offload:
             raise ValueError("learner.cpu_offload needs the FSDP2 path (a process group)")
         self.optimizer = torch.optim.AdamW(
@@ -218,7 +224,7 @@ class PolicyTrainer:
         return [p for p in self.net.parameters() if p.requires_grad]
 
     def _autocast(self) -> contextlib.AbstractContextManager:
-        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.lcfg.bf16)
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
 
     def forward(self, mb: MicroBatch, net: PolicyNet | None = None, values: bool = False,
                 entropy: bool = False, raw: bool = False) -> ForwardOut:
@@ -285,8 +291,10 @@ class PolicyTrainer:
                 return self.forward(mb).logprobs.cpu()
         return self.forward(mb, net=self.reference).logprobs.cpu()
 
-    def optimize(self, mbs: list[MicroBatch]) -> dict[str, float]:
-        """One optimizer step over all micro-batches (gradient accumulation); returns metrics.
+    def optimize(self, mbs: list[MicroBatch], version: int | None = None) -> dict[str, float]:
+        """One optimizer step over all micro-batches (gradient accumulation); returns metrics,
+        with the training–inference mismatch of the batch (`MismatchMeter`; `version`: the
+        proximal policy's, which makes a token fresh).
 
         Normaliser, global over ranks: each micro-batch loss is its token sum divided by the
         WHOLE batch's action tokens (rows for seq-mean-token-sum) summed over all ranks, and
@@ -302,6 +310,7 @@ class PolicyTrainer:
         denom = tokens if self.algo.loss_agg == "token-mean" else rows
         sums = dict.fromkeys(self._summed_metrics(), 0.0)
         w_max = 0.0
+        mismatch = MismatchMeter(self.algo, version)
         for mb, real in self._lockstep(mbs):
             clock.lap("sync")
             out = self.forward(mb, values=self.value_head is not None,
@@ -330,6 +339,8 @@ class PolicyTrainer:
                 continue
             loss.backward()
             clock.lap("backward")
+            mismatch.add(proximal, mb.behavior_logprobs.to(dev), mb.action_mask.to(dev),
+                         mb.token_versions)
             m["loss"] = loss.detach()
             w_max = max(w_max, float(m.pop("is_weight_max")))
             for k, v in m.items():
@@ -343,12 +354,14 @@ class PolicyTrainer:
         keys = sorted(sums)  # the same keys on every rank: _SUMMED + the configured terms
         sums = dict(zip(keys, dist_util.all_reduce([sums[k] for k in keys]), strict=True))
         w_max = dist_util.all_reduce([w_max], op="max")[0]
+        gaps = mismatch.metrics()
         clock.lap("sync")
-        return {**_finish_metrics(sums, w_max, float(grad_norm)), **clock.metrics()}
+        return {**_finish_metrics(sums, w_max, float(grad_norm)), **gaps, **clock.metrics()}
 
     @torch.no_grad()
-    def iter_published(self) -> Iterator[tuple[str, Tensor]]:
-        """(HF name, full CPU tensor) one at a time (LoRA merged, tied duplicates dropped).
+    def iter_published(self, dtype: torch.dtype | None = None) -> Iterator[tuple[str, Tensor]]:
+        """(HF name, full CPU tensor) one at a time (LoRA merged, tied duplicates dropped),
+        floating tensors cast to `dtype` (None: as trained, fp32 master weights).
 
         Sharded: every rank must iterate to the end (each tensor is an all-gather); only rank
         0 receives the tensors, and each is gathered just before it is yielded, so no rank
@@ -367,16 +380,19 @@ class PolicyTrainer:
                 full = t.full_tensor() if hasattr(t, "full_tensor") else t
                 if dist_util.rank() == 0:
                     # copy while merged (and off the FSDP gather buffer)
-                    yield name.replace(".base_layer.", "."), full.detach().to("cpu", copy=True)
+                    cast = dtype if dtype is not None and full.is_floating_point() else None
+                    yield name.replace(".base_layer.", "."), full.detach().to(
+                        "cpu", dtype=cast, copy=True)
                 del full
         finally:
             if self.lora:
                 self.model.unmerge_adapter()
 
-    def published_state_dict(self) -> dict[str, Tensor]:
-        """Full model weights under their HF names on rank 0 (other ranks: {}); a collective
-        when sharded."""
-        return dict(self.iter_published())
+    def published_state_dict(self, dtype: torch.dtype | None = None) -> dict[str, Tensor]:
+        """Full model weights under their HF names on rank 0 (other ranks: {}), floating ones
+        in `dtype` (None: fp32 master weights, as checkpoints keep them; the engines' dtype
+        for publishing, `publish_dtype`); a collective when sharded."""
+        return dict(self.iter_published(dtype))
 
 def _to(t: Tensor | None, device: torch.device) -> Tensor | None:
     return None if t is None else t.to(device)

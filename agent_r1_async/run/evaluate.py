@@ -40,12 +40,18 @@ if TYPE_CHECKING:
     from agent_r1_async.run.monitor import MetricsLogger
 
 
+MAX_ERRORS = 8
+"""Distinct failure reasons an evaluation keeps (`errors`), in the order first seen."""
+
+
 class _Tally:
-    def __init__(self) -> None:
+    def __init__(self, errors: list[str] | None = None) -> None:
         self.ends: list[EpisodeEnd] = []
         self.process: defaultdict[str, float] = defaultdict(float)
         self.action_tokens = 0
         self.actions = 0
+        self.errors = errors if errors is not None else []
+        self._seen: set[str] = set()
 
     async def emit(self, msg: StepRecord | EpisodeEnd) -> None:
         if isinstance(msg, StepRecord):
@@ -54,6 +60,10 @@ class _Tally:
             self.process[msg.episode_id] += msg.process_reward
         else:
             self.ends.append(msg)
+            failed = msg.status not in TRAINABLE_STATUSES and msg.status != "aborted"
+            if failed and msg.error not in self._seen and len(self.errors) < MAX_ERRORS:
+                self._seen.add(msg.error)
+                self.errors.append(f"{msg.status} (task {msg.task_id}): {msg.error}")
 
     def summary(self) -> dict[str, float]:
         n = len(self.ends)
@@ -97,18 +107,22 @@ def evaluate(
     engine: Any = None,
     baseline: str = "",
     rag_k: int = 0,
+    errors: list[str] | None = None,
 ) -> dict[str, float]:
     """Evaluate `model_path` (default `model.init_from`, else `model.name_or_path`) on `num_tasks` tasks of `split`.
 
     `engine`: an already running engine to use (the caller keeps ownership), else one is
     built from `engine.*` (backend `eval.backend` when set) with `eval.temperature`.
     `baseline`: one of BASELINES; `rag_k`: passages of naive_rag (0 = the env's top_k).
+    `errors`: receives the distinct reasons of failed episodes ("env_error (task t3): ...",
+    at most `MAX_ERRORS`), in the order first seen.
     """
     if num_tasks < 1:
         raise ValueError(f"num_tasks must be >= 1, got {num_tasks}")
     if baseline not in BASELINES:
         raise ValueError(f"baseline must be one of {BASELINES[1:]}, got {baseline!r}")
-    return asyncio.run(_evaluate(cfg, split, num_tasks, model_path, engine, baseline, rag_k))
+    return asyncio.run(_evaluate(cfg, split, num_tasks, model_path, engine, baseline, rag_k,
+                                 errors))
 
 
 def _model_and_env(cfg: RunConfig, spec: Any, model_path: str | None, baseline: str,
@@ -125,12 +139,13 @@ def _model_and_env(cfg: RunConfig, spec: Any, model_path: str | None, baseline: 
 
 async def run_episodes(rollout: Any, make: Callable[[], Any], tasks: list[Any],
                        samples_per_task: int,
-                       progress: Callable[[int, int], None] | None = None) -> dict[str, float]:
+                       progress: Callable[[int, int], None] | None = None,
+                       errors: list[str] | None = None) -> dict[str, float]:
     """`samples_per_task` episodes of every task through `rollout`, summarized;
-    `progress(done, total)` after each episode."""
+    `progress(done, total)` after each episode; `errors` as in `evaluate`."""
     from agent_r1_async.actors.rollout import EpisodeIds
 
-    tally = _Tally()
+    tally = _Tally(errors)
     k = samples_per_task
     total, done = len(tasks) * k, 0
 
@@ -147,7 +162,7 @@ async def run_episodes(rollout: Any, make: Callable[[], Any], tasks: list[Any],
 
 async def _evaluate(
     cfg: RunConfig, split: str, num_tasks: int, model_path: str | None, engine: Any,
-    baseline: str = "", rag_k: int = 0,
+    baseline: str = "", rag_k: int = 0, errors: list[str] | None = None,
 ) -> dict[str, float]:
     from agent_r1_async.actors.engines import make_engine
     from agent_r1_async.actors.rollout import Rollout
@@ -172,7 +187,7 @@ async def _evaluate(
     try:
         # child.progress: the launch's progress bar, when the launch runs this evaluation
         return await run_episodes(rollout, make, tasks, cfg.eval.samples_per_task,
-                                  progress=child.progress)
+                                  progress=child.progress, errors=errors)
     finally:
         if owns:
             await engine.close()

@@ -8,14 +8,24 @@ The supervisor and the launch loop call `Events` at the moments they see somethi
     checkpoint written: RUN_DIR/checkpoints/step-10
     weights v12 reached 1 of 2 actors (actor-1 serves v8)
     wall-clock limit reached (launch.max_wall_time_s = 1500 s) after 33 updates: stopping
+    actor-0: tool nap blocked its event loop for 3.0 s in one synchronous stretch: ...
+    no progress for 60 s: every episode refused: the buffer refused 812 records ...
 
 A dead process's cause comes from Ray's death report (its worker exit type and detail: the
 memory monitor's OOM kill, a lost connection after a signal, an exception in `__init__`) and
 from the process's own log (run/logs.py): the exception line of its last traceback.
+
+While the launch waits for an update it calls `Events.watch` with the buffer's stats every
+few seconds: new env errors, the env's blocking warnings from the actors' logs (said once per
+tool or method; `eval` prints them itself), and, when no group has become ready for
+`STALL_S`, which of "actors dead", "every episode refused" (with the first refusal the
+buffer logged) or "no groups ready" holds (`StallWatch`), said once per stall.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import re
 import time
 from pathlib import Path
@@ -23,6 +33,27 @@ from typing import Any
 
 from agent_r1_async.run.console import Console
 from agent_r1_async.run.logs import log_file, tail_error
+
+STALL_S = 60.0
+"""No group ready (or sampled) and no new learner version for this long, while actors end
+episodes or the buffer refuses records: the launch says why it makes no progress."""
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_REFUSED = re.compile(r"buffer: record refused(?: \(\d+ so far\))?: (.*)$")
+
+
+@functools.cache
+def _blocked() -> re.Pattern[str]:
+    """envs/offload.py's warning line; imported on first use: the launch driver's imports
+    stay free of the envs' dependencies (jsonschema) until an actor log is read."""
+    from agent_r1_async.envs.offload import BLOCKING_WARNING
+
+    return re.compile(r" WARNING agent_r1_async\.envs\.offload: ((.+?) " + BLOCKING_WARNING
+                      + r".*)$")
+
+
+_FOLLOW_BYTES = 4 << 20
+_START_FACTOR = 3
+"""Before any actor has reported, a stall is said after this many `STALL_S` (start-up)."""
 
 
 def worker_exit(pids: list[int], wait_s: float = 3.0) -> str | None:
@@ -109,13 +140,148 @@ def _fatal_signal(log: Path) -> str | None:
 
 
 def _first_line(text: str, limit: int = 160) -> str:
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    line = next((ln.strip() for ln in _ANSI.sub("", text).splitlines() if ln.strip()), "")
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def one_line(exc: BaseException) -> str:
-    """`Type: first line of the message` (Ray's errors run to dozens of lines)."""
+    """`Type: first line of the message` (Ray's errors run to dozens of lines). An exception a
+    Ray task raised is told as itself (`TimeoutError: no batch ...`), not as Ray's wrapper
+    (`RayTaskError(TimeoutError): ray::LearnerHost.update() (pid=...)`); terminal colour
+    codes are dropped."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, BaseException) and cause is not exc:
+        return one_line(cause)
     return f"{type(exc).__name__}: {_first_line(str(exc))}".rstrip(": ")
+
+
+class LogFollower:
+    """The lines appended to a log file since the last call (a rotated file, run/logs.py,
+    is read again from its start). At most `_FOLLOW_BYTES` are read per call: after a
+    larger burst, the older part of it is skipped."""
+
+    def __init__(self, path: Path, from_end: bool = False) -> None:
+        """`from_end`: what the file holds already is not new (a resumed run's old log)."""
+        self.path = path
+        self.offset = 0
+        if from_end:
+            with contextlib.suppress(OSError):
+                self.offset = path.stat().st_size
+        self._partial = b""
+
+    def new_lines(self) -> list[str]:
+        try:
+            size = self.path.stat().st_size
+            if size < self.offset:  # rotated: the file started again from empty
+                self.offset, self._partial = 0, b""
+            if size == self.offset:
+                return []
+            if size - self.offset > _FOLLOW_BYTES:
+                self.offset, self._partial = size - _FOLLOW_BYTES, b""
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read(size - self.offset)
+        except OSError:
+            return []
+        self.offset += len(data)
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()  # an unfinished last line waits for its end
+        return [line.decode("utf-8", "replace") for line in lines]
+
+
+def first_refusal(log_dir: Path) -> str | None:
+    """The first record refusal the buffer logged (buffers/buffer.py: the first few and then
+    one in a thousand are logged), from RUN_DIR/logs/buffer.log (its rotated copy first)."""
+    for path in (log_dir / "buffer.log.1", log_dir / "buffer.log"):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    found = _REFUSED.search(line.rstrip("\n"))
+                    if found:
+                        return _first_line(found.group(1), 240)
+        except OSError:
+            continue
+    return None
+
+
+class StallWatch:
+    """Whether a launch makes no progress, and why, from the buffer's stats alone.
+
+    Progress is a new learner version, or more groups ready or sampled than at the previous
+    look. Once there has been none for `stall_s`, `observe` returns (cause, text) for the
+    first of these that holds, once per stall:
+
+    - "actors dead": no actor has reported (ActorStats) within `stall_s`;
+    - "every episode refused": the buffer refused records meanwhile (`invalid_record/*`);
+    - "no groups ready": actors ended episodes meanwhile, and none made a group ready.
+
+    A learner busy with a long update while the actors wait (admission control) is none of
+    these: nothing ends and nothing is refused, and nothing is said.
+    """
+
+    def __init__(self, stall_s: float = STALL_S, clock: Any = time.monotonic) -> None:
+        self.stall_s, self.clock = stall_s, clock
+        self._mark: tuple[int, int] | None = None
+        self._since = 0.0
+        self._base = (0, 0)  # episodes ended and failed at the last progress
+        self._base_drops: dict[str, int] = {}  # the buffer's drops then
+        self._said = False
+
+    def observe(self, buffer: dict[str, Any]) -> tuple[str, str] | None:
+        now = self.clock()
+        actors: dict[str, Any] = buffer.get("actors", {})
+        ended = sum(int(s.get("episodes_done", 0)) + int(s.get("episodes_failed", 0))
+                    for s in actors.values())
+        failed = sum(int(s.get("episodes_failed", 0)) for s in actors.values())
+        drops = buffer.get("drops", {})
+        refused = int(drops.get("invalid_record", 0))
+        mark = (int(buffer.get("learner_version", 0)),
+                int(buffer.get("groups_ready", 0)) + int(buffer.get("sampled_groups", 0)))
+        prev, self._mark = self._mark, mark
+        if prev is None or mark[0] != prev[0] or mark[1] > prev[1]:
+            self._since, self._base, self._said = now, (ended, failed), False
+            self._base_drops = {k: int(v) for k, v in drops.items()}
+            return None
+        # An actor restarted by Ray counts from 0 again: its totals are the new baseline.
+        self._base = (min(self._base[0], ended), min(self._base[1], failed))
+        waited = now - self._since
+        if self._said or waited < self.stall_s:
+            return None
+        d_ended, d_failed = ended - self._base[0], failed - self._base[1]
+        d_refused = refused - self._base_drops.get("invalid_record", 0)
+        t = float(buffer.get("time", time.time()))
+        seen = {a: t - float(s.get("time", 0.0)) for a, s in actors.items()}  # report ages
+        alive = [a for a, age in seen.items() if age < self.stall_s]
+        head = f"no progress for {waited:.0f} s"
+        if not actors:  # none has reported yet: engines can take minutes to load
+            if waited < _START_FACTOR * self.stall_s:
+                return None
+            self._said = True
+            return "actors dead", (f"{head}: actors dead or not started: no actor has reported "
+                                   "yet")
+        if not alive:
+            ages = ", ".join(f"{a} {age:.0f} s ago" for a, age in sorted(seen.items()))
+            self._said = True
+            return "actors dead", (f"{head}: actors dead: no actor has reported in the last "
+                                   f"{self.stall_s:.0f} s (last reports: {ages})")
+        if d_refused > 0:
+            reasons = ", ".join(
+                f"{k.split('/', 1)[1]} {n}" for k, v in sorted(drops.items())
+                if k.startswith("invalid_record/")
+                and (n := int(v) - self._base_drops.get(k, 0)) > 0)
+            self._said = True
+            return "every episode refused", (
+                f"{head}: every episode refused: the buffer refused {d_refused} records "
+                f"({reasons}) and no group became ready")
+        if d_ended > 0:
+            newest = min(alive, key=lambda a: seen[a])  # the freshest report
+            last = str(actors[newest].get("last_error", ""))
+            why = f"; latest failure: {_first_line(last, 240)}" if d_failed and last else ""
+            self._said = True
+            return "no groups ready", (
+                f"{head}: no groups ready: actors ended {d_ended} episodes ({d_failed} failed"
+                f"{why}) and none made a group ready")
+        return None
 
 
 class Events:
@@ -133,6 +299,11 @@ class Events:
         self._version = 0
         self._lagging: tuple[str, ...] | None = None
         self._errors: dict[str, set[str]] = {}
+        self._followers = {  # what the actors' logs hold already (a resumed run) is old
+            a: LogFollower(self.actor_log(a), from_end=True)
+            for a in (f"actor-{i}" for i in range(num_actors))}
+        self._blocking_said: set[str] = set()
+        self.stall = StallWatch()
 
     def actor_log(self, actor_id: str) -> Path:
         return log_file(self.log_dir, actor_id)
@@ -169,7 +340,40 @@ class Events:
         actors = buffer.get("actors", {})
         self._rejoins(actors)
         self._weights_reach(version, actors)
+        self.watch(buffer)
+
+    def watch(self, buffer: dict[str, Any]) -> None:
+        """What the buffer's stats and the actors' logs show while the launch waits for an
+        update (module docstring): env errors, blocking warnings, a stall and its cause."""
+        actors = buffer.get("actors", {})
         self.env_errors(actors)
+        self.blocking_warnings(actors)
+        found = self.stall.observe(buffer)
+        if found is not None:
+            cause, text = found
+            if cause == "every episode refused":
+                first = first_refusal(self.log_dir)
+                log = self.log_dir / "buffer.log"
+                text += (f"; first refusal: {first}" if first else "") + (
+                    f"; log: {log}" if log.exists() else "")
+            elif cause == "actors dead":
+                text += f"; logs: {self.log_dir}/actor-N.log"
+            self.console.event(text, key=f"stall {cause} {time.monotonic():.0f}")
+
+    def blocking_warnings(self, actors: dict[str, Any]) -> None:
+        """An env method or tool that blocks its event loop (envs/offload.py warns in the
+        actor's log): said once per method or tool name, with the first actor's log."""
+        for actor_id in sorted({*actors, *self._followers}):
+            follower = self._followers.get(actor_id)
+            if follower is None:
+                follower = self._followers[actor_id] = LogFollower(self.actor_log(actor_id))
+            for line in follower.new_lines():
+                found = _blocked().search(line)
+                if found is None or found.group(2) in self._blocking_said:
+                    continue
+                self._blocking_said.add(found.group(2))
+                self.console.event(f"{actor_id}: {found.group(1)}; log: {follower.path}",
+                                   key=f"blocking {found.group(2)}")
 
     def _rejoins(self, actors: dict[str, Any]) -> None:
         for actor_id, (since, version) in list(self._restarted_at.items()):
@@ -205,5 +409,5 @@ class Events:
             if kinds:
                 self._errors[actor_id] |= kinds
                 self.console.error(f"{actor_id}: env error {', '.join(sorted(kinds))}: "
-                                   f"{_first_line(str(stats.get('last_error', '')))}",
+                                   f"{_first_line(str(stats.get('last_error', '')), 400)}",
                                    log=self.actor_log(actor_id))

@@ -192,6 +192,7 @@ class LearnerHost:
         self.run_dir = run_dir
         self.curve = curve
         self.learner: Any = None
+        self.client: Any = None
         self.publisher: Any = None
         # The launch test (and an operator) finds a rank's process here (when this node sees
         # the run directory; checkpoints need it to, see README "Scaling the learner").
@@ -210,6 +211,26 @@ class LearnerHost:
     def _on_worker(self, fn: Any, *args: Any) -> Any:
         return self._worker.submit(fn, *args).result()
 
+    def connect(self, control_endpoint: str) -> None:
+        """Rank 0: the buffer client and the bound weight sender, before the model loads, so
+        the launcher can start the actors (they need the weights endpoint) while `start`
+        builds the Learner. Other ranks: nothing."""
+        self._on_worker(self._connect, control_endpoint)
+
+    def _connect(self, control_endpoint: str) -> None:
+        from agent_r1_async.wire.buffer_client import BufferClient
+        from agent_r1_async.wire.weight_backends import make_weight_sender
+
+        if self.rank != 0 or self.publisher is not None:
+            return
+        self.transport = ZmqTransport(curve=self.curve)
+        # Enough tries to outlast a buffer restart (run/buffer_supervisor.py) on a loaded
+        # machine: the launcher, not this client, gives up on a buffer that stays dead.
+        self.client = BufferClient(self.transport, control_endpoint, "learner", "learner",
+                                   retries=_LEARNER_CLIENT_RETRIES)
+        self.client.connect()
+        self.publisher = make_weight_sender(self.cfg, self.transport)  # weights.backend
+
     def start(self, master: tuple[str, int], control_endpoint: str, resume: bool) -> None:
         """Join the group (world_size > 1, or CPU offload, which needs FSDP2) and build the
         Learner, from the latest checkpoint when resuming; a collective over the ranks."""
@@ -220,22 +241,13 @@ class LearnerHost:
         from agent_r1_async.learner.checkpoint import latest_checkpoint
         from agent_r1_async.learner.loop import Learner
         from agent_r1_async.learner.trainer import resolve_device
-        from agent_r1_async.wire.buffer_client import BufferClient
-        from agent_r1_async.wire.weight_backends import make_weight_sender
 
         lc = self.cfg.learner
         if lc.world_size > 1 or lc.cpu_offload:
             backend = distributed.resolve_backend(lc.backend, resolve_device(lc.device))
             distributed.init_group(self.rank, lc.world_size, master[0], master[1], backend)
-        client = None
-        if self.rank == 0:
-            self.transport = ZmqTransport(curve=self.curve)
-            # Enough tries to outlast a buffer restart (run/buffer_supervisor.py) on a loaded
-            # machine: the launcher, not this client, gives up on a buffer that stays dead.
-            client = self.client = BufferClient(self.transport, control_endpoint, "learner",
-                                                "learner", retries=_LEARNER_CLIENT_RETRIES)
-            client.connect()
-            self.publisher = make_weight_sender(self.cfg, self.transport)  # weights.backend
+        self._connect(control_endpoint)
+        client = self.client if self.rank == 0 else None
         if resume and latest_checkpoint(self.run_dir) is not None:
             self.learner = Learner.from_checkpoint(self.cfg, client, self.publisher, self.run_dir)
         else:

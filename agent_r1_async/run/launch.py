@@ -20,12 +20,14 @@ import contextlib
 import json
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from agent_r1_async.config import ConfigError, RunConfig, dump_config
 from agent_r1_async.learner.checkpoint_files import disk_full_message
 from agent_r1_async.models import attention_implementation
+from agent_r1_async.precision import describe as describe_precision
 from agent_r1_async.run.console import Console, RlProgress, stage_messages
 from agent_r1_async.run.evaluate import held_out
 from agent_r1_async.run.events import Events, one_line
@@ -35,6 +37,7 @@ from agent_r1_async.run.memory import memory_preflight
 from agent_r1_async.run.monitor import ActorRates, MetricsLogger, merge_metrics
 from agent_r1_async.run.periodic_eval import PeriodicEval, log_result
 from agent_r1_async.run.run_dir import make_run_dir
+from agent_r1_async.run.startup import StartupClock
 from agent_r1_async.run.supervisor import (
     EnvFailing,
     Supervisor,
@@ -142,7 +145,8 @@ def last_logged_update(metrics_path: Path) -> int:
 
 
 def _train(cfg: RunConfig, sup: Supervisor, logger: MetricsLogger, console: Console,
-           events: Events, evals: PeriodicEval | None = None) -> tuple[int, str]:
+           events: Events, evals: PeriodicEval | None = None,
+           on_update: Callable[[], None] = lambda: None) -> tuple[int, str]:
     """The RL loop: (last version, why it stopped).
 
     Each update is logged once: after a learner restart from an older checkpoint (in the run,
@@ -154,6 +158,7 @@ def _train(cfg: RunConfig, sup: Supervisor, logger: MetricsLogger, console: Cons
     rates = ActorRates()
     while version < cfg.learner.total_updates:
         update = sup.update()
+        on_update()
         version = int(update["metrics"]["version"])
         buffer = sup.buffer_stats()
         sup.check_failures(buffer)
@@ -199,26 +204,30 @@ def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None
            force: bool = False) -> int:
     """The whole run (module docstring); `force`: go on when the memory check says the run
     does not fit this machine."""
+    clock = StartupClock()
     preflight(cfg, address, resume)
     memory_preflight(cfg, force=force, joined=ray_address(cfg, address) is not None)
     run_dir = _open_run_dir(cfg, resume)
+    clock.write_to(run_dir)
+    clock.mark("preflight")
     console = Console(run_dir / "logs", per_update=cfg.logging.console)
     if not cfg.logging.verbose:
         use_cluster_token(ray_address(cfg, address))  # before quiet_driver imports ray
         quiet_driver(run_dir / "logs" / "launch.log")
     try:
-        return _launch(cfg, run_dir, console, address, resume)
+        return _launch(cfg, run_dir, console, address, resume, clock)
     finally:
         console.close()
 
 
 def _launch(cfg: RunConfig, run_dir: Path, console: Console, address: str | None,
-            resume: str | None) -> int:
+            resume: str | None, clock: StartupClock) -> int:
     console.say(f"run directory: {run_dir}")
     if not cfg.logging.verbose:
         console.say(f"logs of every process: {run_dir / 'logs'}/ (--verbose: here too)")
     attn, why = attention_implementation(cfg.learner.device, cfg.learner.flash_attention)
     console.say(f"learner attention: {attn} ({why})")
+    console.say(describe_precision(cfg.engine, cfg.learner))
     logger = MetricsLogger(cfg, run_dir, resume_id=_wandb_id(run_dir, resume))
     events = Events(console, run_dir, cfg.actors.num_actors, cfg.buffer.max_staleness)
     sup: Supervisor | None = None
@@ -229,21 +238,26 @@ def _launch(cfg: RunConfig, run_dir: Path, console: Console, address: str | None
         # start
         cfg = prepare_start(cfg, run_dir, on_message=stage_messages(console, cfg))
         console.finish("warm-start")  # cached: no steps were reported
+        clock.mark("warm start")
         if cfg.eval.in_launch and not resume:
             held_out(cfg, run_dir, logger, "before", cfg.model.start_from, step=0, console=console)
+            clock.mark("evaluation before")
         with contextlib.nullcontext() if cfg.logging.verbose else descriptors_to(
                 run_dir / "logs" / "launch.log"):
             start_ray(cfg, address)
+        clock.mark("ray")
         signal.signal(signal.SIGTERM, _raise_interrupt)  # ray.init installed its own handler
         # Keys travel to the processes as Ray task arguments; they never touch a ZMQ socket.
         curve = run_keys(cfg, address)
         sup = Supervisor(cfg, run_dir, resume=bool(resume), curve=curve, events=events)
         (run_dir / "endpoints.json").write_text(json.dumps(sup.endpoints))  # for operators
+        clock.mark("processes")
         if cfg.eval.every_updates:  # eval.every_updates: an evaluation actor (periodic_eval.py)
             evals = PeriodicEval(cfg, sup.endpoints["weights"], keys_for(curve, EVALUATOR),
                                  sup.version(), str(run_dir / "logs"))
         # loop
-        version, stop_reason = _train(cfg, sup, logger, console, events, evals)
+        version, stop_reason = _train(cfg, sup, logger, console, events, evals,
+                                      on_update=lambda: clock.mark("first update"))
     except KeyboardInterrupt:
         console.say("stopping: checkpoint and buffer snapshot ...")
     except EnvFailing as e:

@@ -7,7 +7,7 @@ write lands there — Python prints, `logging` (vLLM's own handler writes to sys
 `warnings`, C/C++ libraries writing to the descriptors directly, and child processes it
 starts later (vLLM's engine core inherits them). The launch's console keeps only the
 launch's own lines (run/console.py); `--verbose` (`logging.verbose`) skips the redirection
-and Ray forwards every worker's output to the console as before.
+and Ray forwards every worker's output to the console.
 
 A restarted process appends to the same file after a header line naming its pid, so one
 file tells an actor's whole story. Files are bounded: when one grows past `MAX_LOG_BYTES`,
@@ -144,7 +144,7 @@ def quiet_driver(path: str | Path) -> None:
     ray_logger.propagate = True
     # The driver prints the raylet's error reports (a worker died: a paragraph each) straight
     # to sys.stdout; the launch says those once in its own words (run/events.py).
-    with contextlib.suppress(Exception):  # a private hook: if it moved, Ray prints as before
+    with contextlib.suppress(Exception):  # a private hook: if it moved, Ray prints them itself
         from ray._private import worker as ray_worker
 
         def to_log(data: dict, ignore_prefix: bool = False) -> None:

@@ -10,7 +10,8 @@ check: the processes run on other machines.
 The estimate, per process (bytes; P = parameters of `model.name_or_path`'s architecture):
 
     learner   (PROCESS + 16 P / world_size        fp32 weights, gradients, AdamW m and v
-               + 8 P                              the published state dict and its frame
+               + 2 P x engine dtype bytes         the published state dict and its frame
+               + 2 P / world_size with bf16       autocast's bf16 copies of the weights
                + FRAG x (activations + head)) per rank
               activations = micro_batch_tokens x layers x (12 hidden + 3 intermediate) x 4
                             (x 0.5 with bf16; with gradient_checkpointing only each layer's
@@ -37,6 +38,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent_r1_async import precision
 from agent_r1_async.config import ConfigError, RunConfig
 
 GB = 1e9
@@ -83,24 +85,29 @@ def learner_parts(cfg: RunConfig, d: ModelDims) -> dict[str, float]:
     per_token = d.layers * (12 * d.hidden + 3 * d.intermediate) * 4
     if lc.gradient_checkpointing:
         per_token = d.layers * d.hidden * 4 * 2 + (12 * d.hidden + 3 * d.intermediate) * 4
-    if lc.bf16:
+    bf16 = precision.learner_bf16(lc)
+    if bf16:
         per_token //= 2
     # The head runs on action tokens only: at most the share of a context that actions fill.
     action_share = min(1.0, cfg.engine.max_new_tokens * cfg.env.max_turns / cfg.model.max_model_len)
     head_tokens = int(lc.micro_batch_tokens * action_share)
     if lc.head_chunk_tokens:
         head_tokens = min(head_tokens, lc.head_chunk_tokens)
-    return {
+    published = _DTYPE_BYTES[precision.engine_dtype(cfg.engine)]
+    parts = {
         "process": PROCESS,
         "weights + gradients + AdamW": (4 * d.params + 12 * trainable) / lc.world_size,
-        "published copy": 8 * d.params,
+        "published copy": 2 * published * d.params,
         "activations": FRAG * lc.micro_batch_tokens * per_token,
         "LM head": FRAG * head_tokens * d.vocab * 12,
     }
+    if bf16:  # autocast's bf16 copy of every weight, kept for the forward and its backward
+        parts["bf16 weight copies"] = 2 * d.params / lc.world_size
+    return parts
 
 
 def actor_bytes(cfg: RunConfig, d: ModelDims) -> float:
-    weights = d.params * _DTYPE_BYTES[cfg.engine.dtype]
+    weights = d.params * _DTYPE_BYTES[precision.engine_dtype(cfg.engine)]
     if cfg.engine.backend == "vllm":
         return ENGINE + weights + max(1, round(cfg.engine.kv_cache_gb)) * 2**30
     return PROCESS + weights

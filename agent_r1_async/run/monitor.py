@@ -15,14 +15,15 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from agent_r1_async.config import LoggingConfig, RunConfig, config_to_dict
 
 Histogram = dict[int, int]
+WandbMode = Literal["online", "offline", "disabled"]
 
 
-def wandb_mode(cfg: LoggingConfig) -> str:
+def wandb_mode(cfg: LoggingConfig) -> WandbMode:
     """auto -> online with an API key, offline without (works with no network at all)."""
     if cfg.wandb_mode != "auto":
         return cfg.wandb_mode
@@ -49,7 +50,7 @@ class MetricsLogger:
             self._wandb_url = self._wandb.url if mode == "online" else None
             define_metrics(self._wandb)
 
-    def _init_wandb(self, cfg: RunConfig, mode: str, resume_id: str | None) -> Any:
+    def _init_wandb(self, cfg: RunConfig, mode: WandbMode, resume_id: str | None) -> Any:
         wandb_dir = self.run_dir / "wandb-root"
         wandb_dir.mkdir(exist_ok=True)
         os.environ.setdefault("WANDB_DIR", str(wandb_dir))

@@ -98,7 +98,10 @@ class LearnerGroup:
     """`learner.world_size` LearnerHost ranks in a placement group, started as one unit."""
 
     def __init__(self, cfg: RunConfig, run_dir: Path, control_endpoint: str, resume: bool,
-                 curve: RunKeys | None) -> None:
+                 curve: RunKeys | None, wait: bool = True) -> None:
+        """`wait` False: return once rank 0's weights endpoint is bound, while the ranks still
+        load the model (`wait_started` waits for that): the launcher starts the actors
+        meanwhile."""
         import ray
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -121,14 +124,23 @@ class LearnerGroup:
             for r in range(lc.world_size)
         ]
         master = ray.get(self.ranks[0].rendezvous.remote())
-        # All at once: joining the process group blocks until every rank is in.
-        self.call("start", master, control_endpoint, resume)
         self.leader = self.ranks[0]
+        ray.get(self.leader.connect.remote(control_endpoint))
+        # All at once: joining the process group blocks until every rank is in.
+        self._starting = [r.start.remote(master, control_endpoint, resume) for r in self.ranks]
+        if wait:
+            self.wait_started()
+
+    def wait_started(self) -> None:
+        """Until every rank has built its Learner; raises as soon as one rank fails."""
+        self._wait(self._starting)
 
     def call(self, method: str, *args: Any) -> Any:
         """Run `method` on every rank (a collective); rank 0's result. Raises as soon as one
         rank fails (the others may then wait in a collective for good: `kill` them)."""
-        refs = [getattr(r, method).remote(*args) for r in self.ranks]
+        return self._wait([getattr(r, method).remote(*args) for r in self.ranks])
+
+    def _wait(self, refs: list[Any]) -> Any:
         pending = list(refs)
         while pending:
             done, pending = self.ray.wait(pending, num_returns=1)
@@ -167,9 +179,9 @@ class Supervisor:
         """Why the final checkpoint (`shutdown`) failed, if it did: `launch` exits 1 with it."""
         self.buffers = SupervisedBuffer(cfg, run_dir, keys_for(curve, None, binds=True), resume)
         self.endpoints: dict[str, str] = dict(self.buffers.endpoints)
-        self.learner = LearnerGroup(cfg, run_dir, self.endpoints["control"], resume, curve)
-        self.last_version = self.version()
-        """The learner's version after its last update (a restarted buffer is told it)."""
+        # The learner loads its model while the actors start their engines (both take seconds).
+        self.learner = LearnerGroup(cfg, run_dir, self.endpoints["control"], resume, curve,
+                                    wait=False)
         self.endpoints["weights"] = ray.get(self.learner.leader.weights_endpoint.remote())
         actor_cls = ray.remote(
             num_cpus=cfg.actors.num_cpus,
@@ -183,6 +195,9 @@ class Supervisor:
         ]
         self.runs = {a.run.remote(): i for i, a in enumerate(self.actors)}
         self.restarts = [0] * len(self.actors)
+        self.learner.wait_started()
+        self.last_version = self.version()
+        """The learner's version after its last update (a restarted buffer is told it)."""
         if resume:
             self.learner.call("publish")
 
@@ -268,7 +283,7 @@ class Supervisor:
         """Raise `EnvFailing` when every actor's recent episodes all failed."""
         from agent_r1_async.run.monitor import failing_actors
 
-        self.events.env_errors(buffer_stats.get("actors", {}))
+        self.events.watch(buffer_stats)  # env errors, blocking warnings, a stall's cause
         why = failing_actors(buffer_stats.get("actors", {}),
                              self.cfg.launch.stop_after_failed_episodes, self.cfg.actors.num_actors)
         if why:
@@ -276,7 +291,7 @@ class Supervisor:
 
     def _dead_rank(self, refs: list[Any], ready: list[Any]) -> tuple[int, Exception] | None:
         """(rank, error) of a rank whose process died. A rank whose update *raised* (a bug,
-        a data timeout) ends the launch as before, unless another rank died, which is what
+        a data timeout) ends the launch with that error, unless another rank died, which is what
         the survivors' collectives then fail on: give the deaths a moment to surface."""
         died = (self.ray.exceptions.RayActorError, self.ray.exceptions.OutOfMemoryError)
         raised = None

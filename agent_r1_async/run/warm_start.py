@@ -36,8 +36,10 @@ def warm_start_key(cfg: RunConfig) -> str:
     """16 hex digits naming the warm-start checkpoint that `cfg` trains."""
     # Lazy: the launch driver imports this module, and envs (jsonschema) are the actors'.
     from agent_r1_async.actors.context import PROMPT_LAYOUT
+    from agent_r1_async.precision import learner_bf16
 
     learner = msgspec.to_builtins(cfg.learner)
+    learner["bf16"] = learner_bf16(cfg.learner)  # what it trains with: auto resolved here
     sft = msgspec.to_builtins(cfg.sft)
     parts: dict[str, Any] = {
         "model": [cfg.model.name_or_path, cfg.model.dtype, cfg.model.max_model_len],
@@ -89,6 +91,16 @@ def warm_start(cfg: RunConfig, console: Callable[[str], None]) -> str:
     return path
 
 
+def cached_warm_start(cfg: RunConfig) -> str | None:
+    """The cached warm-start checkpoint for `cfg`, or None when it must be trained."""
+    from agent_r1_async.models import cache_dir
+
+    target = cache_dir() / "warm-start" / warm_start_key(cfg)
+    if not (target / ".complete").exists():
+        return None
+    return str((target / "checkpoints" / "latest").resolve())
+
+
 def _warm_start_child(cfg: RunConfig) -> str:
     return warm_start(cfg, child.say)
 
@@ -102,8 +114,14 @@ def prepare_start(cfg: RunConfig, run_dir: Path,
     """
     if not cfg.launch.warm_start or cfg.model.init_from:
         return cfg
-    log = None if cfg.logging.verbose else str(run_dir / "logs" / "warm-start.log")
-    ckpt = child.in_subprocess(_warm_start_child, cfg, log_path=log, on_message=on_message)
+    ckpt = cached_warm_start(cfg)
+    if ckpt is not None:  # no child process: the key and the marker are all it takes
+        for line in (f"[launch] warm start: cached {Path(ckpt).parents[1]}",
+                     f"[launch] warm start: RL starts from {ckpt}"):
+            (on_message or (lambda m: print(m[1], flush=True)))(("say", line))
+    else:
+        log = None if cfg.logging.verbose else str(run_dir / "logs" / "warm-start.log")
+        ckpt = child.in_subprocess(_warm_start_child, cfg, log_path=log, on_message=on_message)
     cfg = msgspec.structs.replace(cfg, model=msgspec.structs.replace(cfg.model, init_from=ckpt))
     (run_dir / "config.yaml").write_text(dump_config(cfg))
     return cfg

@@ -20,6 +20,9 @@ import zmq
 import zmq.auth.thread
 from zmq.utils import z85
 
+ZmqContext = zmq.Context[zmq.Socket[bytes]]
+"""A context whose sockets receive bytes (pyzmq's default socket class)."""
+
 ZAP_DOMAIN = "agent-r1-async"
 ANONYMOUS = "client"
 """The identity of a hand-built key set's single client key (no `peers` table): it may
@@ -98,7 +101,7 @@ class _KnownClients:
 class RunAuthenticator(zmq.auth.thread.ThreadAuthenticator):
     """ZAP handler of one binding process: the run's client keys, named by identity."""
 
-    def __init__(self, ctx: zmq.Context, keys: CurveKeys) -> None:
+    def __init__(self, ctx: ZmqContext, keys: CurveKeys) -> None:
         super().__init__(ctx)
         self._known = _KnownClients(keys.admitted())
 

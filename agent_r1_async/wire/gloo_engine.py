@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, cast
 
 import torch
 import torch.distributed as dist
@@ -45,8 +45,18 @@ from vllm.model_executor.model_loader.reload import (
 )
 
 from agent_r1_async.wire.rendezvous import gloo_group
-from agent_r1_async.wire.vllm_plugin import GLOO
+from agent_r1_async.wire.vllm_plugin import GLOO, WorkerModel
 from agent_r1_async.wire.weight_channel import ChecksumMismatch, sampled_checksum
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.config.weight_transfer import WeightTransferConfig
+
+
+class _Broadcasts(Protocol):
+    """The gloo group's own collective (torch's stubs leave it off `ProcessGroupGloo`)."""
+
+    def broadcast(self, tensors: list[torch.Tensor], opts: dist.BroadcastOptions) -> dist.Work: ...
 
 
 @dataclass
@@ -79,7 +89,7 @@ def _broadcast_all(
 
     opts = dist.BroadcastOptions()
     opts.rootRank = 0
-    works = [group.broadcast([t], opts) for t in tensors]
+    works = [cast(_Broadcasts, group).broadcast([t], opts) for t in tensors]
     for w in works:
         w.wait(datetime.timedelta(seconds=timeout_s))
 
@@ -92,7 +102,10 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
     init_info_cls = GlooInitInfo
     update_info_cls = GlooUpdateInfo
 
-    def __init__(self, config, vllm_config, device, model) -> None:
+    def __init__(
+        self, config: WeightTransferConfig, vllm_config: VllmConfig, device: torch.device,
+        model: torch.nn.Module,
+    ) -> None:
         super().__init__(config, vllm_config, device, model)
         self.group: dist.ProcessGroupGloo | None = None
         self.timeout_s = 30.0
@@ -110,7 +123,7 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
     def start_weight_update(self) -> None:
         self._loaded = False  # the layerwise reload starts once the bytes are verified
 
-    def update_weights(self, update_info: dict) -> None:
+    def update_weights(self, update_info: dict[str, Any]) -> None:
         # The base class synchronizes an accelerator afterwards; gloo is synchronous on CPU.
         self.receive_weights(self.parse_update_info(update_info))
 
@@ -145,7 +158,7 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
     def _load_into_model(self, named: list[tuple[str, torch.Tensor]]) -> None:
         initialize_layerwise_reload(self.model)
         self._loaded = True
-        self.model.load_weights(iter(named))
+        cast(WorkerModel, self.model).load_weights(iter(named))
 
     def finish_weight_update(self) -> None:
         if self._loaded:

@@ -11,6 +11,7 @@ import queue
 import threading
 import uuid
 from collections.abc import Sequence
+from typing import Generic, TypeVar
 
 from agent_r1_async.wire.transport import (
     DEFAULT_DATA_HWM,
@@ -20,8 +21,14 @@ from agent_r1_async.wire.transport import (
     Receiver,
 )
 
+_Message = list[bytes]
+"""What a puller, a subscriber or a client receives: the frames, copied."""
+_Request = tuple[bytes, _Message]
+"""What a server receives: the client's identity and the frames."""
+_Item = TypeVar("_Item", _Message, _Request)
 
-def _copy(frames: Frames) -> list[bytes]:
+
+def _copy(frames: Frames) -> _Message:
     return [bytes(f) for f in frames]
 
 
@@ -33,8 +40,9 @@ class _Hub:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.arrived = threading.Condition()
-        self.queues: dict[str, queue.Queue] = {}
-        self.subscribers: dict[str, list[queue.Queue]] = {}
+        self.queues: dict[str, queue.Queue[_Message]] = {}
+        """Pullers' queues by endpoint (servers are in `servers`)."""
+        self.subscribers: dict[str, list[queue.Queue[_Message]]] = {}
         self.servers: dict[str, InProcServer] = {}
         self.count = 0
 
@@ -43,23 +51,23 @@ class _Hub:
             self.count += 1
             return endpoint if not endpoint.endswith(":0") else f"inproc://ep{self.count}"
 
-    def put(self, q: queue.Queue, item: object, timeout_ms: int | None = None) -> None:
+    def put(self, q: queue.Queue[_Item], item: _Item, timeout_ms: int | None = None) -> None:
         """Put and wake every poller (raises queue.Full after `timeout_ms`)."""
         q.put(item, timeout=_timeout(timeout_ms))
         with self.arrived:
             self.arrived.notify_all()
 
 
-class _InProcReceiver:
+class _InProcReceiver(Generic[_Item]):
     endpoint = ""
     user_id: str | None = None  # nothing in one process is authenticated
-    queue: queue.Queue
+    queue: queue.Queue[_Item]
 
     def close(self) -> None:
         pass
 
 
-class InProcPuller(_InProcReceiver):
+class InProcPuller(_InProcReceiver[_Message]):
     def __init__(
         self,
         hub: _Hub,
@@ -87,7 +95,7 @@ class InProcPusher:
     def __init__(self, hub: _Hub, endpoint: str) -> None:
         self.endpoint = endpoint
         self._hub = hub
-        self.queue: queue.Queue = hub.queues[endpoint]
+        self.queue = hub.queues[endpoint]
 
     def send(self, frames: Frames, timeout_ms: int | None = None) -> bool:
         try:
@@ -100,15 +108,14 @@ class InProcPusher:
         pass
 
 
-class InProcServer(_InProcReceiver):
+class InProcServer(_InProcReceiver[_Request]):
     def __init__(
         self, hub: _Hub, endpoint: str, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     ) -> None:
         self.endpoint = hub.new_endpoint(endpoint)
         self.queue = queue.Queue()
         self.max_message_bytes = max_message_bytes
-        self.replies: dict[bytes, queue.Queue] = {}
-        hub.queues[self.endpoint] = self.queue
+        self.replies: dict[bytes, queue.Queue[_Message]] = {}
         hub.servers[self.endpoint] = self
 
     def recv(self, timeout_ms: int | None = None) -> tuple[bytes, list[bytes]] | None:
@@ -132,8 +139,8 @@ class InProcClient:
     def __init__(self, hub: _Hub, endpoint: str, identity: str | None = None) -> None:
         self.endpoint = endpoint
         self._identity = (identity or uuid.uuid4().hex).encode()
-        self._server_queue: queue.Queue = hub.queues[endpoint]
-        self._replies: queue.Queue = queue.Queue()
+        self._server_queue = hub.servers[endpoint].queue
+        self._replies: queue.Queue[_Message] = queue.Queue()
         self._hub = hub
 
     def request(self, frames: Frames, timeout_ms: int) -> list[bytes] | None:
@@ -171,7 +178,7 @@ class InProcPublisher:
         pass
 
 
-class InProcSubscriber(_InProcReceiver):
+class InProcSubscriber(_InProcReceiver[_Message]):
     def __init__(self, hub: _Hub, endpoint: str) -> None:
         self.endpoint = endpoint
         self.queue = queue.Queue()
@@ -189,11 +196,12 @@ class InProcPoller:
     """Sleeps on the hub's condition until one of its sockets' queues holds a message."""
 
     def __init__(self, hub: _Hub, sockets: Sequence[Receiver]) -> None:
+        self._queues: list[queue.Queue[_Message] | queue.Queue[_Request]] = []
         for s in sockets:
             if not isinstance(s, _InProcReceiver):
                 raise TypeError(f"InProcPoller waits on in-process sockets, got {type(s).__name__}")
+            self._queues.append(s.queue)
         self._hub = hub
-        self._queues = [s.queue for s in sockets]  # type: ignore[union-attr]
 
     def wait(self, timeout_ms: int) -> bool:
         with self._hub.arrived:

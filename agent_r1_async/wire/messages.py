@@ -34,13 +34,23 @@ from __future__ import annotations
 import sys
 from array import array
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import msgspec
 
 SCHEMA_VERSION = 3
 """2: packed `TokenIds` / `LogProbs` fields in StepRecord.
 3: `Batch` data frames (several data messages in one frame); `ActorStats.tokens_total`."""
+
+# Limits every side agrees on: an env's values are checked against them in the rollout
+# (envs/contract.py) and every record again at the buffer's ingest (buffers/validate.py).
+MAX_ABS_REWARD = 1e6
+"""Largest |reward| accepted: far beyond any env's scale, small enough that squares and sums
+of a group's returns stay finite in float64."""
+MAX_COUNT = 1 << 40
+"""Largest counter accepted (tool calls, episodes, tokens)."""
+MAX_METRICS = 64
+"""Most named metrics one EpisodeEnd may carry (each becomes a logged key)."""
 
 EpisodeStatus = Literal["ok", "env_error", "truncated", "aborted", "engine_error", "timeout"]
 """How an episode ended. Only "ok" and "truncated" episodes are trainable."""
@@ -52,7 +62,13 @@ class WireError(ValueError):
     """A frame that is not a valid message of the expected type (bad bytes, wrong schema)."""
 
 
-class _Packed(array):
+if TYPE_CHECKING:
+    _Array = array[Any]  # generic in typeshed; the runtime class takes no subscript (3.11)
+else:
+    _Array = array
+
+
+class _Packed(_Array):
     """An `array.array` of one fixed typecode that compares by value with any sequence."""
 
     TYPECODE = "i"
@@ -71,7 +87,7 @@ class _Packed(array):
         eq = self.__eq__(other)
         return eq if eq is NotImplemented else not eq
 
-    __hash__ = None  # type: ignore[assignment]  # mutable, like list
+    __hash__ = None  # mutable, like list
 
 
 class TokenIds(_Packed):
@@ -430,7 +446,7 @@ def unpack_data(frames: Sequence[bytes | memoryview]) -> Sequence[DataMessage]:
     if len(frames) != 1:
         raise WireError(f"expected 1 frame, got {len(frames)}")
     msg = _decode(_data_decoder, frames[0])
-    if type(msg) is Batch:
+    if isinstance(msg, Batch):
         if not msg.items:
             raise WireError("empty batch")
         return msg.items

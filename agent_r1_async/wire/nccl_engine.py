@@ -12,13 +12,17 @@ Needs CUDA: not exercised on the CPU machines (see docs/architecture.md).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any, cast
 
+import torch
 from vllm.distributed.weight_transfer.nccl_engine import (
     NCCLWeightTransferEngine,
     NCCLWeightTransferUpdateInfo,
 )
 
+from agent_r1_async.wire.vllm_plugin import WorkerModel
 from agent_r1_async.wire.weight_channel import ChecksumMismatch, SampledChecksum
 
 
@@ -31,21 +35,23 @@ class ChecksummedNCCLUpdateInfo(NCCLWeightTransferUpdateInfo):
 class ChecksummedNCCLWeightTransferEngine(NCCLWeightTransferEngine):
     update_info_cls = ChecksummedNCCLUpdateInfo
 
+    # The base class takes its own update info; vLLM builds ours from `update_info_cls`.
     def receive_weights(self, update_info: ChecksummedNCCLUpdateInfo) -> None:  # type: ignore[override]
         ck = SampledChecksum()
-        load = self.model.load_weights
+        model = cast(WorkerModel, self.model)
+        load = model.load_weights
 
-        def hashing_load(weights):
+        def hashing_load(weights: Iterable[tuple[str, torch.Tensor]]) -> Any:
             weights = list(weights)
             for name, t in weights:
                 ck.update(name, t)
             return load(weights)
 
-        self.model.load_weights = hashing_load
+        model.load_weights = hashing_load
         try:
             super().receive_weights(update_info)
         finally:
-            del self.model.load_weights  # back to the class's method
+            del model.load_weights  # back to the class's method
         if update_info.checksum and ck.hexdigest() != update_info.checksum:
             raise ChecksumMismatch(
                 f"weights v{update_info.version}: checksum mismatch (learner "

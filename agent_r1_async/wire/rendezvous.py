@@ -69,7 +69,8 @@ def local_address_towards(host: str) -> str:
         return socket.gethostbyname(socket.gethostname())
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.connect((host, 9))  # UDP connect sends nothing; it only picks the route
-        return s.getsockname()[0]
+        address: str = s.getsockname()[0]
+        return address
 
 
 def gloo_group(
@@ -78,7 +79,7 @@ def gloo_group(
     """A gloo group of its own (never the default group: vLLM's CPU worker has one), formed
     through the learner's store under `prefix`; every collective times out after timeout_s."""
     store = dist.PrefixStore(prefix, connect_store(host, port, timeout_s))
-    opts = dist.ProcessGroupGloo._Options()
+    opts = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # private: not in torch's stubs
     opts._timeout = _td(timeout_s)
     opts._devices = [dist.ProcessGroupGloo.create_device(hostname=local_address_towards(host))]
     return dist.ProcessGroupGloo(store, rank, world_size, opts)
@@ -106,7 +107,7 @@ def parse_endpoint(endpoint: str) -> tuple[str, int, str]:
 
 def wait_get(store: dist.Store, key: str, timeout_s: float, what: str) -> bytes:
     """`store.get(key)` once it exists. Polls with `check` instead of `store.wait`, which
-    holds the GIL while it blocks (measured: every other thread of the process froze)."""
+    holds the GIL while it blocks (measured: every other thread of the process stops)."""
     deadline = time.monotonic() + timeout_s
     delay = 0.001
     while not store.check([key]):
@@ -145,7 +146,11 @@ class StorePairClient:
     def start_weight_update(self) -> None:
         """The actor starts the update itself when it reads the offer."""
 
-    def update_weights(self, update_info: dict[str, Any]) -> None:
+    def update_weights(self, update_info: dict[str, Any] | list[dict[str, Any]]) -> None:
+        """One offer to the actor. A list (one payload per worker rank) is refused: an actor's
+        engine here has one worker."""
+        if not isinstance(update_info, dict):
+            raise TypeError(f"actor {self.actor_id}: per-rank update payloads are not supported")
         self.k += 1
         offer = {**self._staged, "update_info": {**update_info, **self._staged}}
         offer["update_info"].pop("published_at")
@@ -170,4 +175,5 @@ def free_port(host: str) -> int:
     """A port free on `host` now (vLLM's NCCL trainer opens its own store on it)."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         s.bind((host, 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port

@@ -8,6 +8,12 @@ nothing heavy is imported until an engine of ours is configured.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import torch
+
 GLOO = "agent_r1_gloo"
 """Worker + trainer engine: torch.distributed gloo, CPU (weights.backend: vllm_gloo)."""
 NCCL = "agent_r1_nccl"
@@ -15,6 +21,13 @@ NCCL = "agent_r1_nccl"
 
 ENGINE_FOR_BACKEND = {"vllm_gloo": GLOO, "vllm_nccl": NCCL}
 """weights.backend → the vLLM worker engine it configures (zmq: none)."""
+
+
+class WorkerModel(Protocol):
+    """The model a vLLM worker engine loads into: every vLLM model defines `load_weights`,
+    which `torch.nn.Module` (the type vLLM's engines declare) does not."""
+
+    load_weights: Callable[[Iterable[tuple[str, torch.Tensor]]], Any]
 
 
 def register() -> None:

@@ -22,6 +22,9 @@ import asyncio
 import json
 import logging
 import time
+from typing import Any, Protocol, runtime_checkable
+
+import torch.distributed as dist
 
 from agent_r1_async.wire.rendezvous import (
     connect_store,
@@ -34,6 +37,23 @@ from agent_r1_async.wire.weight_channel import Applied
 log = logging.getLogger(__name__)
 _REJOIN_S = 1.0
 _MARGIN_S = 10.0
+
+
+@runtime_checkable
+class TransfersWeights(Protocol):
+    """What the native backends need of an engine (the vLLM engine implements it)."""
+
+    async def join_weight_transfer(self, init_info: dict[str, Any]) -> None: ...
+    async def receive_weights(self, version: int, update_info: dict[str, Any]) -> None: ...
+    async def leave_weight_transfer(self) -> None: ...
+
+
+def _native(engine: object) -> TransfersWeights:
+    """`engine`, or a TypeError (counted as a failure by the caller) when it cannot join."""
+    if not isinstance(engine, TransfersWeights):
+        raise TypeError(f"{type(engine).__name__} has no native weight transfer "
+                        "(join_weight_transfer, receive_weights, leave_weight_transfer)")
+    return engine
 
 
 class NativeWeightChannel:
@@ -52,7 +72,7 @@ class NativeWeightChannel:
         self.failed = 0
         self.rejected = 0
         self.joins = 0
-        self._store = None
+        self._store: dist.TCPStore | None = None
         self._pair: str | None = None
         self._k = 0
         self._next_join = 0.0
@@ -68,9 +88,10 @@ class NativeWeightChannel:
                 return None
         key = f"{self._pair}/offer/{self._k + 1}"
         try:
-            if not await asyncio.to_thread(self._store.check, [key]):
+            store = self._connected()
+            if not await asyncio.to_thread(store.check, [key]):
                 return None
-            offer = json.loads(await asyncio.to_thread(self._store.get, key))
+            offer = json.loads(await asyncio.to_thread(store.get, key))
         except Exception as e:  # the learner's store is gone (learner died or restarted)
             await self._fail(engine, f"weights store unreachable: {e}")
             return None
@@ -82,34 +103,42 @@ class NativeWeightChannel:
 
     # ------------------------------------------------------------------ steps
 
-    async def _join(self, engine) -> None:
+    def _connected(self) -> dist.TCPStore:
+        """The store of the pair this actor is in (it is set while `_pair` is)."""
+        if self._store is None:
+            raise RuntimeError("not connected to the learner's weights store")
+        return self._store
+
+    async def _join(self, engine: object) -> None:
+        target = _native(engine)
         if self._store is None:
             self._store = await asyncio.to_thread(
                 connect_store, self.host, self.port, self.timeout_s)
-        n = await asyncio.to_thread(self._store.add, f"{self.token}/joins", 1)
+        store = self._store
+        n = await asyncio.to_thread(store.add, f"{self.token}/joins", 1)
         pair = f"{self.token}/pair/{n}"
         if self.dtype is not None:  # before the id: the learner reads it once the id is there
-            await asyncio.to_thread(self._store.set, f"{self.token}/join/{n}/dtype", self.dtype)
-        await asyncio.to_thread(self._store.set, f"{self.token}/join/{n}", self.actor_id)
-        raw = await asyncio.to_thread(wait_get, self._store, f"{pair}/init", self.timeout_s,
+            await asyncio.to_thread(store.set, f"{self.token}/join/{n}/dtype", self.dtype)
+        await asyncio.to_thread(store.set, f"{self.token}/join/{n}", self.actor_id)
+        raw = await asyncio.to_thread(wait_get, store, f"{pair}/init", self.timeout_s,
                                       f"the learner never accepted pair {n}")
         try:
             info = reachable_init_info(json.loads(raw), self.host)
-            await asyncio.wait_for(engine.join_weight_transfer(info),
+            await asyncio.wait_for(target.join_weight_transfer(info),
                                    self.timeout_s + _MARGIN_S)
         except BaseException as e:
-            await asyncio.to_thread(self._store.set, f"{pair}/init_ack", f"error: {e}")
+            await asyncio.to_thread(store.set, f"{pair}/init_ack", f"error: {e}")
             raise
-        await asyncio.to_thread(self._store.set, f"{pair}/init_ack", "ok")
+        await asyncio.to_thread(store.set, f"{pair}/init_ack", "ok")
         self._pair, self._k = pair, 0
         self.joins += 1
         log.info("%s: joined the weight group (pair %d)", self.actor_id, n)
 
-    async def _apply(self, engine, offer: dict) -> Applied | None:
+    async def _apply(self, engine: object, offer: dict[str, Any]) -> Applied | None:
         version, checksum = offer["version"], offer["checksum"]
         ack_key = f"{self._pair}/ack/{self._k}"
         try:
-            await asyncio.wait_for(engine.receive_weights(version, offer["update_info"]),
+            await asyncio.wait_for(_native(engine).receive_weights(version, offer["update_info"]),
                                    self.timeout_s + _MARGIN_S)
         except Exception as e:
             text = f"{type(e).__name__}: {e}"
@@ -125,20 +154,20 @@ class NativeWeightChannel:
         await self._ack(ack_key, {"ok": True, "version": version, "checksum": checksum})
         return Applied(version, offer["published_at"])
 
-    async def _ack(self, key: str, body: dict) -> None:
+    async def _ack(self, key: str, body: dict[str, Any]) -> None:
         try:
-            await asyncio.to_thread(self._store.set, key, json.dumps(body))
+            await asyncio.to_thread(self._connected().set, key, json.dumps(body))
         except Exception as e:  # the learner times out on its side and drops the pair
             log.error("%s: could not acknowledge %s: %s", self.actor_id, key, e)
 
-    async def _fail(self, engine, why: str) -> None:
+    async def _fail(self, engine: object, why: str) -> None:
         """Count, log, leave the group (if in one) and re-join after `_REJOIN_S`."""
         self.failed += 1
         log.error("%s: %s; re-joining in %.0f s", self.actor_id, why, _REJOIN_S)
         if self._pair is not None:
             self._pair = None
             try:
-                await asyncio.wait_for(engine.leave_weight_transfer(), self.timeout_s)
+                await asyncio.wait_for(_native(engine).leave_weight_transfer(), self.timeout_s)
             except Exception as e:
                 log.error("%s: leaving the weight group failed: %s", self.actor_id, e)
         self._store = None  # reconnect: the learner may have restarted

@@ -23,9 +23,15 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
-from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource
+from vllm.distributed.weight_transfer.base import (
+    ParamMeta,
+    TrainerInitInfo,
+    TrainerWeightTransferEngine,
+    WeightSource,
+)
 
 from agent_r1_async.wire.rendezvous import StorePairClient, serve_store
 from agent_r1_async.wire.weight_channel import ChecksumMismatch, sampled_checksum
@@ -161,7 +167,7 @@ class NativeWeightSender:
             seen = joined
             time.sleep(_ACCEPT_POLL_S)
 
-    def _init_info(self, prefix: str):
+    def _init_info(self, prefix: str) -> TrainerInitInfo:
         if self.backend == "vllm_gloo":
             from agent_r1_async.wire.gloo_engine import GlooTrainerInitInfo
 
@@ -224,17 +230,17 @@ class NativeWeightSender:
         return hit
 
     def _send_loop(
-        self, engine, client: StorePairClient, source: SnapshotSource, actor: str,
-        dtype: str | None,
+        self, engine: TrainerWeightTransferEngine[Any], client: StorePairClient,
+        source: SnapshotSource, actor: str, dtype: str | None,
     ) -> None:
         sent = -1
         while True:
             with self._cond:
                 while not self._closed and (self._latest is None or self._latest.version <= sent):
                     self._cond.wait()
-                if self._closed:
-                    return
                 snap = self._latest
+                if self._closed or snap is None:  # not closed: the wait ended on a new version
+                    return
             tensors, checksum = self._in_dtype(snap, dtype)
             source.set(tensors, tied_head=self.backend == "vllm_nccl")
             client.stage(snap.version, checksum, snap.published_at)

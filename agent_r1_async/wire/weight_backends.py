@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from agent_r1_async.wire.transport import Transport
 from agent_r1_async.wire.weight_channel import WeightChannel, WeightSender
 
 if TYPE_CHECKING:
     from agent_r1_async.config import RunConfig
 
 
-def make_weight_sender(cfg: RunConfig, transport: object) -> WeightSender:
+def make_weight_sender(cfg: RunConfig, transport: Transport) -> WeightSender:
     """The configured backend's learner side, bound to `launch.bind_host`."""
     from agent_r1_async.wire.transport import tcp_endpoint
 
@@ -30,13 +31,14 @@ def make_weight_sender(cfg: RunConfig, transport: object) -> WeightSender:
 
 
 def make_weight_receiver(
-    cfg: RunConfig, transport: object, endpoint: str, actor_id: str
+    cfg: RunConfig, transport: Transport, endpoint: str, actor_id: str
 ) -> WeightChannel:
     """The configured backend's actor side, talking to the sender at `endpoint`."""
     if cfg.weights.backend == "zmq":
         from agent_r1_async.wire.weights import ZmqWeightChannel
 
         return ZmqWeightChannel(transport, endpoint, actor_id)
+    from agent_r1_async.precision import engine_dtype
     from agent_r1_async.wire.vllm_receiver import NativeWeightChannel
 
-    return NativeWeightChannel(endpoint, actor_id, cfg.weights.timeout_s, cfg.engine.dtype)
+    return NativeWeightChannel(endpoint, actor_id, cfg.weights.timeout_s, engine_dtype(cfg.engine))

@@ -74,7 +74,11 @@ class WeightChannel(Protocol):
     or failed update (it is counted and logged; the engine keeps serving what it had)."""
 
     failed: int
-    rejected: int
+
+    @property
+    def rejected(self) -> int:
+        """Versions refused (malformed, or failing the checksum); read-only for callers."""
+        ...
 
     async def update(self, engine: object) -> Applied | None: ...
 

@@ -21,11 +21,14 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
 from agent_r1_async.wire import messages
+from agent_r1_async.wire.transport import Transport
 from agent_r1_async.wire.weight_channel import Applied
 
 log = logging.getLogger(__name__)
@@ -40,7 +43,7 @@ def _dtype(name: str) -> torch.dtype:
 
 def _as_bytes(t: torch.Tensor) -> memoryview:
     """A zero-copy byte view of a contiguous CPU tensor (any dtype, including bf16)."""
-    return memoryview(t.reshape(-1).view(torch.uint8).numpy())
+    return t.reshape(-1).view(torch.uint8).numpy().data
 
 
 def snapshot(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -53,8 +56,8 @@ def snapshot(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 class WeightPublisher:
     """Binds a PUB socket; `publish` sends one version as header + tensor frames."""
 
-    def __init__(self, transport: object, endpoint: str = "tcp://127.0.0.1:0") -> None:
-        self._pub = transport.publisher(endpoint)  # type: ignore[attr-defined]
+    def __init__(self, transport: Transport, endpoint: str = "tcp://127.0.0.1:0") -> None:
+        self._pub = transport.publisher(endpoint)
         self.endpoint: str = self._pub.endpoint
         self.published = 0
 
@@ -87,7 +90,7 @@ class WeightPublisher:
 
 
 def decode_weights(
-    frames: list[memoryview] | list[bytes],
+    frames: Sequence[memoryview | bytes],
 ) -> tuple[messages.WeightsHeader, dict[str, torch.Tensor]]:
     """One multipart message → (header, owned tensors); raises `WireError` when malformed."""
     if not frames:
@@ -122,8 +125,8 @@ def decode_weights(
 class WeightReceiver:
     """Connects a SUB socket; `poll` returns the newest complete version, or None."""
 
-    def __init__(self, transport: object, endpoint: str) -> None:
-        self._sub = transport.subscriber(endpoint)  # type: ignore[attr-defined]
+    def __init__(self, transport: Transport, endpoint: str) -> None:
+        self._sub = transport.subscriber(endpoint)
         self.endpoint = endpoint
         self.rejected = 0
         self.received = 0
@@ -157,11 +160,20 @@ class WeightReceiver:
         self._sub.close()
 
 
+@runtime_checkable
+class LoadsWeights(Protocol):
+    """What the zmq backend needs of an engine: its version and a whole-state-dict load."""
+
+    version: int
+
+    async def load_weights(self, version: int, state_dict: dict[str, torch.Tensor]) -> None: ...
+
+
 class ZmqWeightChannel:
     """`WeightChannel` over a `WeightReceiver`: the newest version goes to `engine.load_weights`
     (weights.backend: zmq). A failed load is counted and logged; the engine keeps its weights."""
 
-    def __init__(self, transport: object, endpoint: str, actor_id: str = "") -> None:
+    def __init__(self, transport: Transport, endpoint: str, actor_id: str = "") -> None:
         self._rx = WeightReceiver(transport, endpoint)
         self.actor_id = actor_id
         self.failed = 0
@@ -175,10 +187,13 @@ class ZmqWeightChannel:
         if got is None:
             return None
         header, state_dict = got
-        if header.version <= engine.version:  # type: ignore[attr-defined]
+        if not isinstance(engine, LoadsWeights):
+            raise TypeError(f"{type(engine).__name__} cannot load weights (no version, "
+                            "no load_weights): not an engine")
+        if header.version <= engine.version:
             return None
         try:
-            await engine.load_weights(header.version, state_dict)  # type: ignore[attr-defined]
+            await engine.load_weights(header.version, state_dict)
         except Exception as e:  # a bad weight set must not kill the actor; keep serving
             self.failed += 1
             log.error("%s: loading weights v%d failed: %s", self.actor_id, header.version, e)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import zmq
 
-from agent_r1_async.wire.curve import ZAP_DOMAIN, CurveKeys, RunAuthenticator
+from agent_r1_async.wire.curve import ZAP_DOMAIN, CurveKeys, RunAuthenticator, ZmqContext
 from agent_r1_async.wire.transport import (
     DEFAULT_DATA_HWM,
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -22,10 +22,22 @@ from agent_r1_async.wire.transport import (
     Receiver,
 )
 
+__all__ = [
+    "CurveKeys",  # the transport's `curve` argument, importable from here with the transport
+    "ZmqClient",
+    "ZmqPoller",
+    "ZmqPublisher",
+    "ZmqPuller",
+    "ZmqPusher",
+    "ZmqServer",
+    "ZmqSubscriber",
+    "ZmqTransport",
+]
+
 
 class _ZmqSocket:
     def __init__(
-        self, ctx: zmq.Context, kind: int, linger_ms: int, curve: CurveKeys | None = None
+        self, ctx: ZmqContext, kind: int, linger_ms: int, curve: CurveKeys | None = None
     ) -> None:
         self._sock = ctx.socket(kind)
         self._sock.setsockopt(zmq.LINGER, linger_ms)
@@ -40,9 +52,10 @@ class _ZmqSocket:
         if self._curve is None:
             return None
         try:
-            return frame.get("User-Id")
+            user = frame.get("User-Id")
         except zmq.ZMQError:  # no such property: the peer did not go through ZAP
             return None
+        return user if isinstance(user, str) else None  # a text property: always str
 
     def _bind(self, endpoint: str) -> None:
         if self._curve is not None:
@@ -83,7 +96,7 @@ class _ZmqSocket:
 class ZmqPusher(_ZmqSocket):
     def __init__(
         self,
-        ctx: zmq.Context,
+        ctx: ZmqContext,
         endpoint: str,
         hwm: int = DEFAULT_DATA_HWM,
         linger_ms: int = 1000,
@@ -119,7 +132,7 @@ class ZmqPusher(_ZmqSocket):
 class ZmqPuller(_ZmqSocket):
     def __init__(
         self,
-        ctx: zmq.Context,
+        ctx: ZmqContext,
         endpoint: str,
         hwm: int = DEFAULT_DATA_HWM,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
@@ -143,10 +156,10 @@ class ZmqPuller(_ZmqSocket):
         except zmq.Again:
             return None
         self.user_id = self._sender(frame)
-        frames = [memoryview(frame)]
+        frames = [frame.buffer]  # a memoryview of the frame: no copy
         while frame.more:  # the rest of a multipart message is already here
             frame = self._sock.recv(copy=False)
-            frames.append(memoryview(frame))
+            frames.append(frame.buffer)
         return frames
 
 
@@ -155,7 +168,7 @@ class ZmqClient(_ZmqSocket):
 
     def __init__(
         self,
-        ctx: zmq.Context,
+        ctx: ZmqContext,
         endpoint: str,
         identity: str | None = None,
         curve: CurveKeys | None = None,
@@ -185,7 +198,7 @@ class ZmqClient(_ZmqSocket):
 class ZmqServer(_ZmqSocket):
     def __init__(
         self,
-        ctx: zmq.Context,
+        ctx: ZmqContext,
         endpoint: str,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         curve: CurveKeys | None = None,
@@ -216,7 +229,7 @@ class ZmqServer(_ZmqSocket):
 class ZmqPublisher(_ZmqSocket):
     def __init__(
         self,
-        ctx: zmq.Context,
+        ctx: ZmqContext,
         endpoint: str,
         hwm: int = DEFAULT_PUB_HWM,
         curve: CurveKeys | None = None,
@@ -232,7 +245,7 @@ class ZmqPublisher(_ZmqSocket):
 class ZmqSubscriber(_ZmqSocket):
     def __init__(
         self,
-        ctx: zmq.Context,
+        ctx: ZmqContext,
         endpoint: str,
         max_message_bytes: int = 8 * 1024**3,
         curve: CurveKeys | None = None,
@@ -267,7 +280,7 @@ class ZmqPoller:
 class ZmqTransport:
     """Factory for ZeroMQ sockets sharing one context (CurveZMQ-authenticated with `curve`)."""
 
-    def __init__(self, ctx: zmq.Context | None = None, curve: CurveKeys | None = None) -> None:
+    def __init__(self, ctx: ZmqContext | None = None, curve: CurveKeys | None = None) -> None:
         self.ctx = ctx or zmq.Context()
         self.curve = curve
         self._auth: RunAuthenticator | None = None

@@ -9,6 +9,8 @@ so a unit test does not pay for hypothesis or a tokenizer it never uses):
     checks.py    what a stream of actor records / a ledger of sampled groups must satisfy
     clock.py     a settable clock and version source
     transport.py an in-process transport that records what its pushers send (Transport)
+    weights.py   a gloo weight-receiving engine that records tensors instead of loading a
+                 vLLM model, and child processes that die mid-transfer
     hostile.py   hypothesis strategies for hostile frames
 
 `tests/unit/test_protocols.py` checks every fake here against the Protocol it stands in for.

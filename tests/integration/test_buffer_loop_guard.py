@@ -1,8 +1,8 @@
-"""Issue 22: the buffer's service thread never dies silently (real ZeroMQ, real thread).
+"""The buffer's service thread never dies silently (real ZeroMQ, real thread).
 
-Before the fix, a group closed by the periodic `tick()` with outcomes of ±1e200 raised
-OverflowError (its returns' variance) outside any guard: the thread died, the process lived,
-and the learner later timed out. Now such outcomes are refused at ingest, and every part of
+A group closed by the periodic `tick()` with outcomes of ±1e200 would raise OverflowError
+(its returns' variance); unguarded, the thread would die while the process lived, and the
+learner would time out much later. Such outcomes are refused at ingest, and every part of
 the loop runs under a guard that counts an exception; a part broken for good stops the
 service and calls `on_fatal` (the host exits its process, which supervision sees).
 """
@@ -51,7 +51,7 @@ def test_outcomes_of_1e200_closed_by_tick_leave_the_service_serving(transport) -
                 for r in episode_records(f"h{j}", huge_g, reward=x, group_size=3)]
         push_records(transport, service.data_endpoint, huge)
         _wait_for(lambda: service.metrics().drops.get("invalid_record/reward", 0) == 2)
-        time.sleep(0.6)  # two group_wait_s: the tick that used to raise has run
+        time.sleep(0.6)  # two group_wait_s: the tick that would raise unguarded has run
         assert service.alive()
         push_records(transport, service.data_endpoint, group_records(honest_g, [0.0, 1.0, 1.0]))
         batch = learner.sample(1, 0, timeout_s=5.0)

@@ -49,7 +49,8 @@ def _cfg(algo: dict, learner: dict) -> config.RunConfig:
     return config.config_from_dict({
         "model": {"name_or_path": tiny_model_dir()},
         "algorithm": {"group_size": 2, "batch_groups": 3, **algo},
-        "learner": {"lr": 1e-3, "micro_batch_tokens": 64, "device": "cpu", "seed": 0, **learner},
+        "learner": {"lr": 1e-3, "micro_batch_tokens": 64, "device": "cpu", "seed": 0,
+                    "bf16": False, **learner},
     })
 
 

@@ -76,9 +76,11 @@ def test_launch_tiny_runs_to_the_end_and_resumes(tmp_path: Path):
     assert [r["update"] for r in rows] == [1, 2, 3]  # learner.total_updates: 3 in tiny.yaml
     for r in rows:
         for key in ("reward/mean", "staleness/mean", "staleness/max", "is_weight/mean",
-                    "learner/loss", "buffer/groups_ready", "learner/idle_ratio"):
+                    "learner/loss", "buffer/groups_ready", "learner/idle_ratio",
+                    "mismatch/logprob_gap_p99", "mismatch/is_weight_p99", "mismatch/guard_frac"):
             assert key in r, key
         assert 0 <= r["staleness/max"] <= 1  # tiny.yaml: buffer.max_staleness 1
+        assert 0 <= r["mismatch/fresh_frac"] <= 1 and r["mismatch/logprob_gap_mean"] >= 0
         assert sum(r["staleness/hist"]["counts"]) > 0
     assert any(k.startswith("actor/actor-") for r in rows for k in r)
     wandb_runs = list((run_dir / "wandb-root" / "wandb").glob("offline-run-*"))
@@ -86,6 +88,9 @@ def test_launch_tiny_runs_to_the_end_and_resumes(tmp_path: Path):
     assert (run_dir / "plots" / "reward.png").stat().st_size > 1000
     assert (run_dir / "checkpoints" / "latest").resolve().name == "step-3"
     assert "v3 | reward" in stdout
+    assert "precision: engine float32, learner " in stdout  # tiny.yaml's engine: float32
+    phases = [name for name, _ in json.loads((run_dir / "startup.json").read_text())["phases"]]
+    assert phases == ["preflight", "warm start", "ray", "processes", "first update"]
 
     # Resume the same run with two more updates: versions continue at 4, 5.
     out = subprocess.run(

@@ -1,10 +1,10 @@
-"""`launch` authenticates its own sockets by default (issue 22, #23): its own key wiring.
+"""`launch` authenticates its own sockets by default: its own key wiring.
 
 `test_auth.py` builds keyed transports by hand; here nothing is built by hand. The fast test
 checks the keys `launch` generates for a default config (`run_keys`) and that the processes'
 keys are what the supervisor hands them. The slow one starts a real tiny launch with default
-settings and, while it trains, tries what a local stranger tried in the drills: talk to the
-buffer's control socket (a VersionUpdate would have frozen the run), push records, subscribe
+settings and, while it trains, tries what a local stranger can: talk to the buffer's
+control socket (an unauthenticated VersionUpdate would stall the run), push records, subscribe
 to the weights. Every attempt fails at the CurveZMQ handshake, and the run finishes.
 """
 

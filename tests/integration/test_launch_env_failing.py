@@ -1,8 +1,8 @@
-"""Issue 17, finding 2: `launch` with an env whose every step raises stops with that error.
+"""`launch` with an env whose every step raises stops with that error.
 
-Before, the launcher waited out `learner.sample_timeout_s` (600 s) and ended with
-`TimeoutError: no batch ...`, and the env's exception appeared nowhere. Now each actor logs the
-first occurrence (console via Ray, RUN_DIR/logs/actor-N.log) and the launcher stops once every
+Without the check the launcher would wait out `learner.sample_timeout_s` (600 s) and end with
+`TimeoutError: no batch ...`, the env's exception nowhere. Each actor logs the first
+occurrence (console via Ray, RUN_DIR/logs/actor-N.log) and the launcher stops once every
 actor's recent episodes all failed: tiny.yaml, 2 actors, stop_after_failed_episodes 4 -> each
 actor's last 2 episodes (one group of 2).
 """

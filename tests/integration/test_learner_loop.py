@@ -16,7 +16,7 @@ import msgspec
 import pytest
 import torch
 
-from agent_r1_async import config
+from agent_r1_async import config, precision
 from agent_r1_async.learner.loop import Learner
 from agent_r1_async.models import tiny_model_dir
 from agent_r1_async.wire.weights import WeightPublisher, WeightReceiver
@@ -31,7 +31,7 @@ def _cfg(**algo) -> config.RunConfig:
         "model": {"name_or_path": tiny_model_dir()},
         "algorithm": {"group_size": 2, "batch_groups": 2, **algo},
         "learner": {"lr": 1e-3, "micro_batch_tokens": 64, "ppo_epochs": 2, "device": "cpu",
-                    "checkpoint_every": 2},
+                    "checkpoint_every": 2, "bf16": False},  # fp32: exact comparisons
     })
 
 
@@ -70,9 +70,15 @@ def test_updates_publish_identical_weights_and_resume(tmp_path, transport):
         # Behavior log-probs −3 vs the tiny model's ≈ −ln(49152) ≈ −10.8: w = e^−7.8, tiny.
         assert metrics[0]["is_weight_mean"] < 0.01 and metrics[0]["mismatch_kl"] > 1
         _, got = _receive(sub, 2)
-        mine = learner.trainer.published_state_dict()
-        assert list(got) == list(mine)
+        # Published in the engines' dtype (engine.dtype auto: bf16 on a bf16 CPU), cast once
+        # from the fp32 master weights the checkpoint keeps.
+        sent = learner.trainer.publish_dtype
+        assert sent == getattr(torch, precision.engine_dtype(cfg.engine))
+        assert all(v.dtype == sent for v in got.values() if v.is_floating_point())
+        assert list(got) == list(learner.trainer.published_state_dict())
+        mine = learner.trainer.published_state_dict(sent)
         assert all(torch.equal(got[k], mine[k]) for k in mine)  # bit for bit
+        mine = learner.trainer.published_state_dict()
         assert any(not torch.equal(before[k], mine[k]) for k in mine)  # training moved them
 
         ckpt = learner.save_checkpoint()
@@ -196,7 +202,7 @@ def test_chunked_head_and_checkpointing_equal_the_one_piece_forward(temperature,
         cfg = config.config_from_dict({
             "model": {"name_or_path": tiny_model_dir()},
             "engine": {"temperature": temperature, "top_p": top_p},
-            "learner": {"device": "cpu", **learner}})
+            "learner": {"device": "cpu", "bf16": False, **learner}})
         trainer = PolicyTrainer(cfg, tiny_model_dir())
         rows = _prepared_rows(cfg, trainer, seed=5, groups=2)
         (mb,) = batching.make_micro_batches(rows, 10_000, trainer.pad_id)
@@ -244,7 +250,8 @@ def test_lora_publishes_merged_weights():
     cfg = config.config_from_dict({
         "model": {"name_or_path": tiny_model_dir()},
         "algorithm": {"group_size": 2, "batch_groups": 1},
-        "learner": {"lr": 1e-2, "device": "cpu", "lora": {"enabled": True, "rank": 4}},
+        "learner": {"lr": 1e-2, "device": "cpu", "bf16": False,
+                    "lora": {"enabled": True, "rank": 4}},
     })
     learner = Learner(cfg, FakeSource(VOCAB, group_size=2), None, None)
     base = {k: v.clone() for k, v in learner.trainer.published_state_dict().items()}

@@ -96,7 +96,7 @@ def sampled_run_config(backend: str) -> config.RunConfig:
         "engine": {"backend": backend, "dtype": "float32", "temperature": 0.8, "top_p": 0.9,
                    "kv_cache_gb": 1, "max_concurrent_requests": 16},
         "algorithm": {"group_size": 2, "batch_groups": 3},
-        "learner": {"device": "cpu"},
+        "learner": {"device": "cpu", "bf16": False},
     })
 
 

@@ -1,8 +1,8 @@
-"""The learner's memory is bounded against a weights subscriber that stops reading (issue 22).
+"""The learner's memory is bounded against a weights subscriber that stops reading.
 
-Five subscribers that never read made the learner grow 733 MB -> 2.49 GB: libzmq's SNDHWM
-counts whole messages, and a weights message is a whole model, so the old 1,000-message mark
-let one stalled peer pin ~1,000 versions. Here a real subscriber process receives one message
+libzmq's SNDHWM counts whole messages, and a weights message is a whole model, so a
+1,000-message mark lets one stalled peer pin ~1,000 versions (five subscribers that never read
+grow the learner 733 MB -> 2.49 GB). Here a real subscriber process receives one message
 and is then frozen with SIGSTOP (its TCP window closes, the worst case for the publisher), and
 the real `WeightPublisher` publishes N fresh versions of one 34 MiB tensor, zero-copy
 (`copy=False`: libzmq holds each tensor's memory until it has written it out), while the
@@ -10,8 +10,8 @@ publisher process's resident memory is measured.
 
 The bound, by hand: SNDHWM = 1 message, so the subscriber's pipe holds at most 1 version and
 its TCP engine at most 1 more (the one it is writing when the kernel buffers filled): at most
-2 tensors stay alive, 2 x 34 MiB = 68 MiB, whatever N is. With the old mark all N stay alive
-(measured: +341 MiB for N = 10).
+2 tensors stay alive, 2 x 34 MiB = 68 MiB, whatever N is. With a 1,000-message mark all N
+stay alive (measured: +341 MiB for N = 10).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The native weight channel (weights.backend: vllm_gloo) without a vLLM model: the learner's
 `NativeWeightSender` (store, pairs, our gloo trainer engine through vLLM's trainer factory)
-against actors' `NativeWeightChannel` with our gloo worker engine (fakes_weights.py). Real
-TCPStore, real gloo groups, real checksums; faults: a mismatch, a peer that never joins,
+against actors' `NativeWeightChannel` with our gloo worker engine (`tests/fakes/weights.py`).
+Real TCPStore, real gloo groups, real checksums; faults: a mismatch, a peer that never joins,
 an actor that never gets an answer, an actor that stalls mid-transfer.
 """
 
@@ -12,7 +12,8 @@ import time
 
 import pytest
 import torch
-from fakes_weights import GlooRecordingEngine
+
+from tests.fakes.weights import GlooRecordingEngine
 
 pytest.importorskip("vllm")
 pytestmark = pytest.mark.vllm
@@ -162,7 +163,7 @@ def test_an_actor_that_stalls_mid_transfer_fails_loudly_and_rejoins(sender):
 def test_learner_killed_mid_transfer_fails_the_update_and_the_actor_keeps_its_weights():
     import multiprocessing as mp
 
-    from fakes_weights import learner_that_dies_mid_transfer
+    from tests.fakes.weights import learner_that_dies_mid_transfer
 
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
@@ -200,7 +201,7 @@ def test_learner_killed_mid_transfer_fails_the_update_and_the_actor_keeps_its_we
 def test_actor_killed_mid_transfer_fails_its_pair_only(sender):
     import multiprocessing as mp
 
-    from fakes_weights import actor_that_dies_mid_transfer
+    from tests.fakes.weights import actor_that_dies_mid_transfer
 
     doomed = mp.get_context("spawn").Process(target=actor_that_dies_mid_transfer,
                                              args=(sender.endpoint,))

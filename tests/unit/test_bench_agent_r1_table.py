@@ -72,7 +72,7 @@ def test_paired_gain_over_the_warm_start():
 
 
 def test_two_arms_are_also_compared_seed_by_seed():
-    """The ablation's step-vs-token arms at seeds 0-2 (session 7, EM rounded): unpaired the
+    """The ablation's step-vs-token arms at seeds 0-2 (EM rounded): unpaired the
     difference is inside the spread, paired every seed favours step credit."""
     mod = load("bench_agent_r1_table")
     step = [{"seed": s, "em": e} for s, e in ((0, 0.224), (1, 0.119), (2, 0.189))]

@@ -1,13 +1,13 @@
-"""Issue 17, finding 5: blocking code inside `async def` cannot hang an actor.
+"""Blocking code inside `async def` cannot hang an actor.
 
 Episodes run through the real `Rollout` with a scripted engine on one event loop, as in an
-actor. Times are scaled down from the issue's report (a 20 s `time.sleep` in a tool with a
+actor. Times are scaled down from the realistic case (a 20 s `time.sleep` in a tool with a
 10 s tool timeout) to a BLOCK_S = 3 s sleep with a TOOL_TIMEOUT_S = 1 s timeout: the property
 is the same (the block outlasts the timeout) and the test stays fast.
 
-Before the fix the tool ran on the actor's loop: the sleep froze the loop, `wait_for` could
-not fire, so each call took the full 3 s and the four episodes of a group ran one after the
-other (>= 12 s) while an unrelated episode on the same loop waited behind them.
+A tool run on the actor's own loop would freeze it: `wait_for` could not fire, each call
+would take the full 3 s and the four episodes of a group would run one after the other
+(>= 12 s) while an unrelated episode on the same loop waited behind them.
 """
 
 from __future__ import annotations

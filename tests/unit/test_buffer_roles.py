@@ -1,4 +1,4 @@
-"""Issue 22: only granted actors may ingest, and stats are keyed by authenticated identity.
+"""Only granted actors may ingest, and stats are keyed by authenticated identity.
 Buffer logic only (no sockets), fake clock; `sender` is what the transport's `.user_id` hands
 the service (the peer's CurveZMQ identity, None without CurveZMQ)."""
 
@@ -19,9 +19,9 @@ def _buffer(**kw: object) -> TrajectoryBuffer:
 
 
 def test_records_of_ungranted_groups_are_refused_and_take_no_credit() -> None:
-    """The drill: 4 well-formed StepRecords for groups nobody granted took every credit
-    (budget (max_staleness 3 + version 0 + 1) x batch_groups 1 = 4) and stalled the run
-    until episode_timeout_s."""
+    """4 well-formed StepRecords for groups nobody granted would take every credit
+    (budget (max_staleness 3 + version 0 + 1) x batch_groups 1 = 4) and stall the run
+    until episode_timeout_s: they are refused and hold none."""
     buf = _buffer(max_staleness=3)
     for i in range(4):
         buf.ingest(step(f"x{i}-e0", f"x{i}", 0))

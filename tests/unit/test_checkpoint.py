@@ -77,7 +77,7 @@ def test_missing_checkpoint_errors(tmp_path, micro_model_dir):
         checkpoint.load_trainer_state(micro_model_dir, _trainer(micro_model_dir))
 
 
-# ---- a full disk, and pruning (issue 22 "Disk") -------------------------------------------
+# ---- a full disk, and pruning -------------------------------------------------------------
 
 _real_torch_save = torch.save
 

@@ -1,9 +1,8 @@
-"""Configs that cannot run fail before anything starts (issue 22, "Configs that should fail
-before anything starts"): at load (config.py) or in `launch`'s preflight (run/feasibility.py),
+"""Configs that cannot run fail before anything starts: at load (config.py) or in `launch`'s preflight (run/feasibility.py),
 with a one-line `ConfigError` naming the key and what was expected, before Ray is imported.
 
-Each case below was accepted by the code before this test (it then hung, or failed after Ray
-started with a traceback), except where `already` says an earlier change caught it. Base
+Without these checks each case below hangs, or fails after Ray started with a traceback;
+`already` marks the cases that an older check catches. Base
 config: configs/tiny.yaml (learner 1 CPU, 2 actors × 1 CPU, group_size 2, max_turns 2,
 max_model_len 512, max_new_tokens 16, buffer.max_bytes 1 GiB).
 """

@@ -1,9 +1,9 @@
-"""Issue 17, finding 3: broken envs fail before Ray starts, in one line naming env, method and
+"""Broken envs fail before Ray starts, in one line naming env, method and
 exception; `envs check` reports an env on one screen; `config show` checks `env.args`.
 
-Each broken definition below is one a new user writes. Before the preflight, `launch` found
-these only inside the actors (after three restarts, as a doubled traceback), `eval` printed
-`failed_rate 1`, and `config show --set env.args.bogus=1` exited 0.
+Each broken definition below is one a new user writes. Without the preflight, `launch` finds
+these only inside the actors (after three restarts, as a doubled traceback), `eval` prints
+`failed_rate 1`, and `config show --set env.args.bogus=1` exits 0.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def test_envs_check_names_the_failing_method(capsys):
     assert main(["envs", "check", f"{HERE}:FailingStep", "--split", "dev"]) == 1
     out = capsys.readouterr().out.splitlines()
     assert out[-1] == "FAILED"
-    assert out[5] == "  oracle  arith-dev-0: FAILED in step failed: KeyError: 'metres'"
+    assert out[5] == "  oracle  arith-dev-0: FAILED: env.step raised KeyError: 'metres'"
     assert main(["envs", "check", f"{HERE}:NoTasks", "--split", "dev"]) == 1
     out = capsys.readouterr().out.splitlines()
     assert out[-1] == (f"  FAILED  env '{HERE}:NoTasks': tasks('dev') returned 0 tasks; "

@@ -1,4 +1,4 @@
-"""Issue 17, findings 1-2: env exceptions are logged once, counted per kind, and a run whose
+"""Env exceptions are logged once, counted per kind, and a run whose
 every recent episode fails is detected (the launcher's check, `failing_actors`)."""
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def test_each_distinct_env_error_is_logged_once_then_counted(tokenizer, caplog):
     assert step.startswith("env units: step failed on task t0: ValueError: ")
     assert "unit table missing" in step and "in step" in step  # the traceback's last frame
     assert reset.startswith("env units: reset failed on task t3: TypeError: ")
-    assert "returned str, not Observation" in reset
+    assert "env.reset returned 'hello' (str), not Observation" in reset
     assert make.startswith("env units: make failed on task t4: AttributeError: ")
     assert "has no attribute 'make'" in make
     c = rollout.counters

@@ -1,10 +1,10 @@
-"""Issue 17, finding 4: the working directory is importable for every command, and
+"""The working directory is importable for every command, and
 `@register_env` names resolve from the command line through `env.import`.
 
 The CLI runs as the installed console script does: from a script outside the working
 directory (so Python puts the script's directory, not the working directory, on sys.path).
-Before, `eval` and `sft` (and `launch`'s in-process steps) failed with
-`No module named 'unit_env'`, and a `@register_env` name was unknown: nothing imported it.
+Without that, `eval` and `sft` (and `launch`'s in-process steps) fail with
+`No module named 'unit_env'`, and a `@register_env` name is unknown: nothing imports it.
 """
 
 from __future__ import annotations

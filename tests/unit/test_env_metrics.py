@@ -1,4 +1,4 @@
-"""Issue 17, finding 7: env metrics from every step are kept, the success plot follows the
+"""Env metrics from every step are kept, the success plot follows the
 env's own success metric, and evaluation tables show env-specific metrics."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 22: every numeric field is range-checked at ingest against the run's own bounds, each
+"""Every numeric field is range-checked at ingest against the run's own bounds, each
 refusal is counted by reason, a refused group never holds its credit, and `ActorStats` are
 bounded in number and sanity. Buffer logic only, with a fake clock (no sockets)."""
 
@@ -100,8 +100,8 @@ def test_values_at_the_bounds_are_accepted() -> None:
 @pytest.mark.parametrize("outcome", [math.nan, 1e200])
 def test_a_complete_group_whose_outcomes_are_refused_releases_its_credit(
         outcome: float) -> None:
-    """Regression (issue 22): the steps of a granted group arrive, both its EpisodeEnds are
-    refused; the credit stayed held until episode_timeout_s (600 s), stalling admission."""
+    """The steps of a granted group arrive, both its EpisodeEnds are refused: the credit is
+    released at once, not held until episode_timeout_s (600 s), which would stall admission."""
     buf, _ = _buffer(max_staleness=0)  # budget (0 + 0 + 1) × 1 = 1 group
     grant = buf.grant("a0", 1)
     assert grant.groups == 1 and buf.grant("a0", 1).groups == 0

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from agent_r1_async import precision
 from agent_r1_async.config import ConfigError, load_config
 from agent_r1_async.run import memory
 from agent_r1_async.run.memory import GB, ModelDims, check, estimate, learner_parts
@@ -30,10 +31,14 @@ def test_smollm2_parameter_count() -> None:
     assert (d.layers, d.hidden, d.intermediate, d.vocab) == (30, 576, 1536, 49152)
 
 
+FP32 = ["engine.dtype=float32", "learner.bf16=false"]
+"""fp32 on both sides, whatever this machine's CPU: the by-hand figures below are fp32's."""
+
+
 def test_default_config_estimate_by_hand() -> None:
-    # The learner as launches ran it until session 5 (no activation checkpointing).
+    # The learner without activation checkpointing: every layer's activations are kept.
     cfg = load_config(str(ROOT / "configs" / "default.yaml"),
-                      ["learner.gradient_checkpointing=false"])
+                      ["learner.gradient_checkpointing=false", *FP32])
     d = ModelDims.from_hf_config(SMOLLM2)
     parts = learner_parts(cfg, d)
     p = 134_515_008
@@ -62,23 +67,34 @@ def test_checkpointing_and_bf16_shrink_the_activations() -> None:
                       ["learner.gradient_checkpointing=true", "learner.bf16=true"])
     # kept: each layer's input (30 x 576 x 4 x 2) + one layer's full set (11,520 x 4), halved
     per_token = (30 * 576 * 4 * 2 + 11520 * 4) // 2
-    assert learner_parts(cfg, d)["activations"] == pytest.approx(1.8 * 2048 * per_token)
+    parts = learner_parts(cfg, d)
+    assert parts["activations"] == pytest.approx(1.8 * 2048 * per_token)
+    assert parts["bf16 weight copies"] == 2 * 134_515_008  # autocast's casts of each weight
 
 
-def test_default_config_as_shipped_matches_a_real_launch() -> None:
+def test_default_config_as_shipped_on_a_bf16_cpu(monkeypatch) -> None:
     # configs/default.yaml checkpoints activations: each layer's input (30 x 576 x 4 x 2) + one
-    # layer's full set (11,520 x 4) per token. A default launch (2026-11-24) peaked at 4.9 GB.
+    # layer's full set (11,520 x 4) per token, halved under bf16 autocast (an AMX CPU).
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"amx_bf16", "avx512_bf16"}))
     cfg = load_config(str(ROOT / "configs" / "default.yaml"), [])
     d = ModelDims.from_hf_config(SMOLLM2)
     parts = learner_parts(cfg, d)
-    assert parts["activations"] == pytest.approx(1.8 * 2048 * (30 * 576 * 4 * 2 + 11520 * 4))
-    total = 0.5 * GB + 24 * 134_515_008 + 1.8 * 2048 * 184_320 + 1.8 * 576 * 49152 * 12
-    assert sum(parts.values()) == pytest.approx(total) and total / GB == pytest.approx(5.02, abs=0.01)
+    p = 134_515_008
+    assert parts["activations"] == pytest.approx(1.8 * 2048 * 184_320 / 2)
+    assert parts["published copy"] == 4 * p  # bf16: 2 bytes, the dict and its frame
+    # 0.5 GB + 16 P (fp32 weights, grads, AdamW) + 4 P published + 2 P bf16 copies
+    # + activations + head (576 action tokens x 49,152 x 12 x 1.8)
+    total = 0.5 * GB + 22 * p + 1.8 * 2048 * 92_160 + 1.8 * 576 * 49152 * 12
+    assert sum(parts.values()) == pytest.approx(total) and total / GB == pytest.approx(4.41, abs=0.01)
+    # fp32 on a CPU without bf16 units: 24 P and full-size activations
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2"}))
+    fp32 = 0.5 * GB + 24 * p + 1.8 * 2048 * 184_320 + 1.8 * 576 * 49152 * 12
+    assert sum(learner_parts(cfg, d).values()) == pytest.approx(fp32)
 
 
 def test_preflight_refuses_or_warns_with_force(monkeypatch, capsys) -> None:
     cfg = load_config(str(ROOT / "configs" / "default.yaml"),
-                      ["learner.gradient_checkpointing=false"])
+                      ["learner.gradient_checkpointing=false", *FP32])
     monkeypatch.setattr(memory, "model_dims", lambda _: ModelDims.from_hf_config(SMOLLM2))
     monkeypatch.setattr(memory, "available_bytes", lambda: 8 * GB)
     with pytest.raises(ConfigError, match=r"learner\.micro_batch_tokens"):

@@ -292,7 +292,8 @@ def test_the_check_catches_drift() -> None:
     assert conformance_problems(ExtraRequired, Engine) == [
         "ExtraRequired.load_weights: extra parameter 'strict' has no default"]
     assert set(conformance_problems(NoPad, Trainer)) == {
-        "NoPad.pad_id: missing attribute", "NoPad.proximal_pass: missing method",
+        "NoPad.pad_id: missing attribute", "NoPad.publish_dtype: missing attribute",
+        "NoPad.proximal_pass: missing method",
         "NoPad.optimize: missing method", "NoPad.published_state_dict: missing method"}
     # isinstance() alone passes every one of these drifted sources: names exist, that is all.
     assert isinstance(RenamedParameter(), SampleSource) and isinstance(LostParameter(), SampleSource)

@@ -3,9 +3,9 @@
 Limits and escapes are tried in both modes: `bwrap` (the default: OS isolation) and `hook`
 (`unsafe_inprocess` with no namespace and no privilege drop: the audit hook alone), so the
 hook itself is shown to refuse what it claims to. The escapes an audit hook cannot stop
-(issue 22: dst_dir_fd, the hook's locals via `__traceback__`, pidfd_send_signal, reading
-/etc/shadow as root) are tried against `bwrap` with the hook first disarmed the way the
-issue's tester did it, so the OS layer alone is shown to hold.
+(dst_dir_fd, the hook's locals via `__traceback__`, pidfd_send_signal, reading /etc/shadow
+as root) are tried against `bwrap` with the hook first disarmed from inside the sandboxed
+program, so the OS layer alone is shown to hold.
 """
 
 from __future__ import annotations
@@ -274,10 +274,10 @@ def test_python_tool_env_oracle_episode() -> None:
 
 
 # ------------------------------------------------------------------------------------------
-# Issue 22's escapes: an audit hook cannot stop them; the OS layer must.
+# Escapes an audit hook cannot stop: the OS layer must.
 # ------------------------------------------------------------------------------------------
 
-# What the issue's tester did: from a refusal's traceback, reach the hook's frame and empty
+# The disarming: from a refusal's traceback, reach the hook's frame and empty
 # its mutable deny tables. Afterwards the hook lets fork/system/rename/... through.
 DISARM = """
 import os, sys

@@ -2,7 +2,7 @@
 
 import pytest
 
-from agent_r1_async.buffers.staleness import AdmissionControl
+from agent_r1_async.buffers.admission import AdmissionControl
 from tests.fakes.clock import FakeClock, FakeVersion
 
 
@@ -91,7 +91,7 @@ def test_bad_settings_are_rejected() -> None:
 
 def test_discarded_groups_return_their_budget():
     # max_staleness 1, batch 2, version 0: budget (1 + 0 + 1) × 2 = 4 groups.
-    from agent_r1_async.buffers.staleness import AdmissionControl
+    from agent_r1_async.buffers.admission import AdmissionControl
 
     adm = AdmissionControl(1, 2, version_source=lambda: 0, clock=lambda: 0.0,
                            grant_timeout_s=10.0)

@@ -8,6 +8,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from agent_r1_async import precision
 from agent_r1_async.config import RunConfig, load_config
 from agent_r1_async.run import warm_start as ws
 
@@ -29,12 +30,17 @@ def test_key_changes_with_what_trains_the_weights_only():
     for o in same:
         assert ws.warm_start_key(_cfg(o)) == base, o
     different = [
-        "sft.lr=1e-4", "sft.num_demos=8", "sft.epochs=2", "learner.seed=1", "learner.bf16=true",
+        "sft.lr=1e-4", "sft.num_demos=8", "sft.epochs=2", "learner.seed=1",
         "env.args.num_ops=2", "env.max_turns=2", "model.max_model_len=2048",
         "model.name_or_path=tiny-random-llama", "context.builder=last_k",
     ]
     keys = {ws.warm_start_key(_cfg(o)) for o in different}
     assert base not in keys and len(keys) == len(different)
+    # bf16 trains other weights; `auto` is keyed as what it resolves to on this machine
+    on, off = ws.warm_start_key(_cfg("learner.bf16=true")), ws.warm_start_key(_cfg("learner.bf16=false"))
+    assert on != off
+    auto = ws.warm_start_key(_cfg("learner.bf16=auto"))
+    assert auto == (on if precision.learner_bf16(_cfg().learner) else off)
 
 
 def test_trains_once_then_reuses_and_never_leaves_partial_entries(tmp_path, monkeypatch):
@@ -72,3 +78,27 @@ def test_trains_once_then_reuses_and_never_leaves_partial_entries(tmp_path, monk
         ws.warm_start(other, lines.append)
     leftovers = sorted(p.name for p in (tmp_path / "cache" / "warm-start").iterdir())
     assert leftovers == sorted([key, f"{key}.lock", f"{ws.warm_start_key(other)}.lock"])
+
+
+def test_a_cached_warm_start_is_found_without_a_child_process(tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENT_R1_ASYNC_CACHE", str(tmp_path / "cache"))
+    cfg = _cfg("logging.wandb_mode=disabled")
+    entry = tmp_path / "cache" / "warm-start" / ws.warm_start_key(cfg)
+    (entry / "checkpoints" / "step-3").mkdir(parents=True)
+    os.symlink("step-3", entry / "checkpoints" / "latest")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+
+    def no_child(*args: object, **kwargs: object) -> str:
+        raise AssertionError("a cached warm start needs no child process")
+
+    monkeypatch.setattr(ws.child, "in_subprocess", no_child)
+    assert ws.cached_warm_start(cfg) is None  # no .complete marker: not cached
+    (entry / ".complete").write_text("ok\n")
+    messages: list[tuple] = []
+    out = ws.prepare_start(cfg, run_dir, on_message=messages.append)
+    step = str((entry / "checkpoints" / "step-3").resolve())
+    assert out.model.init_from == step
+    assert messages == [("say", f"[launch] warm start: cached {entry}"),
+                        ("say", f"[launch] warm start: RL starts from {step}")]
+    assert f"init_from: {step}" in (run_dir / "config.yaml").read_text()

@@ -42,6 +42,7 @@ from typing import Any
 
 import torch
 
+from agent_r1_async import precision
 from agent_r1_async.actors.engines.base import (
     EngineError,
     GenResult,
@@ -73,6 +74,8 @@ class VllmEngine:
         weight_transfer: str | None = None,
     ) -> None:
         self.cfg = cfg
+        self.dtype = precision.engine_dtype(cfg)
+        """`engine.dtype` resolved for this process's device (precision.py)."""
         self.weight_transfer = weight_transfer
         """vLLM weight-transfer engine name (our plugin's), None = reload from files only."""
         self.sampling = sampling
@@ -116,7 +119,7 @@ class VllmEngine:
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(self.cfg.kv_cache_gb)))
         args = AsyncEngineArgs(
             model=model_path,
-            dtype=self.cfg.dtype,
+            dtype=self.dtype,
             max_model_len=self.max_model_len,
             enforce_eager=self.cfg.enforce_eager,
             max_num_seqs=self.cfg.max_concurrent_requests,
@@ -147,7 +150,7 @@ class VllmEngine:
     async def load_weights(self, version: int, state_dict: dict[str, torch.Tensor]) -> None:
         t0 = time.perf_counter()
         # Serialization happens on a worker thread: the engine keeps generating meanwhile.
-        dtype = getattr(torch, self.cfg.dtype)
+        dtype = getattr(torch, self.dtype)
         path = await asyncio.to_thread(
             lambda: write_safetensors(_for_vllm(state_dict, dtype), self._weights_dir)
         )

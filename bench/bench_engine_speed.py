@@ -1,0 +1,158 @@
+"""vLLM engine speed on this CPU: fp32 eager vs bf16 eager vs bf16 compiled, tokens/s and
+start-up seconds measured in the same run, alone and beside a training learner.
+
+    .venv/bin/python bench/bench_engine_speed.py                      # alone, ~6 min quiet
+    .venv/bin/python bench/bench_engine_speed.py --beside-learner     # + a learner training
+    .venv/bin/python bench/bench_engine_speed.py --variants fp32-eager bf16-eager --quick
+
+Each variant runs the project's `VllmEngine` (through `make_engine`) in its own spawned
+process, one after the other: start-up seconds (engine construction: model load, KV cache,
+compilation for `compiled` variants), one warm-up round, then `--rounds` timed rounds of
+`--batch` concurrent `generate` calls on the `arithmetic` env's dev prompts (~300 tokens each,
+SmolLM2's chat template, as a launch renders them), T = 1, `--max-new-tokens` each; tokens/s
+= generated tokens / round seconds, best round. The first variant is the baseline of the
+ratio column (today's fp32 eager unless `--variants` says otherwise). A compiled variant
+runs twice (`compiled` then `compiled (again)`): the second start shows whether vLLM's
+compile cache reloads.
+
+`--beside-learner`: a second spawned process trains `PolicyTrainer` (configs/default.yaml,
+bf16 autocast where the CPU has it, 1 thread, synthetic default-launch batches) in a loop for
+the whole measurement, as a launch's learner shares the 2 cores with the actor; its updates
+per minute are printed too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.bench_engines import MODEL, arithmetic_prompts  # noqa: E402
+
+VARIANTS = {
+    "fp32-eager": {"dtype": "float32", "enforce_eager": True},
+    "bf16-eager": {"dtype": "bfloat16", "enforce_eager": True},
+    "bf16-compiled": {"dtype": "bfloat16", "enforce_eager": False},
+}
+
+
+def _engine_main(engine: dict[str, Any], prompts: list[list[int]], rounds: int, q: Any) -> None:
+    os.dup2(2, 1)  # engine logs to stderr: stdout keeps the table
+    from agent_r1_async.actors.engines import make_engine
+    from agent_r1_async.config import EngineConfig, RunConfig
+    from agent_r1_async.models import resolve_model
+
+    cfg = RunConfig(engine=EngineConfig(backend="vllm", temperature=1.0, top_p=1.0,
+                                        max_concurrent_requests=len(prompts), **engine))
+    t0 = time.perf_counter()
+    eng = make_engine(cfg, resolve_model(MODEL), seed=0)
+    start_s = time.perf_counter() - t0
+
+    async def one_round() -> tuple[int, float]:
+        t = time.perf_counter()
+        results = await asyncio.gather(*(eng.generate(p) for p in prompts))
+        return sum(len(r.action_ids) for r in results), time.perf_counter() - t
+
+    async def run() -> list[tuple[int, float]]:
+        await one_round()
+        timed = [await one_round() for _ in range(rounds)]
+        await eng.close()
+        return timed
+
+    q.put((start_s, asyncio.run(run())))
+
+
+def _learner_main(stop: Any, q: Any) -> None:
+    os.dup2(2, 1)
+    import torch
+
+    from agent_r1_async.config import load_config
+    from agent_r1_async.learner.batching import make_micro_batches
+    from agent_r1_async.learner.trainer import PolicyTrainer
+    from agent_r1_async.models import resolve_model
+    from bench.learner_common import synthetic_rows
+
+    torch.set_num_threads(1)
+    cfg = load_config(str(ROOT / "configs" / "default.yaml"), ["learner.device=cpu"])
+    trainer = PolicyTrainer(cfg, resolve_model(MODEL))
+    rows = synthetic_rows(12, 320, 40, trainer._causal_lm().config.vocab_size)
+    updates, t0 = 0, time.perf_counter()
+    while not stop.is_set():
+        trainer.optimize(make_micro_batches(rows, cfg.learner.micro_batch_tokens, trainer.pad_id))
+        updates += 1
+    q.put((updates, time.perf_counter() - t0))
+
+
+def run_variant(engine: dict[str, Any], prompts: list[list[int]], rounds: int) -> tuple[float, float]:
+    """(start-up seconds, best tokens/s) of one variant in its own process."""
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    proc = ctx.Process(target=_engine_main, args=(engine, prompts, rounds, q))
+    proc.start()
+    try:
+        start_s, timed = q.get(timeout=1800)
+    finally:
+        proc.join(120)
+        if proc.is_alive():
+            proc.terminate()
+    return start_s, max(t / s for t, s in timed)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--kv-cache-gb", type=float, default=2.0)
+    ap.add_argument("--beside-learner", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="8 prompts × 16 tokens, 1 round")
+    args = ap.parse_args()
+    if args.quick:
+        args.batch, args.max_new_tokens, args.rounds = 8, 16, 1
+    prompts = arithmetic_prompts(args.batch)
+    runs: list[tuple[str, dict[str, Any]]] = []
+    for v in args.variants:
+        runs.append((v, VARIANTS[v]))
+        if not VARIANTS[v]["enforce_eager"]:
+            runs.append((f"{v} (again)", VARIANTS[v]))
+    ctx = mp.get_context("spawn")
+    stop, lq = ctx.Event(), ctx.Queue()
+    learner = None
+    if args.beside_learner:
+        learner = ctx.Process(target=_learner_main, args=(stop, lq))
+        learner.start()
+        time.sleep(30)  # the learner loads and reaches its steady state first
+    results = []
+    try:
+        for name, engine in runs:
+            extra = {"max_new_tokens": args.max_new_tokens, "kv_cache_gb": args.kv_cache_gb}
+            results.append((name, *run_variant({**engine, **extra}, prompts, args.rounds)))
+            print(f"{name}: start {results[-1][1]:.1f} s, {results[-1][2]:.1f} tok/s", flush=True)
+    finally:
+        if learner is not None:
+            stop.set()
+            updates, secs = lq.get(timeout=600)
+            learner.join(60)
+    beside = " beside a training learner (1 thread)" if args.beside_learner else " alone"
+    print(f"\n## vLLM engine speed{beside}: SmolLM2-135M, {args.batch} concurrent arithmetic "
+          f"prompts × {args.max_new_tokens} new tokens, T = 1, best of {args.rounds} rounds; "
+          f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
+    print(f"{'variant':24} {'tok/s':>8} {'start s':>8} {'vs ' + results[0][0]:>16}")
+    for name, start_s, rate in results:
+        print(f"{name:24} {rate:8.1f} {start_s:8.1f} {rate / results[0][2]:15.2f}×")
+    if learner is not None:
+        print(f"learner beside it: {updates} updates in {secs:.0f} s "
+              f"({60 * updates / secs:.1f} per minute)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+"""Learner MFU on this CPU: model FLOP/s of an update against the bf16 matmul peak measured
+in the same run, fp32 vs bf16 autocast, with the update's time broken down by phase.
+
+    .venv/bin/python bench/bench_learner_mfu.py                          # default config, ~4 min
+    .venv/bin/python bench/bench_learner_mfu.py --config configs/multihop.yaml --context 560 --action 30
+    .venv/bin/python bench/bench_learner_mfu.py --threads 2 --steps 3
+
+Method (one process, `--threads` torch threads; a launch's learner runs on 1, the default):
+- peak: the best of 5 one-second runs of 2048 × 2048 matmuls, bf16 and fp32 (2·n³ FLOPs each);
+- the learner: `PolicyTrainer` from `--config` twice, `learner.bf16` false and true (fp32
+  master weights both), on one synthetic batch of `--rows` steps of `--context` + `--action`
+  tokens (random ids: the cost does not depend on them), micro-batched as the config says.
+  The two arms alternate for `--steps` updates after a warm-up, the order flipping each step,
+  so machine load hits both.
+- phases of an update: packing (`make_micro_batches`), forward and backward (the trainer's own
+  clock, `time_forward_s` / `time_backward_s`; forward includes the loss), optimizer (clip +
+  AdamW), publish (`published_state_dict` in the engines' dtype); the LM head alone (head +
+  sampling log-softmax over the batch's action tokens, forward + backward, chunked as the
+  config says) is timed separately on the same hidden-state shape, a part of forward+backward.
+- model FLOPs per update: 6 · (N_body · tokens + N_head · action tokens), N_body = parameters
+  without the embedding and the head, N_head = the head matrix (the learner applies it to
+  action tokens only); recomputation (activation checkpointing) and attention's T² term are
+  not counted, as MFU conventionally does.
+- MFU = model FLOPs / (forward + backward seconds) / peak bf16 FLOP/s; "update MFU" divides by
+  the whole update (packing + forward + backward + optimizer) instead.
+Medians over the timed steps; the ratio line is bf16 over fp32, per step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.learner_common import MODEL, flops_params, synthetic_rows  # noqa: E402
+from bench.stats import fmt_spread  # noqa: E402
+
+PHASES = ("pack", "forward", "backward", "optimizer", "publish", "head")
+
+
+def matmul_peak(dtype: Any, n: int = 2048, seconds: float = 1.0, repeats: int = 5) -> float:
+    """Best FLOP/s of `repeats` runs of back-to-back n × n matmuls lasting `seconds` each."""
+    import torch
+
+    a = torch.randn(n, n).to(dtype)
+    b = torch.randn(n, n).to(dtype)
+    torch.mm(a, b)  # warm-up: kernel selection, page faults
+    best = 0.0
+    for _ in range(repeats):
+        count, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            torch.mm(a, b)
+            count += 1
+        best = max(best, 2 * n**3 * count / (time.perf_counter() - t0))
+    return best
+
+
+class Arm:
+    """One precision: a trainer and the per-step phase seconds measured on it."""
+
+    def __init__(self, name: str, bf16: bool, args: argparse.Namespace, model_path: str) -> None:
+        import torch
+
+        from agent_r1_async.config import load_config
+        from agent_r1_async.learner.trainer import PolicyTrainer
+
+        self.name = name
+        torch.manual_seed(0)
+        overrides = [f"learner.bf16={str(bf16).lower()}", "learner.device=cpu",
+                     f"engine.dtype={'bfloat16' if bf16 else 'float32'}", *args.overrides]
+        self.cfg = load_config(args.config, overrides)
+        self.trainer = PolicyTrainer(self.cfg, model_path)
+        self.seconds: dict[str, list[float]] = {p: [] for p in PHASES}
+
+    def step(self, rows: list[Any], record: bool) -> None:
+        import torch
+
+        from agent_r1_async.learner.batching import make_micro_batches
+        from agent_r1_async.learner.logprobs import head_logprobs
+
+        tr, lc = self.trainer, self.cfg.learner
+        t0 = time.perf_counter()
+        mbs = make_micro_batches(rows, lc.micro_batch_tokens, tr.pad_id)
+        pack = time.perf_counter() - t0
+        if tr.needs_proximal_pass(lc.ppo_epochs):
+            tr.proximal_pass(mbs)
+        m = tr.optimize(mbs, version=0)
+        t0 = time.perf_counter()
+        tr.published_state_dict(tr.publish_dtype)
+        publish = time.perf_counter() - t0
+        # The LM head alone on this batch's action positions: the same head, chunking,
+        # sampling softmax and autocast as the trainer's forward, forward + backward.
+        lm = tr._causal_lm()
+        n = sum(mb.num_action_tokens for mb in mbs)
+        hidden = torch.randn(n, lm.config.hidden_size, requires_grad=True)
+        targets = torch.randint(0, lm.config.vocab_size, (n,))
+        t0 = time.perf_counter()
+        with tr._autocast():
+            lp, _ = head_logprobs(lm.get_output_embeddings(), hidden, targets, False,
+                                  self.cfg.engine.temperature, self.cfg.engine.top_p,
+                                  chunk=lc.head_chunk_tokens)
+        lp.sum().backward()
+        head = time.perf_counter() - t0
+        tr.optimizer.zero_grad(set_to_none=True)
+        if record:
+            for k, v in (("pack", pack), ("forward", m["time_forward_s"]),
+                         ("backward", m["time_backward_s"]),
+                         ("optimizer", m["time_optimizer_s"]), ("publish", publish),
+                         ("head", head)):
+                self.seconds[k].append(v)
+
+    def median(self, phase: str) -> float:
+        return statistics.median(self.seconds[phase])
+
+    def fb(self) -> list[float]:
+        return [f + b for f, b in zip(self.seconds["forward"], self.seconds["backward"], strict=True)]
+
+    def update(self) -> list[float]:
+        return [sum(self.seconds[p][i] for p in ("pack", "forward", "backward", "optimizer"))
+                for i in range(len(self.seconds["forward"]))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default=str(ROOT / "configs" / "default.yaml"))
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--rows", type=int, default=12)
+    ap.add_argument("--context", type=int, default=320)
+    ap.add_argument("--action", type=int, default=40)
+    ap.add_argument("--steps", type=int, default=4, help="timed updates per arm after 1 warm-up")
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+
+    import torch
+
+    from agent_r1_async.models import resolve_model
+
+    torch.set_num_threads(args.threads)
+    model_path = resolve_model(MODEL)
+    peak_bf16 = matmul_peak(torch.bfloat16)
+    peak_fp32 = matmul_peak(torch.float32)
+    arms = [Arm("fp32", False, args, model_path), Arm("bf16", True, args, model_path)]
+    lm = arms[0].trainer._causal_lm()
+    rows = synthetic_rows(args.rows, args.context, args.action, lm.config.vocab_size)
+    n_all = flops_params(lm)
+    head = lm.get_output_embeddings().weight.numel()
+    tokens, action = args.rows * (args.context + args.action), args.rows * args.action
+    flops = 6 * ((n_all - head) * tokens + head * action)
+    for i in range(args.steps + 1):
+        for arm in arms if i % 2 == 0 else arms[::-1]:
+            arm.step(rows, record=i > 0)
+    print(f"## Learner MFU: {Path(args.config).name}, SmolLM2-135M, {args.rows} rows × "
+          f"({args.context} + {args.action}) tokens = {tokens} tokens ({action} action), "
+          f"{args.threads} thread(s), {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
+    print(f"matmul peak ({args.threads} thread(s), 2048²): bf16 {peak_bf16 / 1e9:.0f} GFLOP/s, "
+          f"fp32 {peak_fp32 / 1e9:.0f} GFLOP/s ({peak_bf16 / peak_fp32:.1f}×)")
+    print(f"model FLOPs per update: {flops / 1e9:.1f} GFLOP (6·N·tokens, head on action tokens)")
+    print(f"{'arm':5} " + " ".join(f"{p + ' s':>11}" for p in PHASES)
+          + f" {'fwd+bwd GF/s':>12} {'MFU':>6} {'update MFU':>10}")
+    for arm in arms:
+        fb, upd = statistics.median(arm.fb()), statistics.median(arm.update())
+        print(f"{arm.name:5} " + " ".join(f"{arm.median(p):11.3f}" for p in PHASES)
+              + f" {flops / fb / 1e9:12.0f} {flops / fb / peak_bf16:6.1%} "
+              f"{flops / upd / peak_bf16:10.1%}")
+    ratios = [a / b for a, b in zip(arms[0].fb(), arms[1].fb(), strict=True)]
+    print(f"bf16 speed-up, forward+backward (fp32 s / bf16 s per step): {fmt_spread(ratios, unit='×')}")
+    for arm in arms:
+        print(f"{arm.name} forward+backward seconds: {fmt_spread(arm.fb())}")
+
+
+if __name__ == "__main__":
+    main()
