@@ -89,7 +89,9 @@ def plot(results: list[dict[str, Any]], metric: str, path: Path) -> None:
         ax1.plot(xs, ys, "o", color=color, alpha=0.25, ms=3)
         label = r["run"].split("-20")[0]  # learn-s0-20261122-152143 -> learn-s0
         ax1.plot(xs, smooth, "-", color=color, label=label)
-        ax2.plot([0, r["updates"]], [r["before"], r["after"]], "o-", color=color, label=label)
+        # two evaluations, nothing measured between them: points, not a line
+        ax2.plot([0], [r["before"]], "o", color=color, mfc="none", label=f"{label} before")
+        ax2.plot([r["updates"]], [r["after"]], "o", color=color, label=f"{label} after")
     ax1.set(xlabel="update (learner version)", ylabel="train success (batch; line: mean of 5)",
             title="training episodes")
     ax2.set(xlabel="update (learner version)", ylabel=f"held-out {metric}",

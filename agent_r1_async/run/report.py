@@ -2,8 +2,10 @@
 
 Reads only `RUN_DIR/metrics.jsonl` (written by `monitor.MetricsLogger`), so it works on a
 finished or running run without W&B. Writes `RUN_DIR/plots/{reward,staleness}.png`; the
-reward plot carries the held-out results: before/after RL and, with `eval.every_updates`,
-the periodic `eval/periodic/*` curve at the versions evaluated.
+reward plot carries the held-out results as what they are: the evaluations before and after RL
+as separate points (nothing was measured between them, so no line joins them) and, with
+`eval.every_updates`, the periodic `eval/periodic/*` evaluations as points joined in version
+order (a measured curve).
 """
 
 from __future__ import annotations
@@ -51,19 +53,26 @@ def _smooth(ys: list[float], k: int = 5) -> list[float]:
     return out
 
 
+STYLES = {"smooth": "-", "joined": "o-", "points": "o"}
+"""How a series is drawn: a moving average of every update's value; measured points joined
+(one per update, or periodic evaluations); isolated points (evaluations with nothing measured
+between them)."""
+
+
 def _plot(
-    rows: list[dict[str, Any]], series: list[tuple[str | tuple[str, ...], str, bool]], ylabel: str,
+    rows: list[dict[str, Any]], series: list[tuple[str | tuple[str, ...], str, str]], ylabel: str,
     title: str,
     path: Path,
 ) -> Path:
-    """One PNG: each (key, label, smooth) series against the learner version."""
+    """One PNG: each (key, label, style) series against the learner version (`STYLES`)."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for key, label, smooth in series:
+    for key, label, style in series:
         xs, ys = _series(rows, key)
         if xs:
-            ax.plot(xs, _smooth(ys) if smooth else ys, "-" if smooth else "o-", label=label)
+            ax.plot(xs, _smooth(ys) if style == "smooth" else ys, STYLES[style], label=label,
+                    markersize=7 if style == "points" else 4)
     ax.set_xlabel("update (learner version)")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -98,12 +107,13 @@ def write_report(run_dir: str | Path) -> list[Path]:
     name = Path(run_dir).name
     m = success_metric(rows) or "success"
     return [
-        _plot(rows, [("reward/mean", "train reward (outcome + process)", True),
-                     (f"env/{m}", f"train {m}", True),
-                     ((f"eval/before/{m}", f"eval/after/{m}"), f"held-out {m}", False),
-                     (f"eval/periodic/{m}", f"held-out {m} (eval.every_updates subset)", False)],
+        _plot(rows, [("reward/mean", "train reward (outcome + process)", "smooth"),
+                     (f"env/{m}", f"train {m}", "smooth"),
+                     (f"eval/before/{m}", f"held-out {m} before RL", "points"),
+                     (f"eval/after/{m}", f"held-out {m} after RL", "points"),
+                     (f"eval/periodic/{m}", f"held-out {m} (eval.every_updates subset)", "joined")],
               "reward", f"reward — {name}", out_dir / "reward.png"),
-        _plot(rows, [("staleness/mean", "mean (token-weighted)", False),
-                     ("staleness/max", "max", False)],
+        _plot(rows, [("staleness/mean", "mean (token-weighted)", "joined"),
+                     ("staleness/max", "max", "joined")],
               "learner version − policy version", f"staleness — {name}", out_dir / "staleness.png"),
     ]

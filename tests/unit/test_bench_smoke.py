@@ -133,8 +133,10 @@ def test_learning_summary_from_a_run_directory(tmp_path: Path) -> None:
     run.mkdir()
     rows = [
         {"update": 0, "time": 60.0, "eval/before/success": 0.25},
-        {"update": 1, "time": 120.0, "reward/mean": 0.5, "env/success": 0.25},
-        {"update": 2, "time": 240.0, "reward/mean": 1.0, "env/success": 0.75},
+        {"update": 1, "time": 120.0, "reward/mean": 0.5, "env/success": 0.25,
+         "learner/update_time_s": 50.0, "learner/peak_memory_gb": 4.1},
+        {"update": 2, "time": 240.0, "reward/mean": 1.0, "env/success": 0.75,
+         "learner/update_time_s": 70.0, "learner/peak_memory_gb": 4.3},
         {"update": 2, "time": 300.0, "eval/after/success": 0.5},
     ]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -147,6 +149,7 @@ def test_learning_summary_from_a_run_directory(tmp_path: Path) -> None:
     # RL time: last update (240 s) minus the held-out evaluation before it (60 s) = 3 min.
     assert summary["updates"] == 2 and summary["rl_min"] == pytest.approx(3.0)
     assert summary["curve"] == [(1, 0.5, 0.25), (2, 1.0, 0.75)]
+    assert summary["s_per_update"] == 60.0 and summary["peak_gb"] == 4.3  # median 50, 70; max
 
 
 def test_transport_runs_pair_each_transport_run_with_its_like_for_like_baseline() -> None:

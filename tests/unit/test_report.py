@@ -1,55 +1,37 @@
-"""report: series from metrics.jsonl (held-out before/after joined into one line), PNGs."""
+"""`agent-r1-async report`: held-out evaluations are drawn as what they are."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from agent_r1_async.run import report
+import matplotlib.axes
+import pytest
 
-
-def _write(run_dir: Path, rows: list[dict]) -> None:
-    run_dir.mkdir()
-    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+from agent_r1_async.run.report import write_report
 
 
-ROWS = [
-    {"update": 0, "time": 1.0, "eval/before/success": 0.36},
-    {"update": 1, "time": 2.0, "reward/mean": 0.7, "env/success": 0.5, "staleness/mean": 0.0},
-    {"update": 2, "time": 3.0, "reward/mean": 0.9, "env/success": 0.75, "staleness/mean": 1.0},
-    {"update": 2, "time": 4.0, "eval/after/success": 0.52},
-]
+def test_before_after_are_points_and_periodic_evaluations_a_curve(tmp_path, monkeypatch):
+    rows = [{"update": 0, "time": 0.0, "eval/before/success": 0.2}]
+    rows += [{"update": u, "time": float(u), "reward/mean": 0.1 * u, "env/success": 0.1 * u,
+              "staleness/mean": 0.5, "staleness/max": 1.0} for u in (1, 2, 3, 4)]
+    rows += [{"update": 2, "time": 2.5, "eval/periodic/success": 0.4},
+             {"update": 4, "time": 4.5, "eval/periodic/success": 0.5},
+             {"update": 4, "time": 5.0, "eval/after/success": 0.6}]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    drawn: list[tuple[list[float], list[float], str, str]] = []
+    original = matplotlib.axes.Axes.plot
 
+    def record(self, xs, ys, fmt, **kw):
+        drawn.append((list(xs), list(ys), fmt, kw.get("label", "")))
+        return original(self, xs, ys, fmt, **kw)
 
-def test_series_joins_keys_in_update_order_and_skips_missing():
-    xs, ys = report._series(ROWS, ("eval/before/success", "eval/after/success"))
-    assert (xs, ys) == ([0.0, 2.0], [0.36, 0.52])
-    assert report._series(ROWS, "reward/mean") == ([1.0, 2.0], [0.7, 0.9])
-    assert report._series(ROWS, "no/such") == ([], [])
-
-
-def test_write_report_reads_a_torn_last_line_and_writes_both_plots(tmp_path):
-    run = tmp_path / "run"
-    _write(run, ROWS)
-    with open(run / "metrics.jsonl", "a") as f:
-        f.write('{"update": 3, "rew')  # a record being written
-    assert len(report.read_metrics(run)) == 4
-    paths = report.write_report(run)
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", record)
+    paths = write_report(tmp_path)
     assert [p.name for p in paths] == ["reward.png", "staleness.png"]
-    assert all(p.stat().st_size > 1000 for p in paths)
-
-
-def test_periodic_eval_rows_are_plotted_at_their_versions(tmp_path):
-    # eval.every_updates=2: v0's result is logged after update 1, v2's after update 3
-    rows = [
-        {"update": 1, "time": 1.0, "reward/mean": 0.1},
-        {"update": 0, "time": 1.5, "eval/periodic/em": 0.05, "eval/periodic/version": 0},
-        {"update": 2, "time": 2.0, "reward/mean": 0.2},
-        {"update": 3, "time": 3.0, "reward/mean": 0.3},
-        {"update": 2, "time": 3.5, "eval/periodic/em": 0.25, "eval/periodic/version": 2},
-    ]
-    assert report._series(rows, "eval/periodic/em") == ([0.0, 2.0], [0.05, 0.25])
-    assert report.success_metric(rows) == "em"
-    run = tmp_path / "run"
-    _write(run, rows)
-    assert report.write_report(run)[0].stat().st_size > 1000
+    by_label = {label: (xs, ys, fmt) for xs, ys, fmt, label in drawn}
+    assert by_label["held-out success before RL"] == ([0.0], [0.2], "o")  # a point, no line
+    assert by_label["held-out success after RL"] == ([4.0], [0.6], "o")
+    assert by_label["held-out success (eval.every_updates subset)"] == ([2.0, 4.0], [0.4, 0.5], "o-")
+    xs, ys, fmt = by_label["train reward (outcome + process)"]
+    assert fmt == "-" and xs == [1.0, 2.0, 3.0, 4.0]
+    assert ys[-1] == pytest.approx((0.1 + 0.2 + 0.3 + 0.4) / 4, rel=1e-12)  # mean of the 4 so far
