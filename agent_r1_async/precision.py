@@ -81,11 +81,14 @@ def _device(device: str | torch.device) -> str:
 EngineDtype = Literal["float32", "bfloat16", "float16"]
 
 
-def engine_dtype(cfg: EngineConfig, device: str | torch.device = "auto",
+def engine_dtype(cfg: EngineConfig, device: str | torch.device | None = None,
                  flags: frozenset[str] | None = None) -> EngineDtype:
-    """`engine.dtype` with `auto` resolved for `device`."""
+    """`engine.dtype` with `auto` resolved for `device` (default: the engine's own: the
+    transformers engine runs on the CPU, vLLM on CUDA where there is one)."""
     if cfg.dtype != "auto":
         return cfg.dtype
+    if device is None:
+        device = "cpu" if cfg.backend == "hf" else "auto"
     return "bfloat16" if bf16_support(device, flags)[0] else "float32"
 
 

@@ -29,7 +29,7 @@ from torch import Tensor
 
 from agent_r1_async.config import AlgorithmConfig
 from agent_r1_async.learner import distributed as dist_util
-from agent_r1_async.learner.losses import OUTSIDE_TOP_P_LOGPROB
+from agent_r1_async.learner.losses import OUTSIDE_TOP_P_LOGPROB, importance_weights
 
 _SUMS = ("tokens", "gap_tokens", "fresh_tokens", "gap_sum", "fresh_gap_sum", "truncated",
          "guarded")
@@ -52,16 +52,12 @@ class MismatchMeter:
         with torch.no_grad():
             m = mask.bool()
             gap = (proximal.detach().float() - behavior.float())[m]  # [N]
-            raw = torch.exp(gap)
-            rejected = proximal.detach()[m] == OUTSIDE_TOP_P_LOGPROB
-            masked = rejected.clone()
-            if self.algo.is_mask_low > 0:
-                masked |= raw < self.algo.is_mask_low
-            if self.algo.is_mask_high > 0:
-                masked |= raw > self.algo.is_mask_high
-            truncated = raw > self.algo.c_max
+            _, keep = importance_weights(proximal, behavior, self.algo)  # the loss's own mask
+            masked = ~keep[m]
+            truncated = torch.exp(gap) > self.algo.c_max
             # A proximal log-prob at the top-p floor is a probability of 0, not a measured
             # gap: it counts as masked, and stays out of the gap statistics.
+            rejected = proximal.detach()[m] == OUTSIDE_TOP_P_LOGPROB
             real = gap[~rejected].abs()
             s = self.sums
             s["tokens"] += float(m.sum())

@@ -64,18 +64,31 @@ class _StepProgress(MetricsLogger):
             child.progress(step, metrics["sft/total_steps"])
 
 
+def _entry(cfg: RunConfig) -> Path:
+    """The cache directory of `cfg`'s warm start."""
+    from agent_r1_async.models import cache_dir
+
+    return cache_dir() / "warm-start" / warm_start_key(cfg)
+
+
+def is_cached(cfg: RunConfig) -> bool:
+    """Whether `cfg`'s warm start is trained and cached (nothing to train: no torch needed)."""
+    return (_entry(cfg) / ".complete").exists()
+
+
 def warm_start(cfg: RunConfig, console: Callable[[str], None]) -> str:
     """The warm-start checkpoint for `cfg` (trained now unless cached); returns its path."""
-    from agent_r1_async.models import build_atomically, cache_dir
-    from agent_r1_async.sft.train import train_stage
+    from agent_r1_async.models import build_atomically
 
-    target = cache_dir() / "warm-start" / warm_start_key(cfg)
+    target = _entry(cfg)
     if (target / ".complete").exists():
         console(f"[launch] warm start: cached {target}")
     else:
         console(f"[launch] warm start: training {target.name} (cached for later launches)")
 
     def build(tmp: Path) -> None:
+        from agent_r1_async.sft.train import train_stage  # torch: imported only to train
+
         quiet = msgspec.structs.replace(
             cfg, logging=msgspec.structs.replace(cfg.logging, wandb_mode="disabled")
         )
@@ -91,16 +104,6 @@ def warm_start(cfg: RunConfig, console: Callable[[str], None]) -> str:
     return path
 
 
-def cached_warm_start(cfg: RunConfig) -> str | None:
-    """The cached warm-start checkpoint for `cfg`, or None when it must be trained."""
-    from agent_r1_async.models import cache_dir
-
-    target = cache_dir() / "warm-start" / warm_start_key(cfg)
-    if not (target / ".complete").exists():
-        return None
-    return str((target / "checkpoints" / "latest").resolve())
-
-
 def _warm_start_child(cfg: RunConfig) -> str:
     return warm_start(cfg, child.say)
 
@@ -114,11 +117,9 @@ def prepare_start(cfg: RunConfig, run_dir: Path,
     """
     if not cfg.launch.warm_start or cfg.model.init_from:
         return cfg
-    ckpt = cached_warm_start(cfg)
-    if ckpt is not None:  # no child process: the key and the marker are all it takes
-        for line in (f"[launch] warm start: cached {Path(ckpt).parents[1]}",
-                     f"[launch] warm start: RL starts from {ckpt}"):
-            (on_message or (lambda m: print(m[1], flush=True)))(("say", line))
+    if is_cached(cfg):  # nothing to train: found here, without a child process
+        ckpt = warm_start(cfg, child.say if on_message is None
+                          else lambda line: on_message(("say", line)))
     else:
         log = None if cfg.logging.verbose else str(run_dir / "logs" / "warm-start.log")
         ckpt = child.in_subprocess(_warm_start_child, cfg, log_path=log, on_message=on_message)

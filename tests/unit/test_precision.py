@@ -24,6 +24,9 @@ def test_auto_resolves_per_hardware_and_explicit_values_stay():
     assert (auto_e.dtype, auto_l.bf16) == ("auto", "auto")  # the schema's defaults
     assert precision.engine_dtype(auto_e, "cpu", AMX) == "bfloat16"
     assert precision.engine_dtype(auto_e, "cpu", PLAIN) == "float32"
+    # the transformers engine runs on the CPU: its CPU's flags decide, whatever GPU there is
+    assert precision.engine_dtype(EngineConfig(backend="hf"), flags=AMX) == "bfloat16"
+    assert precision.engine_dtype(EngineConfig(backend="hf"), flags=PLAIN) == "float32"
     assert precision.learner_bf16(auto_l, flags=AMX) is True
     assert precision.learner_bf16(auto_l, flags=PLAIN) is False
     assert precision.engine_dtype(EngineConfig(dtype="float32"), "cpu", AMX) == "float32"

@@ -93,7 +93,7 @@ def test_a_cached_warm_start_is_found_without_a_child_process(tmp_path, monkeypa
         raise AssertionError("a cached warm start needs no child process")
 
     monkeypatch.setattr(ws.child, "in_subprocess", no_child)
-    assert ws.cached_warm_start(cfg) is None  # no .complete marker: not cached
+    assert not ws.is_cached(cfg)  # no .complete marker: not cached
     (entry / ".complete").write_text("ok\n")
     messages: list[tuple] = []
     out = ws.prepare_start(cfg, run_dir, on_message=messages.append)

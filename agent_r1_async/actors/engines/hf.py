@@ -85,7 +85,7 @@ class HFEngine:
         self.max_batch = cfg.max_concurrent_requests
         self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(model_path)
         self.model = model or AutoModelForCausalLM.from_pretrained(
-            model_path, dtype=_DTYPES[precision.engine_dtype(cfg, "cpu")]  # a CPU engine
+            model_path, dtype=_DTYPES[precision.engine_dtype(cfg)]
         )
         self.model.eval()
         self.eos_ids = _eos_ids(self.model, self.tokenizer)
