@@ -26,11 +26,15 @@ Same on both sides:
 - GRPO as configs/default.yaml sets it: 8 samples per prompt, 2 prompts (16 episodes) per
   optimizer step, lr 1e-5 constant, AdamW, grad-norm clip 1.0, PPO clip 0.2 / 0.28
   (clip-higher), token-mean loss (TRL's `dapo`), group-std-normalized advantages, no KL,
-  sampling T = 1, 96 new tokens a turn (TRL: 288 for the whole completion), fp32 on CPU, the
-  same seeds;
-- the wall-clock budget T, counted from process start (model loading and engine start count);
-  both stop at the first optimizer step that ends past T, and samples/s divides by the actual
-  wall time.
+  sampling T = 1, 96 new tokens a turn (TRL: 288 for the whole completion), the same seeds;
+- precision as `agent_r1_async.precision` resolves it for this CPU: where it has AMX or
+  AVX512-BF16, bf16 autocast over fp32 master weights on both learners (ours:
+  `learner.bf16: auto`; TRL: `bf16=True`) and our engine in bf16 (`engine.dtype: auto`);
+  fp32 on both sides elsewhere. The header prints which;
+- the wall-clock budget T, counted from the command (ours: the launch's process start; TRL:
+  its process's spawn), model loading, engine start and the final save included on both
+  sides; both stop at the first optimizer step that ends past T, and samples/s divides by the
+  actual wall time.
 
 - ours: `agent-r1-async launch` (configs/default.yaml: vLLM CPU actor, async learner,
   max_staleness 2) with `model.init_from` = the warm start and `launch.max_wall_time_s` = T;
@@ -46,9 +50,10 @@ Same on both sides:
 - held-out: `evaluate()` of each final model on the first `--eval-tasks` dev tasks with the
   vLLM engine (T = 1, one sample per task): `mean_return`. The shared start is
   evaluated once (seed 0) for reference.
-- memory (`--memory-savers`, on by default): the learner's activation checkpointing + chunked
-  LM head (`learner.gradient_checkpointing`, `learner.head_chunk_tokens=512`) and TRL's
-  `gradient_checkpointing`, on both sides alike, so a run stays near 7 GB on the shared box.
+- memory (`--memory-savers`, on by default): whole-layer activation checkpointing on both
+  sides alike (ours: `learner.gradient_checkpointing`, `learner.checkpoint_recompute=all`;
+  TRL's `gradient_checkpointing`) and our chunked LM head (`learner.head_chunk_tokens=512`),
+  so a run stays near 7 GB on the shared box.
 The arms of one seed run one after the other, in an order rotated by seed (load drifts hit
 every arm). Prints per run, then per arm the mean ± a 95 % t interval over seeds and the
 per-seed ratios; one held-out evaluation of 100 tasks with one sample each has a standard
@@ -84,7 +89,8 @@ OUR_ARMS = {
     "ours-hf": ["engine.backend=hf"],  # TRL's kind of generation engine, our async design
 }
 ARMS = [*OUR_ARMS, "trl"]
-OUR_SAVERS = ["learner.gradient_checkpointing=true", "learner.head_chunk_tokens=512"]
+OUR_SAVERS = ["learner.gradient_checkpointing=true", "learner.checkpoint_recompute=all",
+              "learner.head_chunk_tokens=512"]
 
 
 def common_overrides(seed: int) -> list[str]:
@@ -266,15 +272,18 @@ def env_return(spec: Any, task: Any, actions: list[str]) -> float:
     return asyncio.run(replay())
 
 
-def run_trl(seed: int, minutes: float, root: str, start: str, savers: bool) -> dict[str, Any]:
-    """One budgeted GRPOTrainer run: trained samples/s, saved model dir, optimizer steps."""
-    t0 = time.monotonic()
+def run_trl(seed: int, minutes: float, root: str, start: str, savers: bool,
+            t0: float) -> dict[str, Any]:
+    """One budgeted GRPOTrainer run: trained samples/s, saved model dir, optimizer steps.
+    `t0` is `time.time()` when its process was asked for (the parent's spawn): the budget and
+    the wall time count from there, as a launch's count from its command."""
     deadline = t0 + minutes * 60
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
     from trl.chat_template_utils import qwen3_template
 
     from agent_r1_async.models import load_causal_lm, load_tokenizer
+    from agent_r1_async.precision import learner_bf16
 
     cfg = bench_config(seed)
     dataset, spec = arithmetic_dataset(seed)
@@ -286,7 +295,7 @@ def run_trl(seed: int, minutes: float, root: str, start: str, savers: bool) -> d
 
     class Budget(TrainerCallback):
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> Any:
-            if time.monotonic() >= deadline:
+            if time.time() >= deadline:
                 control.should_training_stop = True
             return control
 
@@ -295,7 +304,8 @@ def run_trl(seed: int, minutes: float, root: str, start: str, savers: bool) -> d
     tokenizer.response_template = qwen3_template  # parses `<tool_call>{json}</tool_call>`
     out = os.path.join(root, f"trl-s{seed}")
     args = GRPOConfig(
-        output_dir=out, seed=seed, use_cpu=True, bf16=False, learning_rate=cfg.learner.lr,
+        output_dir=out, seed=seed, use_cpu=True, bf16=learner_bf16(cfg.learner),
+        learning_rate=cfg.learner.lr,
         beta=0.0, epsilon=cfg.algorithm.eps_low, epsilon_high=cfg.algorithm.eps_high,
         loss_type="dapo", scale_rewards="group", max_grad_norm=cfg.learner.grad_clip,
         num_generations=GROUP, per_device_train_batch_size=GROUP,
@@ -311,12 +321,12 @@ def run_trl(seed: int, minutes: float, root: str, start: str, savers: bool) -> d
     trainer = GRPOTrainer(model=load_causal_lm(start), reward_funcs=reward, args=args,
                           train_dataset=dataset, processing_class=tokenizer,
                           environment_factory=CalculatorTools, callbacks=[Budget()])
-    trainer.train()
-    wall = time.monotonic() - t0  # stops at the first step end past the budget
+    trainer.train()  # stops at the first step end past the budget
     samples = trainer.state.global_step * GROUP * PROMPTS_PER_STEP
     model_dir = os.path.join(out, "final")
     trainer.save_model(model_dir)
     load_tokenizer(start).save_pretrained(model_dir)  # the original template, for evaluate()
+    wall = time.time() - t0  # the final save counts, as a launch's final checkpoint does
     return {"rate": samples / wall, "model_dir": model_dir, "wall_s": wall,
             "samples": float(samples), "updates": float(trainer.state.global_step)}
 
@@ -337,7 +347,8 @@ def run_trl_isolated(seed: int, minutes: float, root: str, start: str,
 
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    proc = ctx.Process(target=_trl_child, args=(q, seed, minutes, root, start, savers))
+    proc = ctx.Process(target=_trl_child,
+                       args=(q, seed, minutes, root, start, savers, time.time()))
     proc.start()
     try:
         status, value = q.get(timeout=minutes * 60 + 3600)
@@ -349,6 +360,14 @@ def run_trl_isolated(seed: int, minutes: float, root: str, start: str,
 
 
 # ---------------------------------------------------------------- main
+
+
+def precision_line() -> str:
+    from agent_r1_async.precision import engine_dtype, learner_bf16
+
+    cfg = bench_config(0)
+    learner = "bf16 autocast" if learner_bf16(cfg.learner) else "fp32"
+    return f"learners {learner}, our engine {engine_dtype(cfg.engine)}"
 
 
 def arm_order(arms: list[str], seed_index: int) -> list[str]:
@@ -419,7 +438,8 @@ def main() -> None:
     start = shared_start()
     print(f"## vs TRL GRPOTrainer + ablations: warm-started SmolLM2-135M-Instruct, arithmetic (up "
           f"to 3 turns), {args.minutes:g} min budget, seeds {args.seeds}, arms {arms}, held-out "
-          f"{args.eval_tasks} dev tasks, memory savers {args.memory_savers}; {load_line()}",
+          f"{args.eval_tasks} dev tasks, memory savers {args.memory_savers} (whole-layer "
+          f"recompute both sides), {precision_line()}; {load_line()}",
           flush=True)
     if not args.skip_start_eval:
         ev = held_out(start, 0, args.eval_tasks)
