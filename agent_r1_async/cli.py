@@ -67,7 +67,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from agent_r1_async.run.evaluate import evaluate, format_table
-    from agent_r1_async.run.launch import env_preflight
+    from agent_r1_async.run.preflight.checks import env_preflight
 
     cfg = _load(args)
     split = args.split or cfg.env.eval_split
@@ -86,7 +86,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
-    from agent_r1_async.run.launch import env_preflight
+    from agent_r1_async.run.preflight.checks import env_preflight
     from agent_r1_async.run.sft import run_sft
 
     cfg = _load(args)
@@ -95,7 +95,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from agent_r1_async.run.report import write_report
+    from agent_r1_async.run.output.report import write_report
 
     for path in write_report(args.run_dir):
         print(path)

@@ -386,17 +386,17 @@ class LearnerConfig(_Section):
     """With `gradient_checkpointing`: what a layer recomputes in backward. all: everything
     (keeps only the layer's input; one more forward of compute); pointwise: only the
     elementwise ops (norms, activations, rotary, residual adds), keeping matmul and attention
-    outputs (~40 % of a layer's activations, a few percent more compute; learner/memory.py)."""
+    outputs (~40 % of a layer's activations, a few percent more compute; learner/memory_savers.py)."""
     allocator: Literal["glibc", "jemalloc"] = "glibc"
     """malloc of the learner processes `launch` starts: jemalloc = the libjemalloc.so Ray
     ships, preloaded (LD_PRELOAD) with purging off: 3.8 vs 4.5 GB peak RSS for the default
-    config's micro-batch at +1 % CPU (learner/memory.py). Only a launched learner (not a
+    config's micro-batch at +1 % CPU (learner/memory_savers.py). Only a launched learner (not a
     process that builds a trainer itself, tests or benchmarks)."""
     malloc_mmap_threshold_kb: int = 0
     """glibc malloc: allocations of at least this many KiB get their own mapping, returned to
     the system when freed (0 = glibc's default, a threshold that grows to 32 MiB). 1024 keeps
     the peak RSS at the live set whatever thread allocates, but the page faults cost ~40 %
-    more CPU time per update (learner/memory.py). Process-wide, set when the trainer is
+    more CPU time per update (learner/memory_savers.py). Process-wide, set when the trainer is
     built; no effect off glibc."""
     head_chunk_tokens: int = 0
     """LM head + (temperature/top-p) log-softmax over at most this many action tokens at a
@@ -499,7 +499,7 @@ class EvalConfig(_Section):
     samples_per_task: int = 1
     """Episodes per held-out task."""
     every_updates: int = 0
-    """Evaluate the latest policy every N learner versions during RL, in an evaluation actor with its own engine (run/periodic_eval.py; eval/periodic/*); 0 = off."""
+    """Evaluate the latest policy every N learner versions during RL, in an evaluation actor with its own engine (run/processes/periodic_eval.py; eval/periodic/*); 0 = off."""
     every_num_tasks: int = 32
     """Held-out tasks of each periodic evaluation (the first ones of env.eval_split: a fixed subset)."""
 

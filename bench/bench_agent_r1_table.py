@@ -47,8 +47,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent_r1_async.run.report import read_metrics  # noqa: E402
-from agent_r1_async.run.run_dir import created_at  # noqa: E402
+from agent_r1_async.run.output.report import read_metrics  # noqa: E402
+from agent_r1_async.run.output.run_dir import created_at  # noqa: E402
 
 ALGOS = {"grpo": "GRPO", "ppo": "PPO (step GAE)", "reinforce_pp": "REINFORCE++", "rloo": "RLOO"}
 PROCESS_OFF = ["env.args.gold_retrieval_reward=0", "env.args.valid_call_reward=0"]

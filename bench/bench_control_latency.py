@@ -33,7 +33,7 @@ GROUP = 2  # episodes per group (AlgorithmConfig.group_size below)
 
 
 def _push(endpoint: str, control_endpoint: str, stop_at: float) -> None:
-    """Push complete groups (one step + an end per episode) as fast as the pipe takes them,
+    """Push complete groups (one step + an end per episode) as the pipe takes them,
     under credits of 1,000 groups at a time (the buffer refuses groups it never granted)."""
     transport = ZmqTransport()
     pusher = transport.pusher(endpoint)
@@ -108,7 +108,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     args = ap.parse_args()
     transport = ZmqTransport()
-    # Credits never bind: the load is as heavy as the pipe allows, with no wait for a grant.
+    # Credits never bind: the load is as the pipe allows, with no wait for a grant.
     cfg = BufferConfig(gc_freeze=False, snapshot_interval_s=0, max_staleness=1_000_000,
                        spi_tolerance=1e7)
     service = BufferService(cfg, AlgorithmConfig(group_size=GROUP), transport)

@@ -34,7 +34,7 @@ def child(overrides: list[str]) -> None:
 
     from agent_r1_async import models
     from agent_r1_async.config import load_config
-    from agent_r1_async.learner import memory
+    from agent_r1_async.learner import memory_savers
     from agent_r1_async.learner.batching import make_micro_batches
     from agent_r1_async.learner.trainer import PolicyTrainer
     from bench.learner_common import MODEL, synthetic_rows
@@ -48,7 +48,7 @@ def child(overrides: list[str]) -> None:
         rows = synthetic_rows(n, ctx, act, tr._causal_lm().config.vocab_size, seed=i)
         m = tr.optimize(make_micro_batches(rows, cfg.learner.micro_batch_tokens, tr.pad_id), 0)
         tr.published_state_dict(tr.publish_dtype)
-        memory.release_free_memory()
+        memory_savers.release_free_memory()
         seconds.append(m["time_forward_s"] + m["time_backward_s"])
     print(json.dumps({"loaded_gb": loaded, "seconds": seconds,
                       "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}))
@@ -56,10 +56,10 @@ def child(overrides: list[str]) -> None:
 
 def run(overrides: list[str]) -> dict[str, object]:
     from agent_r1_async.config import load_config
-    from agent_r1_async.learner import memory
+    from agent_r1_async.learner import memory_savers
 
     lc = load_config(str(ROOT / "configs" / "default.yaml"), overrides).learner
-    env = {**os.environ, **memory.allocator_env(lc.allocator)}
+    env = {**os.environ, **memory_savers.allocator_env(lc.allocator)}
     out = subprocess.run([sys.executable, __file__, "--child", *overrides], env=env,
                          capture_output=True, text=True, timeout=1800, cwd=ROOT)
     if out.returncode != 0:

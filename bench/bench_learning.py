@@ -35,7 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent_r1_async.run.report import read_metrics  # noqa: E402
+from agent_r1_async.run.output.report import read_metrics  # noqa: E402
 
 ARMS = {"fp32": ["engine.dtype=float32", "learner.bf16=false"],
         "bf16": ["engine.dtype=bfloat16", "learner.bf16=true"]}

@@ -10,7 +10,7 @@ cache check, Ray, the buffer, learner and actor processes (model load, vLLM engi
 the first batch of episodes and its update. The warm start must be cached (the first repeat
 trains it if not; that repeat is marked "cold" and left out of the summary).
 
-Phase ends come from RUN_DIR/startup.json (run/startup.py: wall-clock marks the launch writes)
+Phase ends come from RUN_DIR/startup.json (run/output/startup.py: wall-clock marks the launch writes)
 minus the moment this bench started the command; the first update's own `data_wait_s` (the
 learner waiting for the first batch) and `update_time_s` come from metrics.jsonl. Prints each
 launch, then the median (min–max) of each phase over the warm repeats.

@@ -273,7 +273,7 @@ def env_return(spec: Any, task: Any, actions: list[str]) -> float:
 
 
 def run_trl(seed: int, minutes: float, root: str, start: str, savers: bool,
-            t0: float) -> dict[str, Any]:
+            t0: float, vllm: bool = False) -> dict[str, Any]:
     """One budgeted GRPOTrainer run: trained samples/s, saved model dir, optimizer steps.
     `t0` is `time.time()` when its process was asked for (the parent's spawn): the budget and
     the wall time count from there, as a launch's count from its command."""
@@ -317,6 +317,7 @@ def run_trl(seed: int, minutes: float, root: str, start: str, savers: bool,
         temperature=cfg.engine.temperature, top_p=1.0, max_steps=10**6, logging_steps=1,
         save_strategy="no", report_to=[], lr_scheduler_type="constant", warmup_steps=0,
         gradient_checkpointing=savers,
+        **(TRL_VLLM if vllm else {}),
     )
     trainer = GRPOTrainer(model=load_causal_lm(start), reward_funcs=reward, args=args,
                           train_dataset=dataset, processing_class=tokenizer,
@@ -331,15 +332,23 @@ def run_trl(seed: int, minutes: float, root: str, start: str, savers: bool,
             "samples": float(samples), "updates": float(trainer.state.global_step)}
 
 
+TRL_VLLM: dict[str, Any] = {"use_vllm": True, "vllm_mode": "colocate",
+                           "vllm_enable_sleep_mode": False}
+"""`--trl-vllm`: TRL's own vLLM generation, in its process (its only mode without a server)."""
+
+
 def _trl_child(q: Any, *args: Any) -> None:
     try:
         q.put(("ok", run_trl(*args)))
     except BaseException as e:  # reported to the parent, which raises it
-        q.put(("error", f"{type(e).__name__}: {e}"))
+        import traceback
+
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        q.put(("error", f"{type(e).__name__}: {e} (at {where.filename}:{where.lineno})"))
 
 
 def run_trl_isolated(seed: int, minutes: float, root: str, start: str,
-                     savers: bool) -> dict[str, Any]:
+                     savers: bool, vllm: bool = False) -> dict[str, Any]:
     """`run_trl` in a spawned process: its model, optimizer and generation memory go away
     with it instead of staying in this process for the arms after it (2026-11-23: ~3 GB
     left behind, and the next launches were OOM-killed on the shared box)."""
@@ -348,7 +357,7 @@ def run_trl_isolated(seed: int, minutes: float, root: str, start: str,
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     proc = ctx.Process(target=_trl_child,
-                       args=(q, seed, minutes, root, start, savers, time.time()))
+                       args=(q, seed, minutes, root, start, savers, time.time(), vllm))
     proc.start()
     try:
         status, value = q.get(timeout=minutes * 60 + 3600)
@@ -408,7 +417,8 @@ def run_arm(arm: str, seed: int, args: argparse.Namespace, root: str,
     load_before = os.getloadavg()[0]
     with PeakRSS() as mem:
         if arm == "trl":
-            r = run_trl_isolated(seed, args.minutes, root, start, args.memory_savers)
+            r = run_trl_isolated(seed, args.minutes, root, start, args.memory_savers,
+                                 args.trl_vllm)
         else:
             r = run_ours(arm, seed, args.minutes, root, start, args.memory_savers)
     ev = held_out(r["model_dir"], seed, args.eval_tasks)
@@ -424,6 +434,8 @@ def main() -> None:
     ap.add_argument("--arms", nargs="+", choices=ARMS, default=ARMS)
     ap.add_argument("--eval-tasks", type=int, default=100)
     ap.add_argument("--memory-savers", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--trl-vllm", action="store_true",
+                    help="TRL generates with vLLM in colocate mode instead of transformers")
     ap.add_argument("--root", default="", help="where runs go (default: a temp dir)")
     ap.add_argument("--skip-start-eval", action="store_true",
                     help="do not evaluate the shared start (it does not change between runs)")

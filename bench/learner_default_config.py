@@ -27,7 +27,7 @@ def run_default_config(args: Any, model_path: str) -> None:
     """configs/default.yaml's learner as it is vs BEFORE (the learner before the memory
     changes), each in its own process, one after the other, `--repeats` pairs in alternating
     order, both on one thread. (Before, a launch ran updates on Ray's 2 alternating threads:
-    ~10.6 GB, learner/memory.py; too much to run here beside other work, and one thread is
+    ~10.6 GB, learner/memory_savers.py; too much to run here beside other work, and one thread is
     its lower peak, so the comparison is conservative.)"""
     print(f"## Learner updates, configs/default.yaml (fp32, {args.device}, 1 torch thread): "
           f"{args.steps} timed updates after 1 warm-up of ~{args.rows} rows × (~{args.context} "

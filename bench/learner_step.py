@@ -77,8 +77,8 @@ def run_one(mode: str, bf16: bool, args: Any, model_path: str, q: Any,
 
 def run_like_launch(trainer: Any, cfg: Any, args: Any, as_is: bool) -> dict[str, float]:
     """`--default-config`: updates as a launch's learner runs them, on one thread (the
-    learner's own, run/hosts.py) with shapes changing from update to update (rows and context
-    lengths cycle); `as_is`: each update ends with `memory.release_free_memory` as in
+    learner's own, run/processes/hosts.py) with shapes changing from update to update (rows and context
+    lengths cycle); `as_is`: each update ends with `memory_savers.release_free_memory` as in
     `Learner.update` (before: it did not). tokens/s over all timed updates, by wall clock and
     by this process's CPU time (user + system: the fairer figure on a loaded machine, where
     wall time depends on what else runs)."""
@@ -107,13 +107,13 @@ def run_like_launch(trainer: Any, cfg: Any, args: Any, as_is: bool) -> dict[str,
 
 def _update(trainer: Any, cfg: Any, mbs: list[Any], release: bool) -> None:
     """The trainer's part of `Learner.update` (the proximal pass only where it runs)."""
-    from agent_r1_async.learner import memory
+    from agent_r1_async.learner import memory_savers
 
     if trainer.needs_proximal_pass(cfg.learner.ppo_epochs):
         trainer.proximal_pass(mbs)
     trainer.optimize(mbs)
     if release:
-        memory.release_free_memory()
+        memory_savers.release_free_memory()
 
 
 def run_config(mode: str, bf16: bool, args: Any, model_path: str,
@@ -134,9 +134,9 @@ def _allocator_env(overrides: list[str] | None) -> Iterator[None]:
     """`--default-config`: the spawned process starts with `learner.allocator`'s environment
     (jemalloc preloaded), as `launch` starts a learner."""
     from agent_r1_async.config import load_config
-    from agent_r1_async.learner import memory
+    from agent_r1_async.learner import memory_savers
 
-    env = {} if overrides is None else memory.allocator_env(
+    env = {} if overrides is None else memory_savers.allocator_env(
         load_config(DEFAULT_CONFIG, overrides).learner.allocator)
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)

@@ -10,7 +10,7 @@ Single-threaded event loop (one thread owns both sockets and the `TrajectoryBuff
                  passed (ready=False)
     every snapshot_interval_s, and at stop: atomic snapshot
 
-The data drain is bounded by time as well as count, so a data pipe that never empties cannot
+The data drain is bounded by time as count, so a data pipe that never empties cannot
 starve the control socket: a control request waits at most about one data slice (5 ms) plus
 the control frames ahead of it (`bench/bench_control_latency.py` measures it with 64 clients).
 A SampleRequest that cannot be served yet is parked, never blocking ingestion; it is answered

@@ -46,7 +46,7 @@ _CANCEL_GRACE_S = 0.5
 
 BLOCKING_WARNING = "blocked its event loop"
 """The words of the blocking warning (`<name> blocked its event loop for 3.0 s ...`): the
-launch finds them in an actor's log and says them on its console (run/events.py)."""
+launch finds them in an actor's log and says them on its console (run/output/events.py)."""
 
 _lock = threading.Lock()
 _running = 0

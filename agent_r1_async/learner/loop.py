@@ -33,7 +33,7 @@ import torch
 
 from agent_r1_async import config, models
 from agent_r1_async.learner import advantages as adv
-from agent_r1_async.learner import batching, checkpoint, memory
+from agent_r1_async.learner import batching, checkpoint, memory_savers
 from agent_r1_async.learner import distributed as dist_util
 from agent_r1_async.learner.episode_stats import episode_stats, staleness_histogram
 from agent_r1_async.learner.protocols import SampleSource
@@ -118,7 +118,7 @@ class Learner:
             self.source.set_version(self.version)
         if self.updates % self.cfg.learner.publish_every == 0:
             self.publish()
-        memory.release_free_memory()  # the update's freed activations: back to the system
+        memory_savers.release_free_memory()  # the update's freed activations: back to the system
         elapsed = time.monotonic() - t0
         tokens = sum(mb.num_tokens for mb in mbs) * self.cfg.learner.ppo_epochs
         metrics.update(rank_metrics(tokens, elapsed - (t_data - t0)))
@@ -133,7 +133,7 @@ class Learner:
     def stop_waiting(self) -> None:
         """From another thread: an update waiting for data gives up at its next poll (within
         `learner.republish_s`) with `SamplingStopped`. The launcher asks before its final
-        checkpoint, which runs on the same thread as updates (run/hosts.py) and would otherwise
+        checkpoint, which runs on the same thread as updates (run/processes/hosts.py) and would otherwise
         wait behind an update that no data will ever come for (every env failing, actors
         already stopped) until `learner.sample_timeout_s`."""
         self._stop_waiting.set()

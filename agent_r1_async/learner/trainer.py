@@ -52,7 +52,7 @@ from torch import Tensor, nn
 
 from agent_r1_async import config, models, precision
 from agent_r1_async.learner import distributed as dist_util
-from agent_r1_async.learner import memory
+from agent_r1_async.learner import memory_savers
 from agent_r1_async.learner.batching import MicroBatch, filler_micro_batch
 from agent_r1_async.learner.logprobs import head_logprobs, kl_reference
 from agent_r1_async.learner.losses import ppo_loss, value_loss
@@ -166,7 +166,7 @@ class PolicyTrainer:
         self.publish_dtype = getattr(torch, precision.engine_dtype(cfg.engine))
         """The engines' dtype: published weights are cast to it here, once, so the learner
         holds and sends half the bytes for bf16 engines (each engine would cast on load)."""
-        memory.configure_malloc(self.lcfg.malloc_mmap_threshold_kb * 1024)
+        memory_savers.configure_malloc(self.lcfg.malloc_mmap_threshold_kb * 1024)
         self.model_path = model_path
         self.attn_implementation, _ = models.attention_implementation(
             str(self.device), self.lcfg.flash_attention)
@@ -176,7 +176,7 @@ class PolicyTrainer:
         if self.lcfg.gradient_checkpointing:  # non-reentrant: the variant FSDP2 supports
             kwargs: dict[str, Any] = {"use_reentrant": False}
             if self.lcfg.checkpoint_recompute == "pointwise":
-                kwargs["context_fn"] = memory.save_matmul_outputs
+                kwargs["context_fn"] = memory_savers.save_matmul_outputs
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         self.lora = self.lcfg.lora.enabled
         if self.lora:

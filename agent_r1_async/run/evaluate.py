@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from agent_r1_async.config import RunConfig
-from agent_r1_async.run import child
+from agent_r1_async.run.processes import child
 from agent_r1_async.wire.messages import TRAINABLE_STATUSES, EpisodeEnd, StepRecord
 
 if TYPE_CHECKING:
-    from agent_r1_async.run.console import Console
-    from agent_r1_async.run.monitor import MetricsLogger
+    from agent_r1_async.run.output.console import Console
+    from agent_r1_async.run.output.metrics import MetricsLogger
 
 
 MAX_ERRORS = 8

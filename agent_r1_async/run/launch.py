@@ -1,7 +1,7 @@
 """`agent-r1-async launch`: the run's orchestration, start → loop → stop.
 
-    start: preflight (model, engine backend) → run dir → warm start → held-out "before"
-           → Ray → buffer, learner, N actors (supervisor.py)
+    start: preflight (preflight/) → run dir → warm start → held-out "before"
+           → Ray → buffer, learner, N actors (processes/)
     loop:  one learner update at a time → merged metrics → W&B / metrics.jsonl / console,
            restarting an actor's loop when Ray restarted its process
     stop:  actors stop, the learner checkpoints, the buffer snapshots → held-out "after"
@@ -10,8 +10,9 @@
 Ctrl-C, SIGTERM and `launch.max_wall_time_s` stop gracefully. `--resume RUN_DIR` continues
 from the latest checkpoint and buffer snapshot with the same W&B run. Local by default
 (embedded Ray); `--address auto` or `RAY_ADDRESS` joins an existing cluster. Everything the
-loop does not decide lives beside it: supervisor.py (Ray), monitor.py (metric naming and
-sinks), warm_start.py, evaluate.py (held-out tables), run_dir.py, report.py.
+loop does not decide lives beside it: processes/ (Ray, hosts, supervision), preflight/
+(what is checked before anything starts), output/ (console, events, logs, metric sinks, run
+directory, report), warm_start.py and evaluate.py (held-out tables).
 """
 
 from __future__ import annotations
@@ -24,80 +25,29 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agent_r1_async.config import ConfigError, RunConfig, dump_config
+from agent_r1_async.config import RunConfig, dump_config
 from agent_r1_async.learner.checkpoint_files import disk_full_message
 from agent_r1_async.models import attention_implementation
 from agent_r1_async.precision import describe as describe_precision
-from agent_r1_async.run.console import Console, RlProgress, stage_messages
 from agent_r1_async.run.evaluate import held_out
-from agent_r1_async.run.events import Events, one_line
-from agent_r1_async.run.feasibility import check_feasible
-from agent_r1_async.run.logs import descriptors_to, log_exception, quiet_driver
-from agent_r1_async.run.memory import memory_preflight
-from agent_r1_async.run.monitor import ActorRates, MetricsLogger, merge_metrics
-from agent_r1_async.run.periodic_eval import PeriodicEval, log_result
-from agent_r1_async.run.run_dir import make_run_dir
-from agent_r1_async.run.startup import StartupClock
-from agent_r1_async.run.supervisor import (
-    EnvFailing,
-    Supervisor,
-    actor_ids,
+from agent_r1_async.run.output.console import Console, RlProgress, stage_messages
+from agent_r1_async.run.output.events import Events, one_line
+from agent_r1_async.run.output.logs import descriptors_to, log_exception, quiet_driver
+from agent_r1_async.run.output.metrics import ActorRates, MetricsLogger, merge_metrics
+from agent_r1_async.run.output.run_dir import make_run_dir
+from agent_r1_async.run.output.startup import StartupClock
+from agent_r1_async.run.preflight.checks import preflight
+from agent_r1_async.run.processes.periodic_eval import PeriodicEval, log_result
+from agent_r1_async.run.processes.ray_cluster import (
     ray_address,
     start_ray,
     stop_ray,
     use_cluster_token,
 )
+from agent_r1_async.run.processes.supervisor import EnvFailing, Supervisor, actor_ids
 from agent_r1_async.run.warm_start import prepare_start
 from agent_r1_async.wire.curve import RunKeys, keys_for
 from agent_r1_async.wire.roles import EVALUATOR, LEARNER
-
-
-def preflight(cfg: RunConfig, address: str | None = None, resume: str | None = None) -> None:
-    """Fail before Ray starts or a run directory is made: the policy or init checkpoint
-    cannot be found, a configured engine backend is not installed, the env cannot be
-    imported, configured, built or has no tasks (`env_preflight`), or the run cannot fit
-    its buffer, this machine or its run root (feasibility.py).
-
-    Known aliases are prepared later by the processes that load them (cached, once); local
-    paths must exist and hold a HF model; a hub id is left to the loader (it needs network).
-    """
-    from agent_r1_async.actors.engines import require_backend
-    from agent_r1_async.models import KNOWN_MODELS, TINY_MODEL_ALIAS, resolve_model
-
-    for key, value in (("model.name_or_path", cfg.model.name_or_path),
-                       ("model.init_from", cfg.model.init_from)):
-        if not value or value in KNOWN_MODELS or value == TINY_MODEL_ALIAS:
-            continue
-        try:
-            resolve_model(value)
-        except (FileNotFoundError, KeyError) as e:
-            raise ConfigError(f"{key}: {e}") from None
-    backends = {("engine.backend", cfg.engine.backend)}
-    if cfg.eval.in_launch:
-        backends.add(("eval.backend", cfg.eval.backend or cfg.engine.backend))
-    for key, backend in sorted(backends):
-        try:
-            require_backend(backend)
-        except RuntimeError as e:
-            raise ConfigError(f"{key}: {e}") from None
-    env_preflight(cfg, "launch")
-    check_feasible(cfg, address, resume)
-
-
-def env_preflight(cfg: RunConfig, command: str, split: str | None = None) -> None:
-    """The env's cheap checks (envs/check.py) for the splits `command` will use: the actors
-    need one train task per actor; evaluations need one task of their split."""
-    from agent_r1_async.envs.check import preflight_env
-
-    env = cfg.env
-    splits = {split or env.eval_split: 1} if command == "eval" else {env.train_split: 1}
-    if command == "launch":
-        splits[env.train_split] = cfg.actors.num_actors
-        if cfg.eval.in_launch:
-            splits.setdefault(env.eval_split, 1)
-    if command == "sft" and (cfg.sft.eval_before or cfg.sft.eval_after):
-        splits.setdefault(env.eval_split, 1)
-    preflight_env(env, splits)
 
 
 def run_keys(cfg: RunConfig, address: str | None) -> RunKeys | None:
@@ -110,7 +60,7 @@ def run_keys(cfg: RunConfig, address: str | None) -> RunKeys | None:
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
-    """SIGTERM stops as gracefully as Ctrl-C. `ray.init` replaces the process's SIGTERM
+    """SIGTERM stops as Ctrl-C. `ray.init` replaces the process's SIGTERM
     handler with one that kills Ray's processes and exits at once (no checkpoint, no final
     snapshot), so launch installs this one again after Ray starts."""
     raise KeyboardInterrupt
@@ -182,7 +132,7 @@ def _train(cfg: RunConfig, sup: Supervisor, logger: MetricsLogger, console: Cons
 
 def _report(run_dir: Path, console: Console) -> None:
     try:
-        from agent_r1_async.run.report import write_report
+        from agent_r1_async.run.output.report import write_report
 
         for p in write_report(run_dir):
             console.say(f"plot: {p}")
@@ -205,8 +155,7 @@ def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None
     """The whole run (module docstring); `force`: go on when the memory check says the run
     does not fit this machine."""
     clock = StartupClock()
-    preflight(cfg, address, resume)
-    memory_preflight(cfg, force=force, joined=ray_address(cfg, address) is not None)
+    preflight(cfg, address, resume, memory=True, force=force)
     run_dir = _open_run_dir(cfg, resume)
     clock.write_to(run_dir)
     clock.mark("preflight")

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_r1_async.config import RunConfig
-from agent_r1_async.run.run_dir import make_run_dir
+from agent_r1_async.run.output.run_dir import make_run_dir
 from agent_r1_async.sft.train import train_stage
 
 
@@ -15,7 +15,7 @@ def run_sft(cfg: RunConfig) -> int:
     """The `sft` command: (eval) → demos → train → checkpoint → (eval); returns an exit code."""
     from agent_r1_async.models import resolve_model
     from agent_r1_async.run.evaluate import evaluate_and_log, format_table
-    from agent_r1_async.run.monitor import MetricsLogger
+    from agent_r1_async.run.output.metrics import MetricsLogger
 
     t_start = time.perf_counter()
     run_dir = make_run_dir(cfg)

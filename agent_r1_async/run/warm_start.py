@@ -25,8 +25,8 @@ from typing import Any
 import msgspec
 
 from agent_r1_async.config import RunConfig, dump_config
-from agent_r1_async.run import child
-from agent_r1_async.run.monitor import MetricsLogger
+from agent_r1_async.run.output.metrics import MetricsLogger
+from agent_r1_async.run.processes import child
 
 _LEARNER_KEYS = ("weight_decay", "betas", "grad_clip", "micro_batch_tokens", "bf16", "seed", "lora")
 _SFT_IGNORED = ("eval_before", "eval_after", "eval_num_tasks", "log_every")

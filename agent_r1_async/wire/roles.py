@@ -26,7 +26,7 @@ LEARNER = "learner"
 SampleRequest)."""
 
 EVALUATOR = "evaluator"
-"""The periodic evaluation actor's identity (`eval.every_updates`, run/periodic_eval.py): a
+"""The periodic evaluation actor's identity (`eval.every_updates`, run/processes/periodic_eval.py): a
 weights subscriber only."""
 
 

@@ -147,7 +147,7 @@ class ZmqPuller(_ZmqSocket):
         """Receive one multipart message zero-copy (views of libzmq's message buffers).
 
         `Frame.more` is read from the received message itself; asking the socket
-        (getsockopt RCVMORE) instead costs about as much as the receive.
+        (getsockopt RCVMORE) instead costs about as the receive.
         """
         if timeout_ms != 0 and not self._poll(timeout_ms):
             return None

@@ -97,9 +97,9 @@ _KILL_DROPS = ("expired_episode", "group_too_small", "expired_credit")
 
 def _supervisor(cfg: RunConfig, ray, actor, run_ref, endpoints, run_dir: Path):
     """The launcher's Supervisor, holding just this actor (its restart logic is under test)."""
-    from agent_r1_async.run.console import Console
-    from agent_r1_async.run.events import Events
-    from agent_r1_async.run.supervisor import Supervisor
+    from agent_r1_async.run.output.console import Console
+    from agent_r1_async.run.output.events import Events
+    from agent_r1_async.run.processes.supervisor import Supervisor
 
     sup = Supervisor.__new__(Supervisor)
     sup.cfg, sup.ray, sup.actors = cfg, ray, [actor]
@@ -111,7 +111,7 @@ def _supervisor(cfg: RunConfig, ray, actor, run_ref, endpoints, run_dir: Path):
 def test_actor_killed_mid_episode_is_restarted_and_loses_nothing_accepted(tmp_path: Path) -> None:
     import ray
 
-    from agent_r1_async.run.hosts import ActorHost
+    from agent_r1_async.run.processes.hosts import ActorHost
 
     cfg = _cfg()
     transport = ZmqTransport()

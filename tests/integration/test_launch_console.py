@@ -1,4 +1,4 @@
-"""What a person watching `agent-r1-async launch` sees (run/console.py, run/events.py).
+"""What a person watching `agent-r1-async launch` sees (run/output/console.py, run/output/events.py).
 
 Real tiny launches (Ray, ZeroMQ, buffer, learner, two HF-engine actors):
 - an actor's process is SIGKILLed after the first update: the console says, once each and in

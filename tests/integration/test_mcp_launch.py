@@ -70,7 +70,7 @@ def test_tiny_launch_trains_on_the_mcp_example(tmp_path: Path):
 
 def test_launch_preflight_names_a_server_that_does_not_start():
     from agent_r1_async.config import ConfigError, config_from_dict
-    from agent_r1_async.run.launch import preflight
+    from agent_r1_async.run.preflight.checks import preflight
 
     cfg = config_from_dict({
         "model": {"name_or_path": "tiny-random-llama"}, "engine": {"backend": "hf"},

@@ -2,7 +2,7 @@
 versions, and the learner's update rate with and without the evaluation actor (printed, not
 asserted on time: the 2-core machine is shared).
 
-Right versions (run/periodic_eval.py): the first result is version 0, each next one is at or
+Right versions (run/processes/periodic_eval.py): the first result is version 0, each next one is at or
 past the next multiple of every_updates after the previous, none past the last update, and
 the record's `update` is the version it evaluated.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_r1_async.run.periodic_eval import next_due
+from agent_r1_async.run.processes.periodic_eval import next_due
 from tests.integration.test_launch import _env, _records
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -41,7 +41,7 @@ def test_clock_offset_reads_the_run_directory_stamp(tmp_path):
     run = tmp_path / "mh-grpo-s0-20261124-044434"  # 2026-11-24 04:44:34, local time
     t_start = time.mktime((2026, 11, 24, 4, 44, 27, 0, 0, -1))  # 7 s before the directory
     assert mod.clock_offset_s(run, t_start) == 7.0
-    # a second run in the same second gets NAME-STAMP-2 (run/run_dir.py): same stamp
+    # a second run in the same second gets NAME-STAMP-2 (run/output/run_dir.py): same stamp
     assert mod.clock_offset_s(tmp_path / "mh-grpo-s0-20261124-044434-2", t_start) == 7.0
     with pytest.raises(ValueError, match="not a run directory name"):
         mod.clock_offset_s(tmp_path / "mh-grpo-s0", t_start)

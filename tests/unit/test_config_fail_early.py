@@ -1,4 +1,4 @@
-"""Configs that cannot run fail before anything starts: at load (config.py) or in `launch`'s preflight (run/feasibility.py),
+"""Configs that cannot run fail before anything starts: at load (config.py) or in `launch`'s preflight (run/preflight/),
 with a one-line `ConfigError` naming the key and what was expected, before Ray is imported.
 
 Without these checks each case below hangs, or fails after Ray started with a traceback;
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from agent_r1_async.config import ConfigError, load_config
-from agent_r1_async.run.feasibility import _physical_memory
+from agent_r1_async.run.preflight.memory import _physical_memory
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "configs" / "tiny.yaml"
@@ -78,7 +78,7 @@ CASES: list[tuple[str, list[str], str]] = [
 
 def fail_early(overrides: list[str], path: Path = TINY) -> str:
     """Load and preflight as `launch` does before Ray; the ConfigError's message."""
-    from agent_r1_async.run.launch import preflight
+    from agent_r1_async.run.preflight.checks import preflight
 
     with pytest.raises(ConfigError) as info:
         preflight(load_config(path, overrides))
@@ -127,7 +127,7 @@ def test_empty_config_file_is_refused_and_says_how_to_get_the_defaults(tmp_path:
 
 
 def test_every_shipped_config_is_feasible_here() -> None:
-    from agent_r1_async.run.feasibility import check_feasible
+    from agent_r1_async.run.preflight.feasibility import check_feasible
 
     for path in sorted((REPO / "configs").glob("*.yaml")):
         check_feasible(load_config(path, ["launch.run_root=/tmp"]))

@@ -1,4 +1,4 @@
-"""The launch console (run/console.py): plain lines off a terminal, rich bars on one, events
+"""The launch console (run/output/console.py): plain lines off a terminal, rich bars on one, events
 said once, and the RL stage's ETA (the earlier of the update rate's and the budget's)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from agent_r1_async.run.console import Console, RlProgress, clock, panel_rows
+from agent_r1_async.run.output.console import Console, RlProgress, clock, panel_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,7 +79,7 @@ def test_rl_eta_is_the_earlier_of_rate_and_budget() -> None:
 
 _LIVE_SCRIPT = """
 import sys, time
-from agent_r1_async.run.console import Console, RlProgress
+from agent_r1_async.run.output.console import Console, RlProgress
 c = Console()
 c.say("run directory: X")
 c.stage("eval-before", "held-out eval before", 8)

@@ -9,7 +9,7 @@ import pytest
 
 from agent_r1_async.actors.engines import make_engine, require_backend
 from agent_r1_async.config import ConfigError, RunConfig
-from agent_r1_async.run.launch import preflight
+from agent_r1_async.run.preflight.checks import preflight
 
 
 @pytest.fixture

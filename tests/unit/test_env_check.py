@@ -16,7 +16,7 @@ from agent_r1_async.cli import main
 from agent_r1_async.config import config_from_dict
 from agent_r1_async.envs.arithmetic import ArithmeticEnv
 from agent_r1_async.envs.base import Observation, StepResult, Task
-from agent_r1_async.run.launch import preflight
+from agent_r1_async.run.preflight.checks import preflight
 
 HERE = "test_env_check"  # this module, importable as `test_env_check:Class` under pytest
 

@@ -29,7 +29,7 @@ class UnitsEnv(ArithmeticEnv):
 SHIM = '''
 import sys
 from agent_r1_async.cli import main
-from agent_r1_async.run.child import in_subprocess
+from agent_r1_async.run.processes.child import in_subprocess
 from agent_r1_async.envs.registry import get_env_spec
 from agent_r1_async.config import EnvConfig
 

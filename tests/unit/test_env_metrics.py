@@ -10,7 +10,7 @@ from agent_r1_async.actors.rollout import EpisodeIds, Rollout
 from agent_r1_async.envs.base import Observation, StepResult, Task
 from agent_r1_async.models import load_tokenizer, tiny_model_dir
 from agent_r1_async.run.evaluate import eval_columns
-from agent_r1_async.run.report import success_metric
+from agent_r1_async.run.output.report import success_metric
 from tests.fakes.engine import FakeEngine
 
 

@@ -1,4 +1,4 @@
-"""Run events (run/events.py) and per-process logs (run/logs.py): a dead process's cause from
+"""Run events (run/output/events.py) and per-process logs (run/output/logs.py): a dead process's cause from
 Ray's report and its own log, events said once, rotation of a log that grew too big."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 
 from ray.exceptions import RayActorError, RayTaskError
 
-from agent_r1_async.run.console import Console
-from agent_r1_async.run.events import Events, death_cause, log_pids
-from agent_r1_async.run.logs import bound, tail_error
+from agent_r1_async.run.output.console import Console
+from agent_r1_async.run.output.events import Events, death_cause, log_pids
+from agent_r1_async.run.output.logs import bound, tail_error
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -119,7 +119,7 @@ def test_env_errors_reach_the_console_in_one_line_with_the_log(tmp_path: Path, c
 def test_redirect_output_catches_prints_warnings_logging_and_children(tmp_path: Path) -> None:
     script = (
         "import logging, os, sys, warnings\n"
-        "from agent_r1_async.run.logs import redirect_output\n"
+        "from agent_r1_async.run.output.logs import redirect_output\n"
         f"redirect_output({str(tmp_path / 'logs' / 'actor-0.log')!r})\n"
         "print('a print'); warnings.warn('a warning', FutureWarning)\n"
         "logging.getLogger('vllm').info('an info record')\n"

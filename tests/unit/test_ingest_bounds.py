@@ -171,7 +171,7 @@ def test_absurd_actor_stats_are_refused_and_counted(changes: dict, reason: str) 
 def test_bounds_are_filled_from_the_run_at_launch() -> None:
     """BufferHost fills the 0-valued bounds from model / env / actors (like vocab_size)."""
     from agent_r1_async.config import ActorsConfig, EnvConfig, ModelConfig, RunConfig
-    from agent_r1_async.run.hosts import buffer_bounds
+    from agent_r1_async.run.processes.hosts import buffer_bounds
 
     run = RunConfig(model=ModelConfig(max_model_len=512), env=EnvConfig(max_turns=3),
                     actors=ActorsConfig(num_actors=2))

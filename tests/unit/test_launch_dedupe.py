@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 from agent_r1_async.config import config_from_dict
-from agent_r1_async.run.console import Console
-from agent_r1_async.run.events import Events
 from agent_r1_async.run.launch import _train, last_logged_update
+from agent_r1_async.run.output.console import Console
+from agent_r1_async.run.output.events import Events
 
 
 class _Supervisor:

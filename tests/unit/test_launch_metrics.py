@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_r1_async.run.monitor import ActorRates, merge_metrics
+from agent_r1_async.run.output.metrics import ActorRates, merge_metrics
 
 
 def _stats(t: float, tokens_total: int, ended: int, window_rate: float) -> dict:

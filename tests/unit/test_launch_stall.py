@@ -1,4 +1,4 @@
-"""A launch that cannot make progress says why (run/events.py): which of "actors dead",
+"""A launch that cannot make progress says why (run/output/events.py): which of "actors dead",
 "every episode refused" (with the first refusal the buffer logged) or "no groups ready" holds,
 once per stall; an env's blocking warning reaches the console from the actor's log; a Ray
 task's error is one line without Ray's wrapper or colour codes."""
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from ray.exceptions import RayTaskError
 
-from agent_r1_async.run.console import Console
-from agent_r1_async.run.events import Events, LogFollower, StallWatch, one_line
+from agent_r1_async.run.output.console import Console
+from agent_r1_async.run.output.events import Events, LogFollower, StallWatch, one_line
 from tests.fakes.clock import FakeClock
 
 T0 = 1000.0  # the buffer's wall clock at the first look
@@ -186,7 +186,7 @@ def test_log_follower_reads_appended_lines_once_and_follows_rotation(tmp_path: P
         f.write("o\nthree\n")
     assert follower.new_lines() == ["two", "three"]
     assert follower.new_lines() == []
-    path.write_text("new\n")  # rotated (run/logs.py): shorter than what was read
+    path.write_text("new\n")  # rotated (run/output/logs.py): shorter than what was read
     assert follower.new_lines() == ["new"]
 
 

@@ -1,4 +1,4 @@
-"""learner/memory.py: glibc's mmap threshold pinned, freed tensors leave the process."""
+"""learner/memory_savers.py: glibc's mmap threshold pinned, freed tensors leave the process."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from agent_r1_async.learner import memory
+from agent_r1_async.learner import memory_savers
 
 _RSS_MIB = """if True:
     def rss():  # this process's resident memory, MiB
@@ -17,7 +17,7 @@ _RSS_MIB = """if True:
 """Prepended to the snippets below, each run in a fresh process."""
 
 
-@pytest.mark.skipif(memory._glibc() is None, reason="not glibc")
+@pytest.mark.skipif(memory_savers._glibc() is None, reason="not glibc")
 def test_a_freed_tensor_above_the_threshold_is_returned_whichever_thread_frees_it():
     """With the threshold at 1 MiB, 40 tensors of 8 MiB (320 MiB), allocated on one thread
     and freed on another, leave the process when freed. With glibc's default, the
@@ -31,8 +31,8 @@ def test_a_freed_tensor_above_the_threshold_is_returned_whichever_thread_frees_i
         import sys
         import threading
         import torch
-        from agent_r1_async.learner import memory
-        configured = memory.configure_malloc(1 << 20) if sys.argv[1] == "pin" else False
+        from agent_r1_async.learner import memory_savers
+        configured = memory_savers.configure_malloc(1 << 20) if sys.argv[1] == "pin" else False
         x = torch.ones(2 << 20)
         del x  # what raises glibc's adaptive threshold
         held = []
@@ -58,18 +58,18 @@ def test_a_freed_tensor_above_the_threshold_is_returned_whichever_thread_frees_i
 
 def test_the_threshold_is_not_set_for_zero():
     """0 = glibc's own adaptive threshold (`learner.malloc_mmap_threshold_kb: 0`)."""
-    assert not memory.configure_malloc(0)
+    assert not memory_savers.configure_malloc(0)
 
 
 def test_the_jemalloc_environment_starts_a_process_on_jemalloc():
     """`learner.allocator: jemalloc`: a process started with `allocator_env` (as `launch`
     starts a learner rank, through Ray's runtime_env) has Ray's libjemalloc.so mapped, with
     purging off; glibc: no environment at all."""
-    assert memory.allocator_env("glibc") == {}
-    env = memory.allocator_env("jemalloc")
-    if memory.jemalloc_path() is None:
+    assert memory_savers.allocator_env("glibc") == {}
+    env = memory_savers.allocator_env("jemalloc")
+    if memory_savers.jemalloc_path() is None:
         pytest.skip("this ray package ships no libjemalloc.so")
-    assert env == {"LD_PRELOAD": memory.jemalloc_path(), "MALLOC_CONF": memory.JEMALLOC_CONF}
+    assert env == {"LD_PRELOAD": memory_savers.jemalloc_path(), "MALLOC_CONF": memory_savers.JEMALLOC_CONF}
     code = "print('libjemalloc' in open('/proc/self/maps').read())"
     for extra, mapped in ((env, "True"), ({}, "False")):
         out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **extra},
@@ -81,17 +81,17 @@ def test_release_free_memory_purges_jemalloc():
     """Under jemalloc with purging off (`JEMALLOC_CONF`) 320 MiB of freed tensors stay
     resident until `release_free_memory` purges its arenas (what `Learner.update` does at
     the end of each update)."""
-    env = memory.allocator_env("jemalloc")
+    env = memory_savers.allocator_env("jemalloc")
     if not env:
         pytest.skip("this ray package ships no libjemalloc.so")
     code = _RSS_MIB + """if True:
         import torch
-        from agent_r1_async.learner import memory
+        from agent_r1_async.learner import memory_savers
         x = [torch.ones(2 << 20) for _ in range(40)]
         before_free = rss()
         del x
         after_free = rss()
-        memory.release_free_memory()
+        memory_savers.release_free_memory()
         print(before_free, after_free, rss())
     """
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env},

@@ -1,5 +1,5 @@
 """`Learner.stop_waiting`: an update waiting for data ends at its next poll, so the launch's
-final checkpoint (queued on the learner's one worker thread, run/hosts.py) is not held up to
+final checkpoint (queued on the learner's one worker thread, run/processes/hosts.py) is not held up to
 `learner.sample_timeout_s` by an update that no data will come for (every env failing)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The launch's memory preflight (run/memory.py): the estimate's parts, derived by hand for
+"""The launch's memory preflight (run/preflight/memory.py): the estimate's parts, derived by hand for
 SmolLM2-135M, and a launch refused before Ray starts when its learner cannot fit."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 
 from agent_r1_async import precision
 from agent_r1_async.config import ConfigError, load_config
-from agent_r1_async.run import memory
-from agent_r1_async.run.memory import GB, ModelDims, check, estimate, learner_parts
+from agent_r1_async.run.preflight import memory
+from agent_r1_async.run.preflight.memory import GB, ModelDims, check, estimate, learner_parts
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOLLM2 = {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,

@@ -1,4 +1,4 @@
-"""eval.every_updates: the evaluation actor (run/periodic_eval.py) over real ZeroMQ weights.
+"""eval.every_updates: the evaluation actor (run/processes/periodic_eval.py) over real ZeroMQ weights.
 
 A scripted engine plays the arithmetic oracle (success 1.0); a WeightPublisher plays the
 learner. Expected versions by hand with every_updates = 2: v0 at once; v1 is applied but not
@@ -17,7 +17,7 @@ import torch
 from agent_r1_async.config import ConfigError, config_from_dict
 from agent_r1_async.envs.registry import get_env_spec
 from agent_r1_async.models import load_tokenizer, tiny_model_dir
-from agent_r1_async.run.periodic_eval import Evaluator, next_due
+from agent_r1_async.run.processes.periodic_eval import Evaluator, next_due
 from agent_r1_async.wire.transport import tcp_endpoint
 from agent_r1_async.wire.weights import WeightPublisher
 from agent_r1_async.wire.zmq import ZmqTransport

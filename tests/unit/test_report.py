@@ -7,7 +7,7 @@ import json
 import matplotlib.axes
 import pytest
 
-from agent_r1_async.run.report import write_report
+from agent_r1_async.run.output.report import write_report
 
 
 def test_before_after_are_points_and_periodic_evaluations_a_curve(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""RUN_DIR/startup.json (run/startup.py): each phase once, in order, rewritten as it goes."""
+"""RUN_DIR/startup.json (run/output/startup.py): each phase once, in order, rewritten as it goes."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from agent_r1_async.run import startup
-from agent_r1_async.run.startup import StartupClock
+from agent_r1_async.run.output import startup
+from agent_r1_async.run.output.startup import StartupClock
 
 
 def test_phases_are_written_in_order_once_each(tmp_path, monkeypatch):

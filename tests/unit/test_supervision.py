@@ -10,10 +10,10 @@ import pytest
 import ray.exceptions as rex
 
 from agent_r1_async.learner.checkpoint_files import DiskFullError, disk_full_message
-from agent_r1_async.run.console import Console
-from agent_r1_async.run.events import Events, death_cause
 from agent_r1_async.run.launch import lost_final_checkpoint
-from agent_r1_async.run.supervisor import Supervisor
+from agent_r1_async.run.output.console import Console
+from agent_r1_async.run.output.events import Events, death_cause
+from agent_r1_async.run.processes.supervisor import Supervisor
 
 _SIGKILLED = ("The actor died unexpectedly before finishing this task.\n\tclass_name: LearnerHost"
               "\n\tpid: 1234\nThe actor is dead because its worker process has died. Worker "
@@ -73,7 +73,7 @@ def test_a_learner_whose_update_raised_still_ends_the_launch():
 
 def test_the_buffer_and_the_learner_share_one_cause_of_death():
     """The buffer's restart line says why in the same words as the learner's and the actors'
-    (run/events.py `death_cause`; the buffer once had its own, terser, copy)."""
+    (run/output/events.py `death_cause`; the buffer once had its own, terser, copy)."""
     assert death_cause(rex.OutOfMemoryError(_OOM)) == (
         "out of memory (Ray's memory monitor killed it, node memory 22.5GB of 23.4GB)")
     assert death_cause(_Died(_SIGKILLED)) == (
@@ -159,7 +159,7 @@ def test_the_final_snapshot_is_written_before_the_final_checkpoint(capsys, tmp_p
 
 def test_a_buffer_that_keeps_dying_ends_the_launch_after_max_restarts(tmp_path):
     from agent_r1_async.config import config_from_dict
-    from agent_r1_async.run.buffer_supervisor import SupervisedBuffer
+    from agent_r1_async.run.processes.buffer_group import SupervisedBuffer
 
     buffers = SupervisedBuffer.__new__(SupervisedBuffer)  # no processes: the count only
     buffers.cfg = config_from_dict({"buffer": {"max_restarts": 0}})
@@ -201,7 +201,7 @@ def test_a_learner_restart_first_restarts_a_buffer_the_memory_monitor_took_too(
         monkeypatch, tmp_path, capsys):
     """Ray's memory monitor killed the buffer, the learner and both actors at once in a drill
     run; the new learner's handshake then waited on the dead buffer. The buffer comes first."""
-    from agent_r1_async.run import supervisor as sup_mod
+    from agent_r1_async.run.processes import supervisor as sup_mod
 
     calls: list[str] = []
 
@@ -264,7 +264,7 @@ def test_a_learner_group_killed_while_restarting_is_restarted_again():
 
 
 def test_a_learner_group_that_never_comes_up_ends_the_launch_at_max_restarts(monkeypatch):
-    from agent_r1_async.run import supervisor as sup_mod
+    from agent_r1_async.run.processes import supervisor as sup_mod
 
     class _Group:
         def __init__(self, *args, **kwargs) -> None:

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from agent_r1_async.config import RunConfig
-from agent_r1_async.run.events import death_cause, process_death
-from agent_r1_async.run.logs import log_file
+from agent_r1_async.run.output.events import death_cause, process_death
+from agent_r1_async.run.output.logs import log_file
 from agent_r1_async.wire.zmq import CurveKeys
 
 
@@ -44,7 +44,7 @@ class SupervisedBuffer:
     def _start(self, relaunch: bool) -> None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        from agent_r1_async.run.hosts import BufferHost
+        from agent_r1_async.run.processes.hosts import BufferHost
 
         options: dict[str, Any] = {}
         if self._node is not None:  # its endpoints are on this node's addresses

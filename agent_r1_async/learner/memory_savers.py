@@ -16,7 +16,7 @@ first large free), and freed arena memory stays resident. Under Ray the updates 
 whichever thread of the actor's pool is free, each thread with its own arena, so every thread
 ends up holding its own copy of the peak: measured 10.6 GB RSS over 4 updates alternating
 between two threads vs 6.7 GB with one arena (BENCHMARKS.md, "Learner memory").
-The learner runs on one thread (run/hosts.py), and `release_free_memory` (malloc_trim)
+The learner runs on one thread (run/processes/hosts.py), and `release_free_memory` (malloc_trim)
 returns what the arenas hold after each update; glibc still keeps ~1 GB above the live set
 at the peak (4.5 vs 3.5 GB, SmolLM2-135M, pointwise checkpointing, 1,800-token micro-batch).
 `configure_malloc` pins the mmap threshold (every allocation of `mmap_threshold` bytes or

@@ -1,10 +1,11 @@
-"""Ray at the edge: start (or join) Ray, place the three roles, keep the actors running.
+"""Place the three roles and keep them running (Ray itself: ray_cluster.py).
 
     Supervisor(cfg, run_dir, resume, curve)
       ├─ BufferHost   ray actor: PULL records, ROUTER credits/samples, snapshots; restarted
       │               from its snapshot on the same endpoints when it dies
-      │               (buffer_supervisor.py, up to buffer.max_restarts)
+      │               (buffer_group.py, up to buffer.max_restarts)
       ├─ LearnerGroup learner.world_size LearnerHost ray actors in one placement group
+      │               (learner_group.py)
       │               (one bundle per rank): rank 0 samples, PUBlishes weights; all train
       └─ ActorHost×N  ray actors (restarted by Ray up to actors.max_restarts): episodes
 
@@ -18,73 +19,22 @@ Only small control values cross Ray (endpoints, metric dicts); data moves over Z
 from __future__ import annotations
 
 import contextlib
-import math
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 from agent_r1_async.config import RunConfig
 from agent_r1_async.learner.checkpoint_files import disk_full_message
-from agent_r1_async.run.buffer_supervisor import SupervisedBuffer
-from agent_r1_async.run.console import Console
-from agent_r1_async.run.events import Events, one_line
+from agent_r1_async.run.output.console import Console
+from agent_r1_async.run.output.events import Events, one_line
+from agent_r1_async.run.processes.buffer_group import SupervisedBuffer
+from agent_r1_async.run.processes.learner_group import LearnerGroup
 from agent_r1_async.wire.curve import RunKeys, keys_for
-from agent_r1_async.wire.roles import LEARNER
 
 
 def actor_ids(cfg: RunConfig) -> list[str]:
     """The actors' ids, which are also their CurveZMQ identities (wire/roles.py)."""
     return [f"actor-{i}" for i in range(cfg.actors.num_actors)]
-
-
-def _cpus_needed(cfg: RunConfig) -> float:
-    return (cfg.learner.world_size * cfg.learner.num_cpus
-            + cfg.actors.num_actors * cfg.actors.num_cpus + 0.5)
-
-
-def ray_address(cfg: RunConfig, address: str | None) -> str | None:
-    return address or cfg.launch.address or os.environ.get("RAY_ADDRESS") or None
-
-
-def use_cluster_token(address: str | None) -> None:
-    """Ray heads use token auth by default and a driver joining one must opt in to send the
-    token. Ray reads the mode when it is imported: call this before `import ray`."""
-    has_token = os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH") or (
-        Path.home() / ".ray" / "auth_token").exists()
-    if address and has_token and "RAY_AUTH_MODE" not in os.environ:
-        os.environ["RAY_AUTH_MODE"] = "token"
-
-
-_ENV = {"TOKENIZERS_PARALLELISM": "false"}
-
-
-def start_ray(cfg: RunConfig, address: str | None) -> None:
-    address = ray_address(cfg, address)
-    use_cluster_token(address)
-    import ray
-
-    env = {**_ENV, "VLLM_CPU_KVCACHE_SPACE": str(cfg.engine.kv_cache_gb)}
-    if address:
-        ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=cfg.logging.verbose)
-        return
-    # Logical CPUs: at least what the processes ask for, so a 2-core box never deadlocks on
-    # placement (they share the cores; the OS schedules them).
-    num_cpus = cfg.launch.num_cpus or max(os.cpu_count() or 1, math.ceil(_cpus_needed(cfg)))
-    ray.init(
-        num_cpus=num_cpus,
-        include_dashboard=False,
-        runtime_env={"env_vars": env},
-        log_to_driver=cfg.logging.verbose,
-        configure_logging=False,
-    )
-
-
-def stop_ray() -> None:
-    import ray
-
-    if ray.is_initialized():
-        ray.shutdown()
 
 
 class EnvFailing(RuntimeError):
@@ -94,72 +44,6 @@ class EnvFailing(RuntimeError):
 _FAILURE_CHECK_S = 2.0
 
 
-class LearnerGroup:
-    """`learner.world_size` LearnerHost ranks in a placement group, started as one unit."""
-
-    def __init__(self, cfg: RunConfig, run_dir: Path, control_endpoint: str, resume: bool,
-                 curve: RunKeys | None, wait: bool = True) -> None:
-        """`wait` False: return once rank 0's weights endpoint is bound, while the ranks still
-        load the model (`wait_started` waits for that): the launcher starts the actors
-        meanwhile."""
-        import ray
-        from ray.util.placement_group import placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        from agent_r1_async.learner import memory
-        from agent_r1_async.run.hosts import LearnerHost
-
-        lc = cfg.learner
-        self.ray = ray
-        bundle = {"CPU": lc.num_cpus, **({"GPU": lc.num_gpus} if lc.num_gpus else {})}
-        self.pg = placement_group([dict(bundle) for _ in range(lc.world_size)], strategy="PACK")
-        ray.get(self.pg.ready())
-        cls = ray.remote(num_cpus=lc.num_cpus, num_gpus=lc.num_gpus, max_concurrency=2)(LearnerHost)
-        alloc = memory.allocator_env(lc.allocator)  # learner.allocator: set at process start
-        env = {"runtime_env": {"env_vars": {**_ENV, **alloc}}} if alloc else {}
-        self.ranks = [
-            cls.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
-                placement_group=self.pg, placement_group_bundle_index=r), **env).remote(
-                cfg, r, str(run_dir), keys_for(curve, LEARNER, binds=True))
-            for r in range(lc.world_size)
-        ]
-        master = ray.get(self.ranks[0].rendezvous.remote())
-        self.leader = self.ranks[0]
-        ray.get(self.leader.connect.remote(control_endpoint))
-        # All at once: joining the process group blocks until every rank is in.
-        self._starting = [r.start.remote(master, control_endpoint, resume) for r in self.ranks]
-        if wait:
-            self.wait_started()
-
-    def wait_started(self) -> None:
-        """Until every rank has built its Learner; raises as soon as one rank fails."""
-        self._wait(self._starting)
-
-    def call(self, method: str, *args: Any) -> Any:
-        """Run `method` on every rank (a collective); rank 0's result. Raises as soon as one
-        rank fails (the others may then wait in a collective for good: `kill` them)."""
-        return self._wait([getattr(r, method).remote(*args) for r in self.ranks])
-
-    def _wait(self, refs: list[Any]) -> Any:
-        pending = list(refs)
-        while pending:
-            done, pending = self.ray.wait(pending, num_returns=1)
-            self.ray.get(done[0])
-        return self.ray.get(refs[0])
-
-    def submit(self, method: str) -> list[Any]:
-        return [getattr(r, method).remote() for r in self.ranks]
-
-    def kill(self) -> None:
-        from ray.util.placement_group import remove_placement_group
-
-        for r in self.ranks:
-            with contextlib.suppress(Exception):
-                self.ray.kill(r, no_restart=True)
-        with contextlib.suppress(Exception):
-            remove_placement_group(self.pg)
-
-
 class Supervisor:
     """Starts the processes and keeps all three roles alive (buffer, learner group, actors)."""
 
@@ -167,7 +51,7 @@ class Supervisor:
                  events: Events | None = None) -> None:
         import ray
 
-        from agent_r1_async.run.hosts import ActorHost
+        from agent_r1_async.run.processes.hosts import ActorHost
 
         self.cfg = cfg
         self.ray = ray
@@ -281,7 +165,7 @@ class Supervisor:
 
     def check_failures(self, buffer_stats: dict[str, Any]) -> None:
         """Raise `EnvFailing` when every actor's recent episodes all failed."""
-        from agent_r1_async.run.monitor import failing_actors
+        from agent_r1_async.run.output.metrics import failing_actors
 
         self.events.watch(buffer_stats)  # env errors, blocking warnings, a stall's cause
         why = failing_actors(buffer_stats.get("actors", {}),
@@ -382,7 +266,7 @@ class Supervisor:
         if checkpoint:
             try:
                 # An update still waiting for data would hold the learner's one worker thread
-                # (run/hosts.py) until learner.sample_timeout_s: end its wait first.
+                # (run/processes/hosts.py) until learner.sample_timeout_s: end its wait first.
                 self.learner.call("stop_waiting")
                 path = self.learner.call("save_checkpoint")
             except Exception as e:  # a dead rank: the last periodic checkpoint stands

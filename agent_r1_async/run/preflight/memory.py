@@ -34,6 +34,7 @@ estimates 4.0 GB against 4.0 GB measured in an `agent-r1-async eval` run (0.76 +
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,7 @@ from agent_r1_async import precision
 from agent_r1_async.config import ConfigError, RunConfig
 
 GB = 1e9
+GIB = 1 << 30
 PROCESS = 0.5 * GB
 """A Python process with torch and transformers imported and nothing loaded."""
 ENGINE = 2.4 * GB
@@ -166,7 +168,7 @@ def model_dims(name_or_path: str) -> ModelDims | None:
         name = name_or_path if name_or_path in KNOWN_MODELS else f"{TINY_MODEL_ALIAS}-s0"
         path = cache_dir() / "models" / name
         if not (path / ".complete").exists():
-            from agent_r1_async.run.child import in_subprocess
+            from agent_r1_async.run.processes.child import in_subprocess
 
             path = Path(in_subprocess(resolve_model, name_or_path))
     else:
@@ -192,3 +194,16 @@ def memory_preflight(cfg: RunConfig, force: bool = False, joined: bool = False) 
         raise ConfigError(why)
     print(f"[launch] warning (--force): {why}", file=sys.stderr, flush=True)
 
+
+def _physical_memory() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def buffer_fits_memory(cfg: RunConfig) -> None:
+    """`buffer.max_bytes` within this machine's physical memory (a local run)."""
+    total = _physical_memory()
+    if cfg.buffer.max_bytes <= total:
+        return
+    raise ConfigError(
+        f"buffer.max_bytes: ({cfg.buffer.max_bytes}) is more than this machine's memory "
+        f"({total / GIB:.3g} GiB): the buffer would be killed before its bound stops it")

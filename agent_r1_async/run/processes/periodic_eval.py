@@ -174,7 +174,7 @@ class EvalHost:
 
         import torch
 
-        from agent_r1_async.run.hosts import own_log
+        from agent_r1_async.run.processes.hosts import own_log
 
         own_log(cfg, log_dir, "eval")  # RUN_DIR/logs/eval.log, not the console
 

@@ -14,9 +14,9 @@ Everything the launch says goes through one `Console`:
 When stdout is a terminal, the bars and the panel are drawn with `rich` (a `Live` display,
 lines scroll above it). Otherwise (CI, `nohup`, a pipe) the console is plain text: stages are
 silent and each update prints today's one line (`monitor.progress_line`). Third-party output
-never reaches it: the other processes write to their own files (run/logs.py).
+never reaches it: the other processes write to their own files (run/output/logs.py).
 
-`Events` (run/events.py) turns what the supervisor sees into these event lines.
+`Events` (run/output/events.py) turns what the supervisor sees into these event lines.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from agent_r1_async.run.monitor import progress_line
+from agent_r1_async.run.output.metrics import progress_line
 
 
 class Console:
@@ -178,7 +178,7 @@ class RlProgress:
 
 
 def stage_messages(console: Console, cfg: Any) -> Any:
-    """`on_message` for the warm-start child (run/child.py): its lines and its steps' bar."""
+    """`on_message` for the warm-start child (run/processes/child.py): its lines and its steps' bar."""
     if cfg.launch.warm_start and not cfg.model.init_from:
         console.stage("warm-start", "warm start (supervised steps)", None)
 

@@ -83,17 +83,17 @@ def buffer_bounds(cfg: RunConfig) -> BufferConfig:
 
 
 def own_log(cfg: RunConfig, log_dir: str | None, role: str, index: int | None = None) -> None:
-    """This Ray worker's output goes to RUN_DIR/logs/<role>[-<index>].log (run/logs.py), not
+    """This Ray worker's output goes to RUN_DIR/logs/<role>[-<index>].log (run/output/logs.py), not
     to the launch's console; with `logging.verbose` Ray forwards it to the console instead."""
     if log_dir and not cfg.logging.verbose:
-        from agent_r1_async.run.logs import log_file, redirect_output
+        from agent_r1_async.run.output.logs import log_file, redirect_output
 
         redirect_output(log_file(log_dir, role, index))
 
 
 class BufferHost:
     """`bind`: the endpoints to bind (a restarted buffer takes its predecessor's, see
-    run/buffer_supervisor.py); default: free ports on `launch.bind_host`. `pid_file`: where
+    run/processes/buffer_group.py); default: free ports on `launch.bind_host`. `pid_file`: where
     this process writes its pid."""
 
     def __init__(
@@ -184,7 +184,7 @@ class LearnerHost:
         _pin_threads(cfg.learner.num_cpus)
         # Ray runs this actor's calls on a pool of max_concurrency threads, and glibc gives
         # each thread its own malloc arena: updates on alternating threads each kept a copy of
-        # the activations' peak resident (10.6 vs 6.7 GB, learner/memory.py). The model, the
+        # the activations' peak resident (10.6 vs 6.7 GB, learner/memory_savers.py). The model, the
         # updates, publishing and checkpoints all run on this one thread instead.
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="learner")
         self.cfg = cfg
@@ -224,7 +224,7 @@ class LearnerHost:
         if self.rank != 0 or self.publisher is not None:
             return
         self.transport = ZmqTransport(curve=self.curve)
-        # Enough tries to outlast a buffer restart (run/buffer_supervisor.py) on a loaded
+        # Enough tries to outlast a buffer restart (run/processes/buffer_group.py) on a loaded
         # machine: the launcher, not this client, gives up on a buffer that stays dead.
         self.client = BufferClient(self.transport, control_endpoint, "learner", "learner",
                                    retries=_LEARNER_CLIENT_RETRIES)

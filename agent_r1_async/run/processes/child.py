@@ -1,7 +1,7 @@
 """Run one function in a fresh spawned process (warm start, held-out evaluations).
 
 The child writes everything (its prints, vLLM, transformers, warnings) to its own log file
-when one is given (run/logs.py); it speaks to the launch console only through `say` (a
+when one is given (run/output/logs.py); it speaks to the launch console only through `say` (a
 line) and `progress` (done / total of its stage), which travel back over a queue and reach
 `on_message` in the parent. Called outside such a child, `say` prints and `progress` does
 nothing, so the same code runs in `agent-r1-async sft` and `eval`.
@@ -34,7 +34,7 @@ def _main(fn: Any, args: tuple, q: Any, log_path: str | None) -> None:
     global _QUEUE
     _QUEUE = q
     if log_path:
-        from agent_r1_async.run.logs import redirect_output
+        from agent_r1_async.run.output.logs import redirect_output
 
         redirect_output(log_path)
     try:

@@ -9,7 +9,7 @@ traceback, and raises a one-line `ConfigError` naming the key and what would fit
   and the learner waits for it forever;
 - a local run (embedded Ray: this machine is the whole cluster) must fit this machine:
   `launch.num_cpus` ≥ the CPUs the processes reserve (Ray would never place the rest), the
-  GPUs they reserve and `learner.device` exist, `buffer.max_bytes` ≤ its memory;
+  GPUs they reserve and `learner.device` exist, `buffer.max_bytes` ≤ its memory (memory.py);
 - `launch.run_root` must be a writable directory (or creatable in one).
 
 On a cluster (`--address`) the nodes' resources are not known before Ray starts, so only the
@@ -24,7 +24,8 @@ from pathlib import Path
 
 from agent_r1_async.buffers.assembly import max_episode_nbytes
 from agent_r1_async.config import ConfigError, RunConfig
-from agent_r1_async.run.supervisor import _cpus_needed, ray_address
+from agent_r1_async.run.preflight.memory import buffer_fits_memory
+from agent_r1_async.run.processes.ray_cluster import _cpus_needed, ray_address
 
 _GIB = 1 << 30
 
@@ -35,7 +36,7 @@ def check_feasible(cfg: RunConfig, address: str | None = None, resume: str | Non
     if ray_address(cfg, address) is None:
         cpus_fit(cfg)
         gpus_fit(cfg)
-        memory_fits(cfg)
+        buffer_fits_memory(cfg)
     if not resume:
         run_root_writable(cfg.launch.run_root)
 
@@ -99,19 +100,6 @@ def gpus_fit(cfg: RunConfig) -> None:
             f"{key}: the processes reserve learner.world_size × learner.num_gpus + "
             f"actors.num_actors × actors.num_gpus = {want:g} GPUs; this machine has {have}: "
             "Ray would never place them all")
-
-
-def _physical_memory() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def memory_fits(cfg: RunConfig) -> None:
-    total = _physical_memory()
-    if cfg.buffer.max_bytes <= total:
-        return
-    raise ConfigError(
-        f"buffer.max_bytes: ({cfg.buffer.max_bytes}) is more than this machine's memory "
-        f"({total / _GIB:.3g} GiB): the buffer would be killed before its bound stops it")
 
 
 def run_root_writable(run_root: str) -> None:

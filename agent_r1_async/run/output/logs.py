@@ -6,7 +6,7 @@ file descriptors 1 and 2 then point at its own log file, so everything it or its
 write lands there — Python prints, `logging` (vLLM's own handler writes to sys.stdout),
 `warnings`, C/C++ libraries writing to the descriptors directly, and child processes it
 starts later (vLLM's engine core inherits them). The launch's console keeps only the
-launch's own lines (run/console.py); `--verbose` (`logging.verbose`) skips the redirection
+launch's own lines (run/output/console.py); `--verbose` (`logging.verbose`) skips the redirection
 and Ray forwards every worker's output to the console.
 
 A restarted process appends to the same file after a header line naming its pid, so one
@@ -116,7 +116,7 @@ def tail_error(path: str | Path, max_bytes: int = 64 * 1024) -> str | None:
 
 def quiet_driver(path: str | Path) -> None:
     """The launch driver's own `logging` records (Ray's driver notices, W&B) and `warnings`
-    go to `path` instead of the console; its stdout stays the console (run/console.py)."""
+    go to `path` instead of the console; its stdout stays the console (run/output/console.py)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     root = logging.getLogger()
@@ -143,7 +143,7 @@ def quiet_driver(path: str | Path) -> None:
         ray_logger.removeHandler(h)
     ray_logger.propagate = True
     # The driver prints the raylet's error reports (a worker died: a paragraph each) straight
-    # to sys.stdout; the launch says those once in its own words (run/events.py).
+    # to sys.stdout; the launch says those once in its own words (run/output/events.py).
     with contextlib.suppress(Exception):  # a private hook: if it moved, Ray prints them itself
         from ray._private import worker as ray_worker
 

@@ -1,4 +1,4 @@
-"""What happened to a run, said once and plainly on the console (run/console.py).
+"""What happened to a run, said once and plainly on the console (run/output/console.py).
 
 The supervisor and the launch loop call `Events` at the moments they see something:
 
@@ -13,7 +13,7 @@ The supervisor and the launch loop call `Events` at the moments they see somethi
 
 A dead process's cause comes from Ray's death report (its worker exit type and detail: the
 memory monitor's OOM kill, a lost connection after a signal, an exception in `__init__`) and
-from the process's own log (run/logs.py): the exception line of its last traceback.
+from the process's own log (run/output/logs.py): the exception line of its last traceback.
 
 While the launch waits for an update it calls `Events.watch` with the buffer's stats every
 few seconds: new env errors, the env's blocking warnings from the actors' logs (said once per
@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent_r1_async.run.console import Console
-from agent_r1_async.run.logs import log_file, tail_error
+from agent_r1_async.run.output.console import Console
+from agent_r1_async.run.output.logs import log_file, tail_error
 
 STALL_S = 60.0
 """No group ready (or sampled) and no new learner version for this long, while actors end
@@ -156,7 +156,7 @@ def one_line(exc: BaseException) -> str:
 
 
 class LogFollower:
-    """The lines appended to a log file since the last call (a rotated file, run/logs.py,
+    """The lines appended to a log file since the last call (a rotated file, run/output/logs.py,
     is read again from its start). At most `_FOLLOW_BYTES` are read per call: after a
     larger burst, the older part of it is skipped."""
 
