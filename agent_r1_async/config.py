@@ -174,7 +174,7 @@ class ActorsConfig(_Section):
     max_restarts: int = 3
     """Times Ray restarts a dead actor before the launch fails."""
     seed: int = 0
-    """Base seed; actor i uses seed + i for task order and sampling (all in [0, 2**32))."""
+    """Base seed; actor i uses seed + i for task order and sampling (all in [0, 2**32)). Unset: `launch.seed`."""
 
     def __post_init__(self) -> None:
         _require(self.num_actors >= 1, "actors.num_actors", "must be >= 1")
@@ -230,23 +230,12 @@ class BufferConfig(_Section):
     step_grace_s: float = 5.0
     """After an EpisodeEnd, how long to wait for its missing steps before dropping the episode."""
     seed: int = 0
-    """Seed of the buffer's sampling RNG (in [0, 2**32))."""
+    """Seed of the buffer's sampling RNG (in [0, 2**32)). Unset: `launch.seed`."""
     gc_freeze: bool = True
     """Move stored records out of the cyclic GC's scans (gc.freeze, ~2x ingest); off if the process relies on cycle collection."""
-    vocab_size: int = 0
-    """Token ids must be in [0, vocab_size): a step with any other id is dropped as invalid (0 = the policy model's config.json vocab_size, read at launch)."""
-    max_model_len: int = 0
-    """A step's context + action tokens must fit in this (0 = model.max_model_len, filled at launch)."""
-    max_steps: int = 0
-    """step_index must be below this and num_steps at most this (0 = env.max_turns, filled at launch)."""
-    max_actors: int = 0
-    """ActorStats are kept for at most this many actor ids, the rest counted (0 = actors.num_actors, filled at launch; 256 if unset)."""
 
     def __post_init__(self) -> None:
         _require(self.max_staleness >= 0, "buffer.max_staleness", "must be >= 0")
-        _require(self.vocab_size >= 0, "buffer.vocab_size", "must be >= 0 (0 = the model's)")
-        for key in ("max_model_len", "max_steps", "max_actors"):
-            _require(getattr(self, key) >= 0, f"buffer.{key}", "must be >= 0 (0 = from the run)")
         _require(0 <= self.alpha <= 1, "buffer.alpha", "must be in [0, 1]")
         _require(0 <= self.beta <= 1, "buffer.beta", "must be in [0, 1]")
         _require(0 < self.freshness_decay <= 1, "buffer.freshness_decay", "must be in (0, 1]")
@@ -415,7 +404,7 @@ class LearnerConfig(_Section):
     republish_s: float = 10.0
     """While waiting for data, re-publish the current weights this often (late-joining actors)."""
     seed: int = 0
-    """torch seed (in [0, 2**32))."""
+    """torch seed (in [0, 2**32)). Unset: `launch.seed`."""
     lora: LoraConfig = msgspec.field(default_factory=LoraConfig)
     """LoRA settings."""
     world_size: int = 1
@@ -531,7 +520,7 @@ class LaunchConfig(_Section):
     max_wall_time_s: float = 0.0
     """Stop gracefully after this long (0 = no limit)."""
     seed: int = 0
-    """Global seed (in [0, 2**32))."""
+    """The run's seed (in [0, 2**32)): `actors.seed`, `buffer.seed` and `learner.seed` take it unless set themselves, and held-out evaluations sample with it."""
     stop_after_failed_episodes: int = 32
     """Stop the run with the env's error when the last this-many episodes all failed (each actor's last ceil(N / actors.num_actors)); 0 = never."""
     warm_start: bool = False
@@ -557,17 +546,42 @@ class LaunchConfig(_Section):
         )
 
 
-class WeightsConfig(_Section):
-    backend: Literal["zmq", "vllm_gloo", "vllm_nccl"] = "zmq"
-    """How weights travel learner → actors: zmq (full state dict over (Curve)ZeroMQ PUB/SUB, any engine), vllm_gloo (vLLM's weight-transfer API with our gloo engine: CPU), vllm_nccl (vLLM's NCCL engine: GPUs)."""
+class _WeightsBackend(_Section, tag_field="backend"):
+    """`weights.*`: a tagged union on `weights.backend`, each backend with only its own keys."""
+
+    @property
+    def backend(self) -> str:
+        return str(type(self).__struct_config__.tag)
+
+
+class ZmqWeights(_WeightsBackend, tag="zmq"):
+    """weights.backend: zmq — the full state dict over (Curve)ZeroMQ PUB/SUB; any engine, any
+    network, never blocks the learner (the default)."""
+
+
+class NativeWeights(_WeightsBackend):
     timeout_s: float = 30.0
-    """vllm_* backends: bound on every rendezvous wait and collective; a late peer fails that actor's update (counted, logged; it re-joins)."""
+    """Bound on every rendezvous wait and collective; a late peer fails that actor's update (counted, logged; it re-joins)."""
     rendezvous_port: int = 0
-    """vllm_* backends: port of the learner's rendezvous store on launch.bind_host (0 = any free port)."""
+    """Port of the learner's rendezvous store on launch.bind_host (0 = any free port)."""
 
     def __post_init__(self) -> None:
         _require(self.timeout_s > 0, "weights.timeout_s", "must be > 0: a collective without a timeout can hang forever")
         _require(0 <= self.rendezvous_port < 65536, "weights.rendezvous_port", "must be a TCP port (0 = any free port)")
+
+
+class VllmGlooWeights(NativeWeights, tag="vllm_gloo"):
+    """weights.backend: vllm_gloo — vLLM's weight-transfer API with our gloo engine (CPU)."""
+
+
+class VllmNcclWeights(NativeWeights, tag="vllm_nccl"):
+    """weights.backend: vllm_nccl — vLLM's weight-transfer API with its NCCL engine (GPUs)."""
+
+
+WeightsConfig = ZmqWeights | VllmGlooWeights | VllmNcclWeights
+"""How weights travel learner → actors (`weights.backend`: zmq, vllm_gloo, vllm_nccl)."""
+WEIGHTS_BACKENDS: dict[str, type[_WeightsBackend]] = {
+    "zmq": ZmqWeights, "vllm_gloo": VllmGlooWeights, "vllm_nccl": VllmNcclWeights}
 
 
 class SftConfig(_Section):
@@ -637,7 +651,7 @@ class RunConfig(_Section):
     """Process placement and run directory."""
     sft: SftConfig = msgspec.field(default_factory=SftConfig)
     """Supervised warm start on demonstrations (`agent-r1-async sft`)."""
-    weights: WeightsConfig = msgspec.field(default_factory=WeightsConfig)
+    weights: WeightsConfig = msgspec.field(default_factory=ZmqWeights)
     """Weight transfer learner → actors."""
 
     def __post_init__(self) -> None:
@@ -702,6 +716,14 @@ def _format_path(msgspec_path: str) -> str:
 
 _RULE = re.compile(r"^[a-z_]+\.[a-z_.]+: ")
 
+_DERIVED = {
+    "buffer.vocab_size": "the policy model's config.json `vocab_size`",
+    "buffer.max_model_len": "`model.max_model_len`",
+    "buffer.max_steps": "`env.max_turns`",
+    "buffer.max_actors": "`actors.num_actors`",
+}
+"""Former buffer keys whose values the launch derives (`RecordBounds`, buffers/validate.py)."""
+
 
 def _translate(err: msgspec.ValidationError) -> ConfigError:
     msg = str(err)
@@ -713,11 +735,46 @@ def _translate(err: msgspec.ValidationError) -> ConfigError:
         if head.startswith("Object contains unknown field"):
             field = head.split("`")[1]
             full = f"{key}.{field}" if key else field
+            if full in _DERIVED:
+                return ConfigError(f"unknown config key `{full}`: no longer a setting; the "
+                                   f"launch derives it from {_DERIVED[full]}")
+            if key == "weights":
+                return ConfigError(_weights_key_error(field))
             return ConfigError(f"unknown config key `{full}`")
+        if key == "weights.backend" and head.startswith("Invalid value"):
+            return ConfigError(f"config key `weights.backend`: {head.removeprefix('Invalid value ')}"
+                               f" is not one of {', '.join(WEIGHTS_BACKENDS)}")
         return ConfigError(f"config key `{key}`: {head}")
     if msg.startswith("Object contains unknown field"):
         return ConfigError(f"unknown config key `{msg.split('`')[1]}`")
     return ConfigError(msg)
+
+
+SEEDED_SECTIONS = ("actors", "buffer", "learner")
+"""Sections whose `seed` defaults to `launch.seed`."""
+
+
+def _seed_sections(data: dict[str, Any]) -> None:
+    """`launch.seed` into each seeded section that does not set its own (in place)."""
+    launch = data.get("launch")
+    if not isinstance(launch, dict) or "seed" not in launch:
+        return
+    seed = launch["seed"]
+    if type(seed) is not int or not 0 <= seed < SEED_LIMIT:
+        return  # `launch.seed`'s own check names it
+    for name in SEEDED_SECTIONS:
+        section = data.setdefault(name, {})
+        if isinstance(section, dict):
+            section.setdefault("seed", launch["seed"])
+
+
+def _weights_key_error(field: str) -> str:
+    """`weights.<field>` set for a backend that has no such key: name the ones that do."""
+    owners = [name for name, cls in WEIGHTS_BACKENDS.items() if field in cls.__struct_fields__]
+    if not owners:
+        return f"unknown config key `weights.{field}`"
+    return (f"config key `weights.{field}`: only weights.backend {' or '.join(owners)} takes "
+            "it (set weights.backend with it)")
 
 
 def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
@@ -769,6 +826,10 @@ def config_from_dict(data: dict[str, Any], overrides: list[str] | None = None) -
         raise ConfigError(f"a config must be a mapping of sections, got {type(data).__name__}")
     for key, value in parse_overrides(overrides or []):
         _set_path(data, key, value)
+    _seed_sections(data)
+    weights = data.get("weights")
+    if isinstance(weights, dict) and "backend" not in weights:  # the default backend's tag
+        data["weights"] = {"backend": "zmq", **weights}
     try:
         return msgspec.convert(data, RunConfig)
     except msgspec.ValidationError as e:

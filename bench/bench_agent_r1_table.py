@@ -1,9 +1,9 @@
 """The Agent-R1 table in miniature: held-out dev EM/F1 of Base Tool Call, Naive RAG, the warm
 start and RL (GRPO, PPO with step-level GAE, REINFORCE++, RLOO) on multi-hop QA.
 
-    .venv/bin/python bench/bench_agent_r1_table.py                     # the full table
-    .venv/bin/python bench/bench_agent_r1_table.py --budget-s 600 --algos grpo --seeds 0
-    .venv/bin/python bench/bench_agent_r1_table.py --credit-ablation   # GRPO: credit x process
+    .venv/bin/python -m bench.bench_agent_r1_table                     # the full table
+    .venv/bin/python -m bench.bench_agent_r1_table --budget-s 600 --algos grpo --seeds 0
+    .venv/bin/python -m bench.bench_agent_r1_table --credit-ablation   # GRPO: credit x process
 
 Every number is held-out EM (and F1) on ALL dev tasks of `configs/multihop.yaml` (143 on the
 shipped synthetic corpus; `--final-tasks` to cut it), sampled at eval.temperature with the
@@ -44,11 +44,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from agent_r1_async.run.output.report import read_metrics
+from agent_r1_async.run.output.run_dir import created_at
+from bench.stats import mean_sd
 
-from agent_r1_async.run.output.report import read_metrics  # noqa: E402
-from agent_r1_async.run.output.run_dir import created_at  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 ALGOS = {"grpo": "GRPO", "ppo": "PPO (step GAE)", "reinforce_pp": "REINFORCE++", "rloo": "RLOO"}
 PROCESS_OFF = ["env.args.gold_retrieval_reward=0", "env.args.valid_call_reward=0"]
@@ -167,7 +167,8 @@ def _ms(xs: list[float]) -> str:
         return "-"
     if len(xs) == 1:
         return f"{xs[0]:.3f}"
-    return f"{statistics.fmean(xs):.3f} ± {statistics.stdev(xs):.3f}"
+    m, sd = mean_sd(xs)
+    return f"{m:.3f} ± {sd:.3f}"
 
 
 def table(rows: dict[str, list[dict[str, Any]]], title: str) -> str:
@@ -190,11 +191,12 @@ def table(rows: dict[str, list[dict[str, Any]]], title: str) -> str:
 def compare(a: list[dict], b: list[dict], name_a: str, name_b: str) -> str:
     """Does the difference in mean EM exceed the seed spread (std_a + std_b)?"""
     ea, eb = [r["em"] for r in a], [r["em"] for r in b]
+    (ma, sa), (mb, sb) = mean_sd(ea), mean_sd(eb)
     if len(ea) < 2 or len(eb) < 2:
-        return (f"{name_a} vs {name_b}: EM {statistics.fmean(ea):.3f} vs {statistics.fmean(eb):.3f}"
+        return (f"{name_a} vs {name_b}: EM {ma:.3f} vs {mb:.3f}"
                 " (fewer than 2 seeds each: no spread to compare against)")
-    diff = statistics.fmean(ea) - statistics.fmean(eb)
-    spread = statistics.stdev(ea) + statistics.stdev(eb)
+    diff = ma - mb
+    spread = sa + sb
     verdict = "exceeds" if abs(diff) > spread else "does not exceed"
     return (f"{name_a} vs {name_b}: ΔEM {diff:+.3f}, which {verdict} the seed spread "
             f"(std sum {spread:.3f}){paired_difference(a, b)}")
@@ -222,8 +224,9 @@ def paired_gain(results: list[dict[str, Any]], label: str) -> str:
 
 def _per_seed(diffs: list[float], note: str = "") -> str:
     """`ΔEM mean ± std (per seed d0, d1, ...NOTE)`; no std for one seed."""
-    spread = f" ± {statistics.stdev(diffs):.3f}" if len(diffs) > 1 else ""
-    return (f"ΔEM {statistics.fmean(diffs):+.3f}{spread} "
+    m, sd = mean_sd(diffs)
+    spread = f" ± {sd:.3f}" if len(diffs) > 1 else ""
+    return (f"ΔEM {m:+.3f}{spread} "
             f"(per seed {', '.join(f'{d:+.3f}' for d in diffs)}{note})")
 
 

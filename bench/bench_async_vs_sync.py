@@ -1,7 +1,7 @@
 """Async vs sync under long-tail episodes: real buffer, ZeroMQ and `Learner.update()`.
 
-    .venv/bin/python bench/bench_async_vs_sync.py            # ~4 minutes on 2 cores
-    .venv/bin/python bench/bench_async_vs_sync.py --quick    # ~1 minute, one repeat
+    .venv/bin/python -m bench.bench_async_vs_sync            # ~4 minutes on 2 cores
+    .venv/bin/python -m bench.bench_async_vs_sync --quick    # ~1 minute, one repeat
 
 What is real and what is simulated
 - Real: `BufferService` in its own process (admission control, assembly, prioritized store,
@@ -41,13 +41,10 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent_r1_async.wire import messages as m  # light imports only: spawned children re-import
 from bench.stats import fmt_spread, load_line

@@ -1,7 +1,7 @@
 """Buffer benchmark: ingest throughput against raw ZeroMQ, and sample latency vs stored groups.
 
-    .venv/bin/python bench/bench_buffer.py            # ~1 minute on 2 cores
-    .venv/bin/python bench/bench_buffer.py --records 20000 --max-groups 100000   # quicker
+    .venv/bin/python -m bench.bench_buffer            # ~1 minute on 2 cores
+    .venv/bin/python -m bench.bench_buffer --records 20000 --max-groups 100000   # quicker
 
 Part 1 sends the same pre-encoded StepRecord/EpisodeEnd frames (episodes of 4 steps, groups
 of 4, 128 context + 32 action tokens per step, ~0.8 KB per frame) from a separate process
@@ -19,14 +19,10 @@ import math
 import multiprocessing as mp
 import os
 import random
-import sys
 import time
 from collections import Counter
-from pathlib import Path
 
 import zmq
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent_r1_async.buffers.service import BufferService
 from agent_r1_async.buffers.store import GroupStore, StoredGroup

@@ -1,7 +1,7 @@
 """Control-plane latency under load: how fast the buffer answers 64 clients while data flows.
 
-    .venv/bin/python bench/bench_control_latency.py                 # ~30 s on 2 cores
-    .venv/bin/python bench/bench_control_latency.py --clients 16 --seconds 5
+    .venv/bin/python -m bench.bench_control_latency                 # ~30 s on 2 cores
+    .venv/bin/python -m bench.bench_control_latency --clients 16 --seconds 5
 
 The real BufferService runs in this process (its own thread, ZeroMQ over tcp loopback).
 `--clients` client threads each send a StatsRequest or a CreditRequest (alternating) in a
@@ -16,12 +16,8 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import statistics
-import sys
 import threading
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent_r1_async.buffers.service import BufferService
 from agent_r1_async.config import AlgorithmConfig, BufferConfig

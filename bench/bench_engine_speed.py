@@ -1,9 +1,9 @@
 """vLLM engine speed on this CPU: fp32 eager vs bf16 eager vs bf16 compiled, tokens/s and
 start-up seconds measured in the same run, alone and beside a training learner.
 
-    .venv/bin/python bench/bench_engine_speed.py                      # alone, ~6 min quiet
-    .venv/bin/python bench/bench_engine_speed.py --beside-learner     # + a learner training
-    .venv/bin/python bench/bench_engine_speed.py --variants fp32-eager bf16-eager --quick
+    .venv/bin/python -m bench.bench_engine_speed                      # alone, ~6 min quiet
+    .venv/bin/python -m bench.bench_engine_speed --beside-learner     # + a learner training
+    .venv/bin/python -m bench.bench_engine_speed --variants fp32-eager bf16-eager --quick
 
 Each variant runs the project's `VllmEngine` (through `make_engine`) in its own spawned
 process, one after the other: start-up seconds (engine construction: model load, KV cache,
@@ -27,15 +27,13 @@ import argparse
 import asyncio
 import multiprocessing as mp
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.bench_engines import MODEL, arithmetic_prompts
 
-from bench.bench_engines import MODEL, arithmetic_prompts  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 VARIANTS = {
     "fp32-eager": {"dtype": "float32", "enforce_eager": True},

@@ -1,7 +1,7 @@
 """Engines: vLLM (CPU build) vs transformers, tokens/s on the same prompts and sampling.
 
-    .venv/bin/python bench/bench_engines.py            # ~3 min on a quiet machine (9 at load 6)
-    .venv/bin/python bench/bench_engines.py --quick    # 8 prompts × 16 tokens, 1 round
+    .venv/bin/python -m bench.bench_engines            # ~3 min on a quiet machine (9 at load 6)
+    .venv/bin/python -m bench.bench_engines --quick    # 8 prompts × 16 tokens, 1 round
 
 Both engines go through the project's `Engine` seam (`make_engine`, `engine.backend` = hf or
 vllm), each in its own spawned process, one after the other. Prompts: the `arithmetic` env's
@@ -20,12 +20,8 @@ import asyncio
 import multiprocessing as mp
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 MODEL = "smollm2-135m-instruct"
 

@@ -1,12 +1,12 @@
 """Learner: tokens/s and peak memory of one optimizer step; MFU on a GPU.
 
-    .venv/bin/python bench/bench_learner.py --rows 4    # CPU: whole update vs plain HF step,
+    .venv/bin/python -m bench.bench_learner --rows 4    # CPU: whole update vs plain HF step,
                                                         # interleaved, 5 steps (~4 min quiet)
-    .venv/bin/python bench/bench_learner.py --separate  # CPU, each side in its own process
-    .venv/bin/python bench/bench_learner.py --quick     # 4 × 256 tokens, 1 timed step
-    python bench/bench_learner.py --device cuda --model-size 0.5b   # GPU: MFU (random init)
-    .venv/bin/python bench/bench_learner.py --world-size 1,2  # FSDP2 ranks (gloo on CPU)
-    .venv/bin/python bench/bench_learner.py --default-config --rows 6 --steps 2 --repeats 2
+    .venv/bin/python -m bench.bench_learner --separate  # CPU, each side in its own process
+    .venv/bin/python -m bench.bench_learner --quick     # 4 × 256 tokens, 1 timed step
+    python -m bench.bench_learner --device cuda --model-size 0.5b   # GPU: MFU (random init)
+    .venv/bin/python -m bench.bench_learner --world-size 1,2  # FSDP2 ranks (gloo on CPU)
+    .venv/bin/python -m bench.bench_learner --default-config --rows 6 --steps 2 --repeats 2
         # configs/default.yaml's learner as is vs before the memory changes: peak RSS and
         # tokens/s (wall and per CPU second), in alternating pairs (bench/learner_default_config.py)
 
@@ -54,11 +54,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.learner_common import MODEL, peak_tflops, random_qwen2_dir
 from bench.learner_default_config import DEFAULT_SHAPES, run_default_config

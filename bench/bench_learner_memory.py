@@ -1,7 +1,7 @@
 """Learner peak memory and speed of configs/default.yaml under overrides, one process each.
 
-    .venv/bin/python bench/bench_learner_memory.py            # pointwise vs whole-layer recompute
-    .venv/bin/python bench/bench_learner_memory.py --variants "" "learner.head_chunk_tokens=256"
+    .venv/bin/python -m bench.bench_learner_memory            # pointwise vs whole-layer recompute
+    .venv/bin/python -m bench.bench_learner_memory --variants "" "learner.head_chunk_tokens=256"
 
 Each variant (a space-separated list of `key=value` overrides on configs/default.yaml, "" for
 the file as is) runs in a fresh process started as a launch starts its learner (jemalloc
@@ -22,7 +22,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 SHAPES = [(12, 320, 40), (14, 330, 55), (16, 340, 50), (14, 330, 55)]
 
@@ -60,7 +59,8 @@ def run(overrides: list[str]) -> dict[str, object]:
 
     lc = load_config(str(ROOT / "configs" / "default.yaml"), overrides).learner
     env = {**os.environ, **memory_savers.allocator_env(lc.allocator)}
-    out = subprocess.run([sys.executable, __file__, "--child", *overrides], env=env,
+    out = subprocess.run([sys.executable, "-m", "bench.bench_learner_memory", "--child",
+                          *overrides], env=env,
                          capture_output=True, text=True, timeout=1800, cwd=ROOT)
     if out.returncode != 0:
         raise SystemExit(out.stderr[-3000:])

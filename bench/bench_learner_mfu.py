@@ -1,9 +1,9 @@
 """Learner MFU on this CPU: model FLOP/s of an update against the bf16 matmul peak measured
 in the same run, fp32 vs bf16 autocast, with the update's time broken down by phase.
 
-    .venv/bin/python bench/bench_learner_mfu.py                          # default config, ~4 min
-    .venv/bin/python bench/bench_learner_mfu.py --config configs/multihop.yaml --context 560 --action 30
-    .venv/bin/python bench/bench_learner_mfu.py --threads 2 --steps 3
+    .venv/bin/python -m bench.bench_learner_mfu                          # default config, ~4 min
+    .venv/bin/python -m bench.bench_learner_mfu --config configs/multihop.yaml --context 560 --action 30
+    .venv/bin/python -m bench.bench_learner_mfu --threads 2 --steps 3
 
 Method (one process, `--threads` torch threads; a launch's learner runs on 1, the default):
 - peak: the best of 5 one-second runs of 2048 × 2048 matmuls, bf16 and fp32 (2·n³ FLOPs each);
@@ -31,16 +31,14 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.learner_common import MODEL, flops_params, synthetic_rows
+from bench.stats import fmt_spread
 
-from bench.learner_common import MODEL, flops_params, synthetic_rows  # noqa: E402
-from bench.stats import fmt_spread  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 PHASES = ("pack", "forward", "backward", "optimizer", "publish", "head")
 

@@ -1,9 +1,9 @@
 """Learning demonstration: the default launch over several seeds, held-out reward before/after.
 
-    .venv/bin/python bench/bench_learning.py                       # 3 seeds, ~20 min each here
-    .venv/bin/python bench/bench_learning.py --seeds 0 --set learner.total_updates=5
-    .venv/bin/python bench/bench_learning.py --runs runs/learn-s0-* runs/learn-s1-*  # summarize
-    .venv/bin/python bench/bench_learning.py --precision-parity --set learner.total_updates=12 \
+    .venv/bin/python -m bench.bench_learning                       # 3 seeds, ~20 min each here
+    .venv/bin/python -m bench.bench_learning --seeds 0 --set learner.total_updates=5
+    .venv/bin/python -m bench.bench_learning --runs runs/learn-s0-* runs/learn-s1-*  # summarize
+    .venv/bin/python -m bench.bench_learning --precision-parity --set learner.total_updates=12 \
         --set eval.num_tasks=100                                   # fp32 vs bf16, 3 seeds each
 
 `--precision-parity`: two arms per seed, `fp32` (engine.dtype=float32, learner.bf16=false)
@@ -32,10 +32,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from agent_r1_async.run.output.report import read_metrics
+from bench.stats import fmt_ci, mean_ci, mean_sd
 
-from agent_r1_async.run.output.report import read_metrics  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 ARMS = {"fp32": ["engine.dtype=float32", "learner.bf16=false"],
         "bf16": ["engine.dtype=bfloat16", "learner.bf16=true"]}
@@ -126,16 +126,14 @@ def main() -> None:
         print(f"{r['run']:<34} {r['before']:7.3f} {r['after']:7.3f} {r['gain']:+7.3f} "
               f"{r['updates']:8d} {r['rl_min']:7.1f}")
     gains = [r["gain"] for r in results]
-    spread = statistics.stdev(gains) if len(gains) > 1 else float("nan")
-    print(f"mean gain {statistics.fmean(gains):+.3f} (std over seeds {spread:.3f}, "
+    mean, spread = mean_sd(gains)
+    print(f"mean gain {mean:+.3f} (std over seeds {spread:.3f}, "
           f"min {min(gains):+.3f}); mean before {statistics.fmean(r['before'] for r in results):.3f}")
     plot(results, args.metric, args.plot)
     print(f"plot: {args.plot}")
 
 
 def parity(args: argparse.Namespace) -> None:
-    from bench.stats import fmt_ci, mean_ci
-
     results: dict[str, list[dict[str, Any]]] = {a: [] for a in ARMS}
     for i, seed in enumerate(args.seeds):
         for arm in list(ARMS) if i % 2 == 0 else list(ARMS)[::-1]:

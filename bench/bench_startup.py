@@ -1,7 +1,7 @@
 """Start-up latency: seconds from the `launch` command to its first RL update, by phase.
 
-    .venv/bin/python bench/bench_startup.py                 # default config, 3 launches, ~4 min
-    .venv/bin/python bench/bench_startup.py --repeats 1 --set engine.dtype=float32 --set learner.bf16=false
+    .venv/bin/python -m bench.bench_startup                 # default config, 3 launches, ~4 min
+    .venv/bin/python -m bench.bench_startup --repeats 1 --set engine.dtype=float32 --set learner.bf16=false
 
 Each repeat runs `agent-r1-async launch` (configs/default.yaml, or `--config`) with the held-out
 evaluations off (`eval.in_launch=false`) and `learner.total_updates=1`, so what is timed is the
@@ -26,10 +26,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.stats import fmt_spread
 
-from bench.stats import fmt_spread  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 PHASES = ("preflight", "warm start", "ray", "processes", "first update")
 

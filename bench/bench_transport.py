@@ -1,7 +1,7 @@
 """Transport benchmark: StepRecords from an actor into the buffer's socket, against raw ZeroMQ.
 
-    .venv/bin/python bench/bench_transport.py            # ~2 minutes on 2 cores
-    .venv/bin/python bench/bench_transport.py --quick    # ~30 s
+    .venv/bin/python -m bench.bench_transport            # ~2 minutes on 2 cores
+    .venv/bin/python -m bench.bench_transport --quick    # ~30 s
 
 Two processes over tcp loopback, the sender in a spawned process, the receiver here. Three runs
 per repeat, all with the same records (same bytes: fixed timestamps):
@@ -37,14 +37,10 @@ import asyncio
 import multiprocessing as mp
 import random
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import zmq
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent_r1_async.actors.emitter import BatchEmitter
 from agent_r1_async.wire import messages as m  # light imports only: spawned children re-import

@@ -1,9 +1,9 @@
 """Side by side with TRL's GRPOTrainer: trained samples/s and held-out return after T minutes,
 with the two ablations that separate our engine from our async design.
 
-    .venv/bin/python bench/bench_vs_trl.py --minutes 8 --seeds 0 1 2      # 4 arms: ~2.5 hours
-    .venv/bin/python bench/bench_vs_trl.py --arms ours trl --minutes 8 --seeds 0 1 2
-    .venv/bin/python bench/bench_vs_trl.py --arms ours --minutes 2 --seeds 0 --eval-tasks 8  # smoke
+    .venv/bin/python -m bench.bench_vs_trl --minutes 8 --seeds 0 1 2      # 4 arms: ~2.5 hours
+    .venv/bin/python -m bench.bench_vs_trl --arms ours trl --minutes 8 --seeds 0 1 2
+    .venv/bin/python -m bench.bench_vs_trl --arms ours --minutes 2 --seeds 0 --eval-tasks 8  # smoke
 
 TRL is the optional `peer` extra: `.venv/bin/pip install -e '.[peer]'` (trl==1.16.0, pure
 Python; its dependencies are already in the venv). Without it the TRL side prints how to
@@ -75,10 +75,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from bench.stats import PeakRSS, binomial_se, fmt_ci, load_line, mean_ci
 
-from bench.stats import PeakRSS, binomial_se, fmt_ci, load_line, mean_ci  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 CONFIG = REPO / "configs" / "default.yaml"
 GROUP, PROMPTS_PER_STEP = 8, 2

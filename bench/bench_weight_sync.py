@@ -1,22 +1,22 @@
 """Weight sync: learner publishes SmolLM2-135M weights -> the actor's engine serves them.
 
-    .venv/bin/python bench/bench_weight_sync.py                  # hf, then vllm zmq | vllm_gloo
-    .venv/bin/python bench/bench_weight_sync.py --engines vllm   # the two vLLM backends only
-    .venv/bin/python bench/bench_weight_sync.py --engines hf     # ~40 s
-    .venv/bin/python bench/bench_weight_sync.py --quick          # hf only, 2 publishes
+    .venv/bin/python -m bench.bench_weight_sync                  # hf, then vllm zmq | vllm_gloo
+    .venv/bin/python -m bench.bench_weight_sync --engines vllm   # the two vLLM backends only
+    .venv/bin/python -m bench.bench_weight_sync --engines hf     # ~40 s
+    .venv/bin/python -m bench.bench_weight_sync --quick          # hf only, 2 publishes
 
 The vLLM rows compare the weight backends side by side on ONE engine in ONE actor process
 (started once with `WeightTransferConfig(backend="agent_r1_gloo")`, so it can take both):
 versions alternate zmq, vllm_gloo, zmq, ... (`--publishes` of each). vllm_gloo: the learner's
 `NativeWeightSender.publish` (CPU snapshot + checksum) → our gloo trainer engine → the
-actor's `NativeWeightChannel` → vLLM's start_weight_update / update_weights /
+actor's `NativeWeightReceiver` → vLLM's start_weight_update / update_weights /
 finish_weight_update in the engine's pause (keep) → serving. It needs the package's
 `vllm.general_plugins` entry point installed (`pip install -e .`).
 
 The learner (this process) holds the real SmolLM2-135M-Instruct weights (fp32, 135M params,
 ~540 MB as published: tied lm_head dropped like `PolicyTrainer.published_state_dict`) and
-calls `WeightPublisher.publish(version, state_dict)` (CPU snapshot + zero-copy PUB frames).
-The actor (a spawned process, like an actor host) polls a `WeightReceiver` (SUB, decode into
+calls `ZmqWeightSender.publish(version, state_dict)` (CPU snapshot + zero-copy PUB frames).
+The actor (a spawned process, like an actor host) polls a `WeightSubscriber` (SUB, decode into
 owned tensors) and hands the state dict to its engine's `load_weights`; the latency is
 `time.time()` after `load_weights` returns minus `header.published_at` (the same clocks the
 actors report as `weight_sync_latency_s`). Each engine is started once (vLLM: bf16, eager),
@@ -34,12 +34,8 @@ import asyncio
 import multiprocessing as mp
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 MODEL = "smollm2-135m-instruct"
 
@@ -51,7 +47,7 @@ def _actor_main(backend: str, model_path: str, endpoints: dict[str, str], n: int
 
     from agent_r1_async.actors.engines import make_engine
     from agent_r1_async.config import EngineConfig, RunConfig, WeightsConfig
-    from agent_r1_async.wire.weights import ZmqWeightChannel
+    from agent_r1_async.weights.zmq import ZmqWeightReceiver
     from agent_r1_async.wire.zmq import ZmqTransport
 
     torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
@@ -63,11 +59,11 @@ def _actor_main(backend: str, model_path: str, endpoints: dict[str, str], n: int
     engine = make_engine(cfg, model_path)
     start_s = time.perf_counter() - t0
     transport = ZmqTransport()
-    channels: dict[str, Any] = {"zmq": ZmqWeightChannel(transport, endpoints["zmq"])}
+    channels: dict[str, Any] = {"zmq": ZmqWeightReceiver(transport, endpoints["zmq"])}
     if "vllm_gloo" in endpoints:
-        from agent_r1_async.wire.vllm_receiver import NativeWeightChannel
+        from agent_r1_async.weights.native_receiver import NativeWeightReceiver
 
-        channels["vllm_gloo"] = NativeWeightChannel(endpoints["vllm_gloo"], "bench-actor",
+        channels["vllm_gloo"] = NativeWeightReceiver(endpoints["vllm_gloo"], "bench-actor",
                                                     dtype=dtype)
 
     async def serve() -> None:
@@ -125,13 +121,13 @@ def bench_clone(state: dict[str, Any], repeats: int) -> float:
 def bench_engine(backend: str, state: dict[str, Any], n: int) -> dict[str, dict[str, float]]:
     """Median publish→serving latency per weight backend for one engine (started once)."""
     from agent_r1_async import models
-    from agent_r1_async.wire.weights import WeightPublisher
+    from agent_r1_async.weights.zmq import ZmqWeightSender
     from agent_r1_async.wire.zmq import ZmqTransport
 
     transport = ZmqTransport()
-    senders: dict[str, Any] = {"zmq": WeightPublisher(transport)}
+    senders: dict[str, Any] = {"zmq": ZmqWeightSender(transport)}
     if backend == "vllm":
-        from agent_r1_async.wire.vllm_sender import NativeWeightSender
+        from agent_r1_async.weights.native_sender import NativeWeightSender
 
         senders["vllm_gloo"] = NativeWeightSender("vllm_gloo", "127.0.0.1", 0, 60.0)
     ctx = mp.get_context("spawn")

@@ -1,5 +1,6 @@
 """Spread of repeated measurements for the benches under bench/: mean ± a t confidence interval,
-median and range, the machine's load while a bench ran, and the peak memory of a process tree.
+mean ± the standard deviation, median and range, the machine's load while a bench ran, and the
+peak memory of a process tree.
 
 The 2-core development box is shared and noisy, so every headline states its spread over
 repeats and the load it was measured under; no scipy here, so Student's t quantiles for the
@@ -37,6 +38,14 @@ def mean_ci(values: Sequence[float]) -> tuple[float, float]:
         return m, math.nan
     se = statistics.stdev(values) / math.sqrt(len(values))
     return m, t975(len(values) - 1) * se
+
+
+def mean_sd(values: Sequence[float]) -> tuple[float, float]:
+    """(mean, sample standard deviation, n − 1 in the denominator); sd nan for one value."""
+    if not values:
+        raise ValueError("mean_sd of no values")
+    m = statistics.fmean(values)
+    return m, statistics.stdev(values) if len(values) > 1 else math.nan
 
 
 def fmt_ci(values: Sequence[float], digits: int = 3) -> str:

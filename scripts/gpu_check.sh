@@ -4,8 +4,8 @@
 #   1. environment: GPUs, torch / CUDA / transformers versions, attention implementation
 #   2. the small wheels it is handed (.whl/: msgspec, pyzmq, ...) into a scratch --target dir
 #   3. pytest -m gpu tests/gpu          (learner bf16 vs fp32, NCCL, weight channel, vLLM, flash-attn)
-#   4. bench/bench_learner.py --device cuda --model-size 0.5b   (tokens/s, memory, MFU)
-#   5. bench/bench_learner.py --device cuda --model-size 1.5b
+#   4. -m bench.bench_learner --device cuda --model-size 0.5b   (tokens/s, memory, MFU)
+#   5. -m bench.bench_learner --device cuda --model-size 1.5b
 # and writes one results file (markdown: each step's command, exit status, seconds, output).
 # Each step has its own time limit; together they stay under 10 minutes.
 #
@@ -102,8 +102,8 @@ step "wheels from $WHEELS into $SITE" 30 bash -c "ls $WHEELS/*.whl && { $PY -m p
 'import sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) for w in sys.argv[2:]]' \
 $SITE $WHEELS/*.whl; }"
 step "pytest -m gpu" 240 "$PY" -m pytest -m gpu tests/gpu -v -rs -p no:cacheprovider
-step "learner bench 0.5b" 120 "$PY" bench/bench_learner.py --device cuda --model-size 0.5b
-step "learner bench 1.5b" 150 "$PY" bench/bench_learner.py --device cuda --model-size 1.5b
+step "learner bench 0.5b" 120 "$PY" -m bench.bench_learner --device cuda --model-size 0.5b
+step "learner bench 1.5b" 150 "$PY" -m bench.bench_learner --device cuda --model-size 1.5b
 
 if [ "$DRY" = 0 ]; then
   echo "total $(($(date +%s) - START)) s; first failing exit status: $FIRST_FAIL" >> "$RESULTS"

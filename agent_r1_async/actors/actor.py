@@ -113,7 +113,7 @@ class Actor:
 
     async def _main(self, stop: threading.Event, max_groups: int | None) -> None:
         from agent_r1_async.models import load_tokenizer, resolve_model
-        from agent_r1_async.wire.weight_backends import make_weight_receiver
+        from agent_r1_async.weights.backends import make_weight_receiver
 
         cfg = self.cfg
         model_path = resolve_model(cfg.model.start_from)
@@ -235,7 +235,7 @@ class Actor:
         )
 
     async def _apply_weights(self, receiver) -> None:
-        """The weight channel (wire/weight_channel.py) applies the newest version, if any;
+        """The weight channel (weights/seam.py) applies the newest version, if any;
         it counts and logs a failed or rejected one and the engine keeps serving."""
         if receiver is None:
             return

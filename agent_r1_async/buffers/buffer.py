@@ -48,7 +48,7 @@ from agent_r1_async.wire.messages import (
 log = logging.getLogger(__name__)
 
 _DEFAULT_MAX_ACTORS = 256
-"""ActorStats kept when `buffer.max_actors` is 0 (unknown: not filled at launch)."""
+"""ActorStats kept when `RecordBounds.max_actors` is 0 (unknown: no bounds from a launch)."""
 
 
 class StoredState(msgspec.Struct, array_like=True, gc=False):
@@ -77,12 +77,18 @@ class TrajectoryBuffer:
         cfg: BufferConfig,
         algo: AlgorithmConfig,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        bounds: RecordBounds | None = None,
     ) -> None:
+        """`bounds`: the run's record bounds, built once at launch
+        (`RecordBounds.from_config`); None (tests, benchmarks): only `algorithm.group_size`
+        is checked."""
         self.cfg = cfg
         self.version = 0
         self._clock = clock
         self._max_group_size = algo.group_size
-        self._max_actors = cfg.max_actors or _DEFAULT_MAX_ACTORS
+        self.bounds = bounds if bounds is not None else RecordBounds(max_group_size=algo.group_size)
+        self._max_actors = self.bounds.max_actors or _DEFAULT_MAX_ACTORS
         self.admission = AdmissionControl(
             cfg.max_staleness,
             algo.batch_groups,
@@ -121,12 +127,6 @@ class TrajectoryBuffer:
 
     # ---- data in ------------------------------------------------------------------------
 
-    def bounds(self) -> RecordBounds:
-        """The run's own bounds at this moment (versions move with the learner)."""
-        c = self.cfg
-        return RecordBounds(c.vocab_size, c.max_model_len, c.max_steps, self._max_group_size,
-                            self.version + 1)
-
     def ingest(
         self, msg: StepRecord | EpisodeEnd | ActorStats, sender: str | None = None
     ) -> None:
@@ -140,7 +140,7 @@ class TrajectoryBuffer:
         if reason:  # not this sender's group: count it, touch nothing of the group's state
             self._count_refusal(reason, detail)
             return
-        reason, detail = check_record(msg, self.bounds())
+        reason, detail = check_record(msg, self.bounds, self.version + 1)
         if reason:
             self._refuse(msg, reason, detail)
         elif self.assembler.add(msg, self._clock()):
@@ -189,7 +189,7 @@ class TrajectoryBuffer:
         """Keep sane reports of at most `max_actors` actor ids (each id is a metrics key),
         each only from the actor it names when senders are authenticated."""
         reason = "identity" if roles.not_this_actor(sender, msg.actor_id) else ""
-        reason = reason or check_stats(msg, self.bounds())
+        reason = reason or check_stats(msg, self.version + 1)
         if reason:
             self.drops[f"invalid_stats/{reason}"] += 1
         elif msg.actor_id in self.actor_stats or len(self.actor_stats) < self._max_actors:

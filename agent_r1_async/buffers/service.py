@@ -36,7 +36,8 @@ it with its traceback; a part that fails `_MAX_CONSECUTIVE_ERRORS` times in a ro
 for good, and then the service stops (final snapshot) and calls `on_fatal` (the buffer's
 host exits its process, which supervision sees); `failure` holds the exception.
 
-Run: `BufferService(cfg.buffer, cfg.algorithm, ZmqTransport()).start()`; actors PUSH
+Run: `BufferService(cfg.buffer, cfg.algorithm, ZmqTransport(), bounds=bounds).start()`, with
+the run's `RecordBounds` built at launch (`RecordBounds.from_config`); actors PUSH
 `messages.encode(record)` (or `messages.encode_batch` of several encoded records) to
 `.data_endpoint`; learners and actors use `BufferClient` on `.control_endpoint`.
 """
@@ -53,6 +54,7 @@ from dataclasses import dataclass
 
 from agent_r1_async.buffers.buffer import TrajectoryBuffer
 from agent_r1_async.buffers.snapshot import load_snapshot, save_snapshot
+from agent_r1_async.buffers.validate import RecordBounds
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
 from agent_r1_async.wire import messages as m
 from agent_r1_async.wire import roles
@@ -93,16 +95,18 @@ class BufferService:
         clock: Callable[[], float] = time.monotonic,
         fresh_actors: bool = False,
         on_fatal: Callable[[BaseException], None] | None = None,
+        bounds: RecordBounds | None = None,
     ) -> None:
         """`fresh_actors`: the actors of the restored snapshot are gone (a relaunch), so their
         open episodes and credits are released at once instead of after their timeouts.
         `on_fatal`: called (from the service thread, after shutdown) when the loop is broken
-        for good; the default only logs."""
+        for good; the default only logs. `bounds`: what records are checked against
+        (`TrajectoryBuffer`; the launch passes `RecordBounds.from_config`)."""
         self.cfg = cfg
         self.on_fatal = on_fatal
         self.failure: BaseException | None = None
         self._errors_in_a_row: dict[str, int] = {}
-        self.buffer = TrajectoryBuffer(cfg, algo, clock)
+        self.buffer = TrajectoryBuffer(cfg, algo, clock, bounds=bounds)
         self.snapshot_dir = snapshot_dir
         self.restored = False
         if snapshot_dir is not None:

@@ -20,13 +20,18 @@ each with a reason key the buffer counts (`drops["invalid_record/<reason>"]`):
 | `timing`        | a time, count or metric that is not finite or absurd                 |
 
 The same bounds keep `ActorStats` sane (`invalid_stats/<reason>`).
+
+The run's bounds are a `RecordBounds`, derived once at launch from the run's config and the
+policy's vocabulary (`RecordBounds.from_config`) and handed to the buffer; no user key sets
+them. The learner's version moves during the run, so its bound (`max_version`) is an argument
+of each check instead.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,6 +43,9 @@ from agent_r1_async.wire.messages import (
     EpisodeEnd,
     StepRecord,
 )
+
+if TYPE_CHECKING:
+    from agent_r1_async.config import RunConfig
 
 MIN_LOGPROB = -1e4
 """Smallest log-prob accepted (exp(-1e4) is 0 in float64 already)."""
@@ -51,15 +59,34 @@ MAX_TOKENS_PER_S = 1e7
 
 @dataclass(frozen=True)
 class RecordBounds:
-    """The run's own bounds (0 = unknown, that check is skipped)."""
+    """The run's own bounds on a record, derived at launch (`from_config`), never user keys.
+    0 = unknown: that check is skipped (tests and benchmarks set only the ones they need)."""
 
     vocab_size: int = 0
+    """Token ids must be in [0, vocab_size): the policy's config.json `vocab_size` (0 when it
+    is a hub id not on disk)."""
     max_model_len: int = 0
+    """A step's context + action tokens fit in this: `model.max_model_len`."""
     max_steps: int = 0
-    """env.max_turns: step_index < this, num_steps <= this."""
+    """step_index < this, num_steps <= this: `env.max_turns`."""
     max_group_size: int = 0
-    max_version: int = 0
-    """The learner's version + 1 (always known: the buffer's version)."""
+    """An EpisodeEnd's group_size is in [1, this]: `algorithm.group_size`."""
+    max_actors: int = 0
+    """ActorStats are kept for at most this many actor ids: `actors.num_actors` (0: the
+    buffer's default cap)."""
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "max_model_len", "max_steps", "max_group_size", "max_actors"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"RecordBounds.{name} must be >= 0 (0 = unchecked), "
+                                 f"got {getattr(self, name)}")
+
+    @classmethod
+    def from_config(cls, cfg: RunConfig, vocab_size: int) -> RecordBounds:
+        """The bounds of the run `cfg` whose policy has `vocab_size` token ids (0: unknown)."""
+        return cls(vocab_size=vocab_size, max_model_len=cfg.model.max_model_len,
+                   max_steps=cfg.env.max_turns, max_group_size=cfg.algorithm.group_size,
+                   max_actors=cfg.actors.num_actors)
 
 
 def _ids_outside(ids: Any, vocab_size: int) -> bool:
@@ -103,8 +130,9 @@ def check_end(msg: EpisodeEnd, b: RecordBounds) -> tuple[str, str]:
     return "", ""
 
 
-def check_step(msg: StepRecord, b: RecordBounds) -> tuple[str, str]:
-    """(reason, detail) of why a StepRecord is refused, or ("", "")."""
+def check_step(msg: StepRecord, b: RecordBounds, max_version: int) -> tuple[str, str]:
+    """(reason, detail) of why a StepRecord is refused, or ("", ""); `max_version`: the
+    learner's version + 1."""
     where = f"step {msg.episode_id!r}/{msg.step_index}"
     n = len(msg.action_ids)
     if n == 0:
@@ -120,11 +148,11 @@ def check_step(msg: StepRecord, b: RecordBounds) -> tuple[str, str]:
         return "token_id", f"{where}: token id outside [0, {b.vocab_size})"
     if msg.step_index < 0 or (b.max_steps and msg.step_index >= b.max_steps):
         return "step_index", f"{where}: step_index outside [0, env.max_turns={b.max_steps})"
-    if not 0 <= msg.policy_version <= b.max_version:
-        return "version", f"{where}: policy_version {msg.policy_version} > {b.max_version}"
+    if not 0 <= msg.policy_version <= max_version:
+        return "version", f"{where}: policy_version {msg.policy_version} > {max_version}"
     if msg.token_versions and not (min(msg.token_versions) >= 0
-                                   and max(msg.token_versions) <= b.max_version):
-        return "token_versions", f"{where}: a token version outside [0, {b.max_version}]"
+                                   and max(msg.token_versions) <= max_version):
+        return "token_versions", f"{where}: a token version outside [0, {max_version}]"
     if _reward_bad(msg.process_reward):
         return "reward", f"{where}: process_reward {msg.process_reward}"
     if _logprobs_bad(msg.behavior_logprobs):
@@ -135,13 +163,17 @@ def check_step(msg: StepRecord, b: RecordBounds) -> tuple[str, str]:
     return "", ""
 
 
-def check_record(msg: StepRecord | EpisodeEnd, b: RecordBounds) -> tuple[str, str]:
-    return check_end(msg, b) if isinstance(msg, EpisodeEnd) else check_step(msg, b)
+def check_record(msg: StepRecord | EpisodeEnd, b: RecordBounds,
+                 max_version: int) -> tuple[str, str]:
+    """(reason, detail) of why a record is refused, or ("", ""); `max_version`: the learner's
+    version + 1."""
+    return check_end(msg, b) if isinstance(msg, EpisodeEnd) else check_step(msg, b, max_version)
 
 
-def check_stats(msg: ActorStats, b: RecordBounds) -> str:
-    """Why an ActorStats report is refused ("" if it is sane)."""
-    if not 0 <= msg.policy_version <= b.max_version:
+def check_stats(msg: ActorStats, max_version: int) -> str:
+    """Why an ActorStats report is refused ("" if it is sane); `max_version`: the learner's
+    version + 1."""
+    if not 0 <= msg.policy_version <= max_version:
         return "version"
     rates_ok = (math.isfinite(msg.tokens_per_s) and 0.0 <= msg.tokens_per_s <= MAX_TOKENS_PER_S
                 and math.isfinite(msg.episodes_per_s)

@@ -38,8 +38,8 @@ from agent_r1_async.learner import distributed as dist_util
 from agent_r1_async.learner.episode_stats import episode_stats, staleness_histogram
 from agent_r1_async.learner.protocols import SampleSource
 from agent_r1_async.learner.trainer import PolicyTrainer
+from agent_r1_async.weights.seam import WeightSender
 from agent_r1_async.wire import messages
-from agent_r1_async.wire.weight_channel import WeightSender
 
 
 class SamplingStopped(RuntimeError):

@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 
 from agent_r1_async.buffers.service import BufferService
+from agent_r1_async.buffers.validate import RecordBounds
 from agent_r1_async.config import AlgorithmConfig, BufferConfig, RunConfig, config_from_dict
 from agent_r1_async.wire.transport import Transport
 
@@ -41,13 +42,15 @@ def buffer_service(
     clock: Callable[[], float] | None = None,
     snapshot_dir: str | None = None,
     start: bool = False,
+    bounds: RecordBounds | None = None,
     **buffer: Any,
 ) -> BufferService:
     """The real BufferService on `transport`, with test defaults (`_TEST_BUFFER`) under
-    `buffer.*` overrides. `start=True` serves in its thread; otherwise a test drives the
-    loop's parts itself (`_drain_data`, `_handle`). Stop it with `.stop()`."""
+    `buffer.*` overrides, checking records against `bounds` (None: only the group size).
+    `start=True` serves in its thread; otherwise a test drives the loop's parts itself
+    (`_drain_data`, `_handle`). Stop it with `.stop()`."""
     cfg = BufferConfig(**{**_TEST_BUFFER, **buffer})
-    kw: dict[str, Any] = {"snapshot_dir": snapshot_dir}
+    kw: dict[str, Any] = {"snapshot_dir": snapshot_dir, "bounds": bounds}
     if clock is not None:
         kw["clock"] = clock
     service = BufferService(cfg, algo, transport, **kw)

@@ -12,7 +12,7 @@ import torch
 
 
 def _worker():
-    from agent_r1_async.wire.gloo_engine import GlooWeightTransferEngine
+    from agent_r1_async.weights.gloo import GlooWeightTransferEngine
 
     class RecordingGlooEngine(GlooWeightTransferEngine):
         def _load_into_model(self, named):
@@ -39,6 +39,10 @@ class GlooRecordingEngine:
         w = self.worker
         await asyncio.to_thread(w.init_transfer_engine, w.parse_init_info(init_info))
         self.joined += 1
+
+    async def load_weights(self, version: int, state_dict: dict[str, torch.Tensor]) -> None:
+        """The zmq backend's path; a native receiver must never take it."""
+        raise AssertionError("a native weight receiver loaded a whole state dict")
 
     async def receive_weights(self, version: int, update_info: dict) -> None:
         if self.stall_receive:
@@ -73,10 +77,10 @@ def _die_after_first(real_broadcast_all):
 
 def learner_that_dies_mid_transfer(q) -> None:
     """Child process: a real `NativeWeightSender` that dies after the first tensor of v1."""
-    from agent_r1_async.wire import gloo_engine
-    from agent_r1_async.wire.vllm_sender import NativeWeightSender
+    from agent_r1_async.weights import gloo
+    from agent_r1_async.weights.native_sender import NativeWeightSender
 
-    gloo_engine._broadcast_all = _die_after_first(gloo_engine._broadcast_all)
+    gloo._broadcast_all = _die_after_first(gloo._broadcast_all)
     sender = NativeWeightSender("vllm_gloo", "127.0.0.1", 0, 3.0)
     q.put(sender.endpoint)
     q.get()  # the actor joined
@@ -86,12 +90,12 @@ def learner_that_dies_mid_transfer(q) -> None:
 
 def actor_that_dies_mid_transfer(endpoint: str) -> None:
     """Child process: an actor whose worker dies after the first tensor of its first update."""
-    from agent_r1_async.wire import gloo_engine
-    from agent_r1_async.wire.vllm_receiver import NativeWeightChannel
+    from agent_r1_async.weights import gloo
+    from agent_r1_async.weights.native_receiver import NativeWeightReceiver
 
-    gloo_engine._broadcast_all = _die_after_first(gloo_engine._broadcast_all)
+    gloo._broadcast_all = _die_after_first(gloo._broadcast_all)
     engine = GlooRecordingEngine()
-    channel = NativeWeightChannel(endpoint, "doomed", 3.0)
+    channel = NativeWeightReceiver(endpoint, "doomed", 3.0)
 
     async def run() -> None:
         while True:

@@ -8,7 +8,7 @@ import time
 import torch
 from gpu_helpers import gpu
 
-from agent_r1_async.wire.weights import WeightPublisher, WeightReceiver
+from agent_r1_async.weights.zmq import WeightSubscriber, ZmqWeightSender
 from agent_r1_async.wire.zmq import ZmqTransport
 
 pytestmark = gpu
@@ -25,8 +25,8 @@ def test_cuda_state_dict_arrives_bit_exact_on_cpu():
         "w.scalar": torch.tensor(2.5, device="cuda"),
     }
     transport = ZmqTransport()
-    pub = WeightPublisher(transport)
-    sub = WeightReceiver(transport, pub.endpoint)
+    pub = ZmqWeightSender(transport)
+    sub = WeightSubscriber(transport, pub.endpoint)
     try:
         got, deadline = None, time.monotonic() + 10
         while got is None and time.monotonic() < deadline:  # PUB/SUB slow joiner

@@ -14,8 +14,8 @@ from agent_r1_async.actors.actor import Actor, shard_tasks
 from agent_r1_async.config import RunConfig
 from agent_r1_async.envs.base import Task
 from agent_r1_async.models import load_causal_lm, tiny_model_dir
+from agent_r1_async.weights.zmq import ZmqWeightSender
 from agent_r1_async.wire.buffer_client import BufferClient
-from agent_r1_async.wire.weights import WeightPublisher
 from agent_r1_async.wire.zmq import ZmqTransport
 from tests.fakes.checks import Stream
 from tests.fakes.services import actor_config, buffer_service
@@ -32,7 +32,7 @@ def stream_with_weight_update(
     transport = ZmqTransport()
     sink = transport.puller("tcp://127.0.0.1:0")
     credits = buffer_service(transport, algo=cfg.algorithm, start=True)
-    publisher = WeightPublisher(transport)
+    publisher = ZmqWeightSender(transport)
     actor = Actor(
         cfg, "actor-0", transport, sink.endpoint, credits.control_endpoint, publisher.endpoint,
         engine,

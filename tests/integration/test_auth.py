@@ -2,7 +2,7 @@
 
 `launch` generates `RunKeys` (wire/curve.py: one server key pair, one client key pair for the
 learner and one per actor) and hands each process its own (`for_process`). Here the real
-`BufferService`, `BufferClient`s and `WeightPublisher`/`WeightReceiver` run with such keys.
+`BufferService`, `BufferClient`s and `ZmqWeightSender`/`WeightSubscriber` run with such keys.
 Peers without a run key (a stranger with its own key pair who even knows the server's public
 key, and a plain unencrypted peer) are refused during the CurveZMQ handshake: the service never
 sees a frame of theirs. Peers with a key get only their role (wire/roles.py): an actor cannot
@@ -18,11 +18,11 @@ import pytest
 import torch
 
 from agent_r1_async.config import LaunchConfig
+from agent_r1_async.weights.zmq import WeightSubscriber, ZmqWeightSender
 from agent_r1_async.wire import messages as m
 from agent_r1_async.wire.buffer_client import BufferClient
 from agent_r1_async.wire.curve import CurveKeys, RunKeys
 from agent_r1_async.wire.transport import tcp_endpoint
-from agent_r1_async.wire.weights import WeightPublisher, WeightReceiver
 from agent_r1_async.wire.zmq import ZmqTransport
 from tests.fakes.records import group_records, step
 from tests.fakes.services import buffer_service, push_records, wait_for
@@ -54,7 +54,7 @@ def run():
 def test_sockets_bind_to_loopback_and_authenticate_by_default() -> None:
     transport = ZmqTransport()
     service = buffer_service(transport)
-    publisher = WeightPublisher(transport)
+    publisher = ZmqWeightSender(transport)
     try:
         for endpoint in (service.data_endpoint, service.control_endpoint, publisher.endpoint):
             assert endpoint.startswith("tcp://127.0.0.1:"), endpoint
@@ -186,7 +186,7 @@ def test_without_curve_ungranted_records_still_take_no_credit() -> None:
         transport.close()
 
 
-def _poll_for(receiver: WeightReceiver, publisher: WeightPublisher, seconds: float):
+def _poll_for(receiver: WeightSubscriber, publisher: ZmqWeightSender, seconds: float):
     """Publish version 1 repeatedly (slow joiner) and poll; the received message or None."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -210,11 +210,11 @@ def test_a_peer_without_the_key_cannot_publish_or_read_weights(run) -> None:
         "plain": ZmqTransport(),
     }
     with pytest.raises(ValueError, match="no server secret"):
-        WeightPublisher(t["actor-0"])
+        ZmqWeightSender(t["actor-0"])
     try:
         for name, rt in rogues.items():
-            rogue = WeightPublisher(rt)
-            receiver = WeightReceiver(t["actor-0"], rogue.endpoint)
+            rogue = ZmqWeightSender(rt)
+            receiver = WeightSubscriber(t["actor-0"], rogue.endpoint)
             try:
                 assert _poll_for(receiver, rogue, 1.0) is None, name
                 assert receiver.received == 0 and receiver.rejected == 0  # nothing got through
@@ -222,15 +222,15 @@ def test_a_peer_without_the_key_cannot_publish_or_read_weights(run) -> None:
                 receiver.close()
                 rogue.close()
         # The run's learner reaches the run's actor.
-        publisher = WeightPublisher(t["learner"])
-        receiver = WeightReceiver(t["actor-0"], publisher.endpoint)
+        publisher = ZmqWeightSender(t["learner"])
+        receiver = WeightSubscriber(t["actor-0"], publisher.endpoint)
         try:
             got = _poll_for(receiver, publisher, 10.0)
             assert got is not None and got[0].version == 1
             assert torch.equal(got[1]["w"], WEIGHTS["w"])
             # And an eavesdropper without a run key learns nothing from that publisher.
             for name in ("stranger", "plain"):
-                spy = WeightReceiver(t[name], publisher.endpoint)
+                spy = WeightSubscriber(t[name], publisher.endpoint)
                 try:
                     assert _poll_for(spy, publisher, 0.7) is None, name
                 finally:

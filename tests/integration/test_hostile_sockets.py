@@ -16,9 +16,9 @@ import time
 
 import torch
 
+from agent_r1_async.weights.zmq import WeightSubscriber, ZmqWeightSender
 from agent_r1_async.wire import messages as m
 from agent_r1_async.wire.buffer_client import BufferClient
-from agent_r1_async.wire.weights import WeightPublisher, WeightReceiver
 from agent_r1_async.wire.zmq import ZmqTransport
 from tests.fakes.records import group_records
 from tests.fakes.services import buffer_service, granted, wait_for
@@ -130,9 +130,9 @@ def test_control_socket_counts_a_flood_and_answers_an_honest_peer() -> None:
 
 def test_weight_subscriber_counts_garbage_and_takes_the_next_good_version() -> None:
     transport = ZmqTransport()
-    publisher = WeightPublisher(transport)
+    publisher = ZmqWeightSender(transport)
     raw = publisher._pub  # the PUB socket itself: this "learner" also sends garbage
-    receiver = WeightReceiver(transport, publisher.endpoint)
+    receiver = WeightSubscriber(transport, publisher.endpoint)
     weights = {"w": torch.arange(6, dtype=torch.float32)}
     rng = random.Random(2)
     try:

@@ -19,10 +19,10 @@ import pytest
 from agent_r1_async.config import config_from_dict
 from agent_r1_async.run.launch import run_keys
 from agent_r1_async.run.processes.supervisor import actor_ids
+from agent_r1_async.weights.zmq import WeightSubscriber
 from agent_r1_async.wire import messages as m
 from agent_r1_async.wire.buffer_client import BufferClient
 from agent_r1_async.wire.curve import CurveKeys, keys_for
-from agent_r1_async.wire.weights import WeightReceiver
 from agent_r1_async.wire.zmq import ZmqTransport
 from tests.fakes.records import step
 
@@ -60,7 +60,7 @@ def _stranger_tries(endpoints: dict[str, str]) -> None:
             for i in range(4):
                 pusher.send([m.encode(step(f"x{i}-e0", f"x{i}", 0))], timeout_ms=100)
             pusher.close()
-            spy = WeightReceiver(transport, endpoints["weights"])
+            spy = WeightSubscriber(transport, endpoints["weights"])
             deadline = time.monotonic() + 2.0
             while time.monotonic() < deadline:
                 assert spy.poll(timeout_ms=100) is None and spy.received == 0

@@ -19,7 +19,7 @@ import torch
 from agent_r1_async import config, precision
 from agent_r1_async.learner.loop import Learner
 from agent_r1_async.models import tiny_model_dir
-from agent_r1_async.wire.weights import WeightPublisher, WeightReceiver
+from agent_r1_async.weights.zmq import WeightSubscriber, ZmqWeightSender
 from agent_r1_async.wire.zmq import ZmqTransport
 from tests.fakes.learner import FakeSource
 
@@ -42,7 +42,7 @@ def transport():
     t.close()
 
 
-def _receive(sub: WeightReceiver, version: int, timeout_s: float = 10.0):
+def _receive(sub: WeightSubscriber, version: int, timeout_s: float = 10.0):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         got = sub.poll(timeout_ms=200)
@@ -53,8 +53,8 @@ def _receive(sub: WeightReceiver, version: int, timeout_s: float = 10.0):
 
 def test_updates_publish_identical_weights_and_resume(tmp_path, transport):
     cfg = _cfg()
-    pub = WeightPublisher(transport)
-    sub = WeightReceiver(transport, pub.endpoint)
+    pub = ZmqWeightSender(transport)
+    sub = WeightSubscriber(transport, pub.endpoint)
     source = FakeSource(VOCAB, group_size=2, not_ready_first=1)
     try:
         time.sleep(0.3)  # PUB/SUB: let the subscription reach the publisher first

@@ -4,7 +4,7 @@ libzmq's SNDHWM counts whole messages, and a weights message is a whole model, s
 1,000-message mark lets one stalled peer pin ~1,000 versions (five subscribers that never read
 grow the learner 733 MB -> 2.49 GB). Here a real subscriber process receives one message
 and is then frozen with SIGSTOP (its TCP window closes, the worst case for the publisher), and
-the real `WeightPublisher` publishes N fresh versions of one 34 MiB tensor, zero-copy
+the real `ZmqWeightSender` publishes N fresh versions of one 34 MiB tensor, zero-copy
 (`copy=False`: libzmq holds each tensor's memory until it has written it out), while the
 publisher process's resident memory is measured.
 
@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from agent_r1_async.wire.weights import WeightPublisher
+from agent_r1_async.weights.zmq import ZmqWeightSender
 from agent_r1_async.wire.zmq import ZmqTransport
 
 _MIB = 1 << 20
@@ -34,9 +34,9 @@ _N = 10
 
 _SUBSCRIBER = """
 import sys, time
-from agent_r1_async.wire.weights import WeightReceiver
+from agent_r1_async.weights.zmq import WeightSubscriber
 from agent_r1_async.wire.zmq import ZmqTransport
-rx = WeightReceiver(ZmqTransport(), sys.argv[1])
+rx = WeightSubscriber(ZmqTransport(), sys.argv[1])
 while rx.poll(timeout_ms=100) is None:
     pass
 print("ready", flush=True)
@@ -64,7 +64,7 @@ def _settled_rss_mib() -> float:
 
 def test_a_stalled_subscriber_pins_at_most_two_versions_in_the_publisher() -> None:
     transport = ZmqTransport()
-    publisher = WeightPublisher(transport)
+    publisher = ZmqWeightSender(transport)
     env = dict(os.environ, PYTHONPATH=os.getcwd())
     child = subprocess.Popen([sys.executable, "-c", _SUBSCRIBER, publisher.endpoint],
                              stdout=subprocess.PIPE, text=True, env=env)

@@ -52,13 +52,13 @@ async def _update_mid_requests(engine, sender, channel, state, version):
 
 
 def test_three_versions_in_flight_through_the_gloo_engine(engine):
-    from agent_r1_async.wire.vllm_receiver import NativeWeightChannel
-    from agent_r1_async.wire.vllm_sender import NativeWeightSender
+    from agent_r1_async.weights.native_receiver import NativeWeightReceiver
+    from agent_r1_async.weights.native_sender import NativeWeightSender
 
     model = load_causal_lm(tiny_model_dir())
     base = {k: v.clone() for k, v in model.state_dict().items()}
     sender = NativeWeightSender("vllm_gloo", "127.0.0.1", 0, TIMEOUT_S)
-    channel = NativeWeightChannel(sender.endpoint, "actor-0", TIMEOUT_S)
+    channel = NativeWeightReceiver(sender.endpoint, "actor-0", TIMEOUT_S)
     try:
         for version, scale in ((1, 1.25), (2, 0.8), (3, 1.1)):
             old = engine.version
@@ -91,7 +91,7 @@ def test_three_versions_in_flight_through_the_gloo_engine(engine):
 def test_launch_with_vllm_gloo_trains_on_versions_sent_through_vllms_api(tmp_path):
     """`launch` (Ray, buffer, learner, one vLLM actor) with weights.backend=vllm_gloo: the
     learner's publish goes through `NativeWeightSender`, the actor's loop through
-    `NativeWeightChannel`; with buffer.max_staleness 1 (tiny.yaml) update 3 can only train on
+    `NativeWeightReceiver`; with buffer.max_staleness 1 (tiny.yaml) update 3 can only train on
     data from a version the actor received that way."""
     from test_launch import _launch, _records
 

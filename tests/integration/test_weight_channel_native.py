@@ -1,6 +1,6 @@
 """The native weight channel (weights.backend: vllm_gloo) without a vLLM model: the learner's
 `NativeWeightSender` (store, pairs, our gloo trainer engine through vLLM's trainer factory)
-against actors' `NativeWeightChannel` with our gloo worker engine (`tests/fakes/weights.py`).
+against actors' `NativeWeightReceiver` with our gloo worker engine (`tests/fakes/weights.py`).
 Real TCPStore, real gloo groups, real checksums; faults: a mismatch, a peer that never joins,
 an actor that never gets an answer, an actor that stalls mid-transfer.
 """
@@ -18,11 +18,11 @@ from tests.fakes.weights import GlooRecordingEngine
 pytest.importorskip("vllm")
 pytestmark = pytest.mark.vllm
 
-from agent_r1_async.wire import vllm_sender  # noqa: E402
-from agent_r1_async.wire.rendezvous import serve_store  # noqa: E402
-from agent_r1_async.wire.vllm_receiver import NativeWeightChannel  # noqa: E402
-from agent_r1_async.wire.vllm_sender import NativeWeightSender  # noqa: E402
-from agent_r1_async.wire.weight_channel import sampled_checksum  # noqa: E402
+from agent_r1_async.weights import native_sender  # noqa: E402
+from agent_r1_async.weights.native_receiver import NativeWeightReceiver  # noqa: E402
+from agent_r1_async.weights.native_sender import NativeWeightSender  # noqa: E402
+from agent_r1_async.weights.rendezvous import serve_store  # noqa: E402
+from agent_r1_async.weights.seam import sampled_checksum  # noqa: E402
 
 TIMEOUT_S = 3.0
 
@@ -56,7 +56,7 @@ def sender():
 
 def test_two_actors_receive_three_versions_bit_exact(sender):
     engines = [GlooRecordingEngine(), GlooRecordingEngine()]
-    channels = [NativeWeightChannel(sender.endpoint, f"actor-{i}", TIMEOUT_S) for i in range(2)]
+    channels = [NativeWeightReceiver(sender.endpoint, f"actor-{i}", TIMEOUT_S) for i in range(2)]
 
     async def run():
         for v in (1, 2, 3):
@@ -78,7 +78,7 @@ def test_two_actors_receive_three_versions_bit_exact(sender):
 
 def test_an_actor_serving_bf16_is_sent_bf16(sender):
     engine = GlooRecordingEngine()
-    channel = NativeWeightChannel(sender.endpoint, "actor-0", TIMEOUT_S, dtype="bfloat16")
+    channel = NativeWeightReceiver(sender.endpoint, "actor-0", TIMEOUT_S, dtype="bfloat16")
     sender.publish(1, _state(1.0))
     asyncio.run(_pump([channel], [engine], 1, 20))
     assert engine.version == 1 and channel.failed == 0
@@ -89,17 +89,17 @@ def test_an_actor_serving_bf16_is_sent_bf16(sender):
 
 def test_checksum_mismatch_is_rejected_counted_and_the_next_version_passes(sender, monkeypatch):
     engine = GlooRecordingEngine()
-    channel = NativeWeightChannel(sender.endpoint, "actor-0", TIMEOUT_S)
+    channel = NativeWeightReceiver(sender.endpoint, "actor-0", TIMEOUT_S)
 
     async def run():
-        real = vllm_sender.sampled_checksum
-        monkeypatch.setattr(vllm_sender, "sampled_checksum", lambda items: "0" * 32)
+        real = native_sender.sampled_checksum
+        monkeypatch.setattr(native_sender, "sampled_checksum", lambda items: "0" * 32)
         sender.publish(1, _state(1.0))
         deadline = time.monotonic() + 20
         while channel.rejected == 0 and time.monotonic() < deadline:
             await channel.update(engine)
             await asyncio.sleep(0.01)
-        monkeypatch.setattr(vllm_sender, "sampled_checksum", real)
+        monkeypatch.setattr(native_sender, "sampled_checksum", real)
         sender.publish(2, _state(2.0))
         await _pump([channel], [engine], 2, 20)
 
@@ -110,13 +110,13 @@ def test_checksum_mismatch_is_rejected_counted_and_the_next_version_passes(sende
 
 
 def test_a_peer_that_never_joins_times_out_and_others_are_unaffected(sender, caplog):
-    from agent_r1_async.wire.rendezvous import connect_store
+    from agent_r1_async.weights.rendezvous import connect_store
 
     ghost = connect_store("127.0.0.1", sender.port, TIMEOUT_S)
     n = ghost.add(f"{sender.token}/joins", 1)  # registers, then never joins the group
     ghost.set(f"{sender.token}/join/{n}", "ghost")
     engine = GlooRecordingEngine()
-    channel = NativeWeightChannel(sender.endpoint, "actor-0", TIMEOUT_S)
+    channel = NativeWeightReceiver(sender.endpoint, "actor-0", TIMEOUT_S)
     sender.publish(1, _state(1.0))
     t0 = time.monotonic()
     asyncio.run(_pump([channel], [engine], 1, 20))
@@ -129,7 +129,7 @@ def test_a_peer_that_never_joins_times_out_and_others_are_unaffected(sender, cap
 
 def test_an_actor_whose_learner_never_answers_fails_within_the_timeout():
     store, port = serve_store("127.0.0.1", 0, TIMEOUT_S)  # a store, but no learner behind it
-    channel = NativeWeightChannel(f"tcp://127.0.0.1:{port}/tok", "actor-0", TIMEOUT_S)
+    channel = NativeWeightReceiver(f"tcp://127.0.0.1:{port}/tok", "actor-0", TIMEOUT_S)
     engine = GlooRecordingEngine()
     t0 = time.monotonic()
     assert asyncio.run(channel.update(engine)) is None
@@ -141,7 +141,7 @@ def test_an_actor_whose_learner_never_answers_fails_within_the_timeout():
 
 def test_an_actor_that_stalls_mid_transfer_fails_loudly_and_rejoins(sender):
     stalled, healthy = GlooRecordingEngine(), GlooRecordingEngine()
-    channels = [NativeWeightChannel(sender.endpoint, f"actor-{i}", TIMEOUT_S) for i in range(2)]
+    channels = [NativeWeightReceiver(sender.endpoint, f"actor-{i}", TIMEOUT_S) for i in range(2)]
     stalled.stall_receive = True
 
     async def run():
@@ -171,7 +171,7 @@ def test_learner_killed_mid_transfer_fails_the_update_and_the_actor_keeps_its_we
     learner.start()
     try:
         engine = GlooRecordingEngine()
-        channel = NativeWeightChannel(q.get(timeout=120), "actor-0", TIMEOUT_S)
+        channel = NativeWeightReceiver(q.get(timeout=120), "actor-0", TIMEOUT_S)
 
         async def run():
             while engine.joined == 0:
@@ -211,7 +211,7 @@ def test_actor_killed_mid_transfer_fails_its_pair_only(sender):
         while sender.pairs_joined < 1 and time.monotonic() < deadline:
             time.sleep(0.05)
         healthy = GlooRecordingEngine()
-        channel = NativeWeightChannel(sender.endpoint, "actor-1", TIMEOUT_S)
+        channel = NativeWeightReceiver(sender.endpoint, "actor-1", TIMEOUT_S)
         sender.publish(1, _state(1.0))
         asyncio.run(_pump([channel], [healthy], 1, 20))
         doomed.join(30)

@@ -41,9 +41,13 @@ BAD_CONFIGS: list[tuple[str, dict, str]] = [
      {"engine": {"backend": "hf"}, "weights": {"backend": "vllm_gloo"}},
      "weights.backend: vllm_gloo is vLLM's weight-transfer API; engine.backend 'hf'"),
     ("unknown weight backend", {"weights": {"backend": "rdma"}},
-     "config key `weights.backend`: Invalid enum value 'rdma'"),
-    ("collectives without a timeout", {"weights": {"timeout_s": 0}},
+     "config key `weights.backend`: 'rdma' is not one of zmq, vllm_gloo, vllm_nccl"),
+    ("collectives without a timeout", {"weights": {"backend": "vllm_gloo", "timeout_s": 0}},
      "weights.timeout_s: must be > 0"),
+    ("a native backend's key on zmq", {"weights": {"timeout_s": 5}},
+     "config key `weights.timeout_s`: only weights.backend vllm_gloo or vllm_nccl takes it"),
+    ("a key no weight backend has", {"weights": {"backend": "vllm_nccl", "port": 5}},
+     "unknown config key `weights.port`"),
     ("action budget fills the context", {"model": {"max_model_len": 128},
                                          "engine": {"max_new_tokens": 256}},
      "engine.max_new_tokens: (256) must be below model.max_model_len (128)"),
@@ -77,6 +81,9 @@ BAD_CONFIGS: list[tuple[str, dict, str]] = [
     ("no eval tasks", {"eval": {"num_tasks": 0}}, "eval.num_tasks: must be >= 1"),
     ("zero metrics interval", {"logging": {"metrics_interval_s": 0}},
      "logging.metrics_interval_s: must be > 0"),
+    ("a buffer bound the launch derives", {"buffer": {"max_model_len": 100}},
+     "unknown config key `buffer.max_model_len`: no longer a setting; the launch derives it "
+     "from `model.max_model_len`"),
 ]
 
 
@@ -107,6 +114,26 @@ def test_the_same_errors_come_from_yaml_files_and_set(tmp_path: Path) -> None:
         load_config(path)
     with pytest.raises(ConfigError, match=r"engine\.max_new_tokens"):
         load_config(None, ["model.max_model_len=128", "engine.max_new_tokens=256"])
+
+
+@pytest.mark.parametrize(("key", "source"), [
+    ("max_model_len", "`model.max_model_len`"),
+    ("max_steps", "`env.max_turns`"),
+    ("max_actors", "`actors.num_actors`"),
+    ("vocab_size", "the policy model's config.json `vocab_size`"),
+])
+def test_the_former_buffer_bounds_are_refused_naming_their_source(
+        tmp_path: Path, key: str, source: str) -> None:
+    """The record bounds are derived at launch (`RecordBounds`, buffers/validate.py): a config
+    that still sets one (a file, `--set`, even its old "derive it" value 0) is refused."""
+    expected = (f"unknown config key `buffer.{key}`: no longer a setting; the launch derives it "
+                f"from {source}")
+    path = tmp_path / "old.yaml"
+    path.write_text(f"buffer:\n  {key}: 0\n")
+    for load in (lambda: load_config(path), lambda: load_config(None, [f"buffer.{key}=7"])):
+        with pytest.raises(ConfigError) as info:
+            load()
+        assert str(info.value) == expected
 
 
 # ---- a missing model fails at launch start, before Ray or a run directory ----------------

@@ -12,7 +12,7 @@ from tests.unit.test_bench_smoke import load
 
 def test_imports_and_documents_its_command():
     mod = load("bench_agent_r1_table")
-    assert callable(mod.main) and "bench/bench_agent_r1_table.py" in mod.__doc__
+    assert callable(mod.main) and "-m bench.bench_agent_r1_table" in mod.__doc__
 
 
 def test_summarize_run_curve_against_rl_wall_clock(tmp_path):

@@ -5,35 +5,36 @@ No timing is asserted here: this only keeps the bench scripts from silently rott
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+import importlib
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
 MODULES = ["bench_async_vs_sync", "bench_transport", "bench_weight_sync", "bench_engines",
            "bench_learner", "bench_vs_trl", "bench_buffer", "bench_learning"]
 
 
 def load(name: str) -> ModuleType:
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    """bench/NAME.py as the module `python -m bench.NAME` runs."""
+    return importlib.import_module(f"bench.{name}")
 
 
 @pytest.mark.parametrize("name", MODULES)
 def test_bench_module_imports_and_has_main(name: str) -> None:
     mod = load(name)
     assert callable(mod.main)
-    assert mod.__doc__ is not None and "bench/" in mod.__doc__  # documents its command
+    assert mod.__doc__ is not None and f"-m bench.{name}" in mod.__doc__  # documents its command
+
+
+def test_bench_is_a_package_run_by_module_name() -> None:
+    """`python -m bench.NAME` from the repo root: no bench file edits sys.path to find it."""
+    import bench
+
+    assert Path(bench.__file__).name == "__init__.py"
+    for path in Path(bench.__file__).parent.glob("*.py"):
+        assert "sys.path" not in path.read_text(), path
 
 
 def test_makespan_list_scheduling_by_hand() -> None:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from bench.stats import binomial_se, fmt_ci, fmt_spread, mean_ci, median_range, t975
+from bench.stats import binomial_se, fmt_ci, fmt_spread, mean_ci, mean_sd, median_range, t975
 
 
 def test_t_quantiles_from_the_table() -> None:
@@ -30,6 +30,19 @@ def test_mean_ci_by_hand() -> None:
     assert fmt_ci([0.5]) == "0.500 ± n/a (n=1)"
     with pytest.raises(ValueError, match="no values"):
         mean_ci([])
+
+
+def test_mean_sd_by_hand() -> None:
+    # [1, 3]: mean 2, squared deviations 1 + 1 = 2 over n − 1 = 1 -> sd sqrt(2)
+    assert mean_sd([1.0, 3.0]) == pytest.approx((2.0, math.sqrt(2.0)), rel=1e-12)
+    # [2, 4, 4, 4, 5, 5, 7, 9]: mean 40/8 = 5, squared deviations 9+1+1+1+0+0+4+16 = 32
+    # over n − 1 = 7 -> sd sqrt(32/7) = 2.13809 (the population sd, over 8, would be 2)
+    assert mean_sd([2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]) == pytest.approx(
+        (5.0, math.sqrt(32 / 7)), rel=1e-12)
+    m, sd = mean_sd([0.25])
+    assert m == 0.25 and math.isnan(sd)
+    with pytest.raises(ValueError, match="no values"):
+        mean_sd([])
 
 
 def test_median_range_and_binomial_se() -> None:

@@ -7,15 +7,17 @@ from __future__ import annotations
 import msgspec
 
 from agent_r1_async.buffers.buffer import TrajectoryBuffer
+from agent_r1_async.buffers.validate import RecordBounds
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
 from agent_r1_async.wire.messages import ActorStats
 from tests.fakes.clock import FakeClock
 from tests.fakes.records import group_records, step
 
 
-def _buffer(**kw: object) -> TrajectoryBuffer:
+def _buffer(bounds: RecordBounds | None = None, **kw: object) -> TrajectoryBuffer:
     cfg = BufferConfig(**{"spi_tolerance": 100.0, **kw})  # type: ignore[arg-type]
-    return TrajectoryBuffer(cfg, AlgorithmConfig(group_size=2, batch_groups=1), FakeClock())
+    return TrajectoryBuffer(cfg, AlgorithmConfig(group_size=2, batch_groups=1), FakeClock(),
+                            bounds=bounds)
 
 
 def test_records_of_ungranted_groups_are_refused_and_take_no_credit() -> None:
@@ -76,7 +78,7 @@ def _stats(actor_id: str, tokens_per_s: float) -> ActorStats:
 
 def test_stats_are_keyed_by_the_authenticated_identity() -> None:
     """The drill: a spoofed `actor-0` overwrote the real one's stats (5e11 tok/s shown)."""
-    buf = _buffer(max_actors=2)
+    buf = _buffer(RecordBounds(max_group_size=2, max_actors=2))
     buf.ingest(_stats("actor-0", 120.0), sender="actor-0")
     buf.ingest(_stats("actor-0", 9e6), sender="actor-1")  # actor-1's key says actor-0
     buf.ingest(_stats("learner", 1.0), sender="learner")  # the learner is no actor

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from agent_r1_async.config import ConfigError, RunConfig, config_from_dict, load_config
 
@@ -103,3 +104,25 @@ def test_exponent_without_dot_is_a_float(tmp_path: Path):
     f.write_text("learner:\n  lr: 1e-5\n")
     assert load_config(f).learner.lr == 1e-5
     assert config_from_dict({}, ["launch.name=1e5x"]).launch.name == "1e5x"
+
+
+def test_weights_is_a_tagged_union_each_backend_with_its_own_keys() -> None:
+    from agent_r1_async.config import VllmGlooWeights, ZmqWeights, dump_config
+
+    default = config_from_dict({})
+    assert isinstance(default.weights, ZmqWeights) and default.weights.backend == "zmq"
+    native = config_from_dict({}, ["weights.backend=vllm_gloo", "weights.timeout_s=5"])
+    assert native.weights == VllmGlooWeights(timeout_s=5.0, rendezvous_port=0)
+    assert native.weights.backend == "vllm_gloo"
+    dumped = yaml.safe_load(dump_config(native))["weights"]
+    assert dumped == {"backend": "vllm_gloo", "timeout_s": 5.0, "rendezvous_port": 0}
+    assert config_from_dict({"weights": dumped}).weights == native.weights
+
+
+def test_launch_seed_seeds_the_sections_that_do_not_set_their_own() -> None:
+    cfg = config_from_dict({"launch": {"seed": 7}, "buffer": {"seed": 3}})
+    assert (cfg.launch.seed, cfg.actors.seed, cfg.buffer.seed, cfg.learner.seed) == (7, 7, 3, 7)
+    over = config_from_dict({}, ["launch.seed=11", "learner.seed=2"])
+    assert (over.actors.seed, over.buffer.seed, over.learner.seed) == (11, 11, 2)
+    unset = config_from_dict({})
+    assert (unset.launch.seed, unset.actors.seed, unset.buffer.seed, unset.learner.seed) == (0, 0, 0, 0)

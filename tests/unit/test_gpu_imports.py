@@ -18,7 +18,7 @@ BLOCKED = ("ray", "vllm", "wandb", "bm25s", "datasets", "matplotlib", "jsonschem
 MODULES = (
     "agent_r1_async.config", "agent_r1_async.models", "agent_r1_async.learner.trainer",
     "agent_r1_async.learner.loop", "agent_r1_async.learner.batching",
-    "agent_r1_async.wire.weights", "agent_r1_async.wire.zmq",
+    "agent_r1_async.weights.zmq", "agent_r1_async.wire.zmq",
     "agent_r1_async.actors.engines.vllm", "agent_r1_async.run.launch",
     "gpu_helpers", "bench_learner", "test_learner_cuda", "test_weights_cuda", "test_nccl",
     "test_vllm_cuda", "test_flash_attn",

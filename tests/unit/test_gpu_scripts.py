@@ -27,8 +27,8 @@ def test_gpu_check_dry_run_names_each_step(tmp_path):
     assert "nvidia-smi -L" in steps[0] and "attention_implementation" in steps[0]
     assert "pip install --no-index --no-deps" in steps[1] and "--target" in steps[1]
     assert "-m pytest -m gpu tests/gpu" in steps[2]
-    assert "bench/bench_learner.py --device cuda --model-size 0.5b" in steps[3]
-    assert "bench/bench_learner.py --device cuda --model-size 1.5b" in steps[4]
+    assert "-m bench.bench_learner --device cuda --model-size 0.5b" in steps[3]
+    assert "-m bench.bench_learner --device cuda --model-size 1.5b" in steps[4]
     limits = [int(re.search(r"\(limit (\d+)s\)", s).group(1)) for s in steps]
     assert sum(limits) <= 600  # "within 10 minutes" on the GPU machine
     assert f"results would go to {results}" in out

@@ -2,7 +2,7 @@
 
 Three sockets take frames from other processes: the buffer's data PULL (`_drain_data`: decode
 -> unpack a Batch -> validate -> ingest each record), the buffer's control ROUTER (`_handle`:
-decode -> dispatch -> reply), and the actor's weight SUB (`WeightReceiver.poll`: decode ->
+decode -> dispatch -> reply), and the actor's weight SUB (`WeightSubscriber.poll`: decode ->
 validate -> tensors). Each gets 10,000 hypothesis cases: random bytes, valid frames (data
 Batches of hostile records too) truncated / flipped / extended, valid msgpack of the wrong
 shape, messages of another family, valid structs with hostile values (NaN, huge, negative,
@@ -25,9 +25,10 @@ import torch
 from hypothesis import HealthCheck, given, settings
 
 from agent_r1_async.buffers.service import BufferService
+from agent_r1_async.buffers.validate import RecordBounds
+from agent_r1_async.weights.zmq import WeightSubscriber, ZmqWeightSender
 from agent_r1_async.wire import messages as m
 from agent_r1_async.wire.inproc import InProcTransport
-from agent_r1_async.wire.weights import WeightPublisher, WeightReceiver
 from tests.fakes.hostile import control_frames, data_frames, weights_messages
 from tests.fakes.records import group_records
 from tests.fakes.services import buffer_service
@@ -152,9 +153,9 @@ def test_control_socket_answers_every_hostile_request_and_counts_it() -> None:
 @pytest.mark.slow
 def test_weight_socket_rejects_and_counts_hostile_messages() -> None:
     transport = InProcTransport()
-    pub = WeightPublisher(transport)
+    pub = ZmqWeightSender(transport)
     raw = transport.hub.subscribers[pub.endpoint]  # the publisher's fan-out queues
-    receiver = WeightReceiver(transport, pub.endpoint)
+    receiver = WeightSubscriber(transport, pub.endpoint)
     counts = {"sent": 0}
 
     @PROPERTY
@@ -193,7 +194,7 @@ def test_weight_socket_rejects_and_counts_hostile_messages() -> None:
 
 def test_token_ids_outside_the_vocabulary_are_refused_and_counted() -> None:
     """An id the learner's embedding lacks (or a negative one) would crash its lookup."""
-    service, transport = _service(vocab_size=1000)
+    service, transport = _service(bounds=RecordBounds(vocab_size=1000, max_group_size=2))
     pusher = transport.pusher(service.data_endpoint)
     try:
         too_big = group_records(_gid(service), [0.0, 1.0])
@@ -257,7 +258,7 @@ def test_a_sample_request_cannot_park_forever(timeout_s: float) -> None:
 
 def test_a_weights_header_listing_a_tensor_twice_is_rejected() -> None:
     """Regression: two tensors named "w" decoded into one dict entry (the last one won)."""
-    from agent_r1_async.wire.weights import decode_weights
+    from agent_r1_async.weights.zmq import decode_weights
 
     metas = [m.TensorMeta("w", "float32", [1], 4), m.TensorMeta("w", "float32", [2], 8)]
     header = m.encode(m.WeightsHeader(m.SCHEMA_VERSION, 3, metas, 0.0))

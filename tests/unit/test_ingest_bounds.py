@@ -1,28 +1,34 @@
 """Every numeric field is range-checked at ingest against the run's own bounds, each
 refusal is counted by reason, a refused group never holds its credit, and `ActorStats` are
-bounded in number and sanity. Buffer logic only, with a fake clock (no sockets)."""
+bounded in number and sanity. Buffer logic only, with a fake clock (no sockets). The bounds
+are a `RecordBounds` derived at launch from the run's config, never user keys."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import msgspec
 import pytest
 
 from agent_r1_async.buffers.buffer import TrajectoryBuffer
-from agent_r1_async.config import AlgorithmConfig, BufferConfig
+from agent_r1_async.buffers.validate import RecordBounds
+from agent_r1_async.config import AlgorithmConfig, BufferConfig, config_from_dict
 from agent_r1_async.wire.messages import ActorStats, EpisodeEnd, StepRecord, TokenIds
 from tests.fakes.clock import FakeClock
 from tests.fakes.records import end, group_records, step
 
 # The run's bounds: vocabulary 1000, max_model_len 512, env.max_turns 4, group_size 2.
-BOUNDS = {"vocab_size": 1000, "max_model_len": 512, "max_steps": 4}
+BOUNDS = RecordBounds(vocab_size=1000, max_model_len=512, max_steps=4, max_group_size=2)
 
 
-def _buffer(**kw: object) -> tuple[TrajectoryBuffer, FakeClock]:
+def _buffer(
+    bounds: RecordBounds | None = BOUNDS, **kw: object
+) -> tuple[TrajectoryBuffer, FakeClock]:
     clock = FakeClock()
-    cfg = BufferConfig(**{"spi_tolerance": 100.0, **BOUNDS, **kw})  # type: ignore[arg-type]
-    return TrajectoryBuffer(cfg, AlgorithmConfig(group_size=2, batch_groups=1), clock), clock
+    cfg = BufferConfig(**{"spi_tolerance": 100.0, **kw})  # type: ignore[arg-type]
+    algo = AlgorithmConfig(group_size=2, batch_groups=1)
+    return TrajectoryBuffer(cfg, algo, clock, bounds=bounds), clock
 
 
 def _step(**changes: object) -> StepRecord:
@@ -138,7 +144,7 @@ def _stats(actor_id: str, tokens_per_s: float = 100.0, **kw: object) -> ActorSta
 
 
 def test_actor_stats_are_bounded_in_number() -> None:
-    buf, _ = _buffer(max_actors=4)
+    buf, _ = _buffer(dataclasses.replace(BOUNDS, max_actors=4))
     for i in range(2000):
         buf.ingest(_stats(f"ghost-{i}"))
     assert sorted(buf.actor_stats) == [f"ghost-{i}" for i in range(4)]
@@ -146,7 +152,7 @@ def test_actor_stats_are_bounded_in_number() -> None:
     buf.ingest(_stats("ghost-2", tokens_per_s=7.0))  # a kept id still updates
     assert buf.actor_stats["ghost-2"].tokens_per_s == 7.0
     assert len(buf.stats().actors) == 4
-    unset, _ = _buffer()  # max_actors 0 (not filled at launch): 256
+    unset, _ = _buffer(None)  # no bounds from a launch (max_actors 0): 256
     for i in range(300):
         unset.ingest(_stats(f"a{i}"))
     assert len(unset.actor_stats) == 256 and unset.drops["actor_stats_overflow"] == 44
@@ -161,23 +167,56 @@ def test_actor_stats_are_bounded_in_number() -> None:
     ({"tokens_total": 2**63}, "count"),
 ])
 def test_absurd_actor_stats_are_refused_and_counted(changes: dict, reason: str) -> None:
-    buf, _ = _buffer(max_actors=4)
+    buf, _ = _buffer(dataclasses.replace(BOUNDS, max_actors=4))
     buf.ingest(_stats("actor-0", tokens_per_s=120.0))
     buf.ingest(msgspec.structs.replace(_stats("actor-0"), **changes))
     assert buf.drops[f"invalid_stats/{reason}"] == 1
     assert buf.actor_stats["actor-0"].tokens_per_s == 120.0  # the sane report stays
 
 
-def test_bounds_are_filled_from_the_run_at_launch() -> None:
-    """BufferHost fills the 0-valued bounds from model / env / actors (like vocab_size)."""
-    from agent_r1_async.config import ActorsConfig, EnvConfig, ModelConfig, RunConfig
-    from agent_r1_async.run.processes.hosts import buffer_bounds
+def test_bounds_are_derived_from_the_run_config() -> None:
+    """Each bound from its own key: model.max_model_len 512, env.max_turns 3,
+    algorithm.group_size 6, actors.num_actors 5, and the vocabulary the launch read (777)."""
+    run = config_from_dict({"model": {"max_model_len": 512}, "env": {"max_turns": 3},
+                            "algorithm": {"group_size": 6}, "actors": {"num_actors": 5}})
+    assert RecordBounds.from_config(run, vocab_size=777) == RecordBounds(
+        vocab_size=777, max_model_len=512, max_steps=3, max_group_size=6, max_actors=5)
+    # the defaults too: each field follows its own section's default
+    default = config_from_dict({})
+    assert RecordBounds.from_config(default, vocab_size=0) == RecordBounds(
+        vocab_size=0, max_model_len=default.model.max_model_len,
+        max_steps=default.env.max_turns, max_group_size=default.algorithm.group_size,
+        max_actors=default.actors.num_actors)
 
-    run = RunConfig(model=ModelConfig(max_model_len=512), env=EnvConfig(max_turns=3),
-                    actors=ActorsConfig(num_actors=2))
-    b = buffer_bounds(run)
-    assert (b.max_model_len, b.max_steps, b.max_actors) == (512, 3, 2)
-    explicit = msgspec.structs.replace(run, buffer=BufferConfig(max_model_len=100, max_steps=9,
-                                                                max_actors=7))
-    b = buffer_bounds(explicit)
-    assert (b.max_model_len, b.max_steps, b.max_actors) == (100, 9, 7)
+
+def test_the_launch_reads_the_vocabulary_from_the_policy_config(tmp_path) -> None:
+    """`record_bounds` (what SupervisedBuffer hands every BufferHost): config.json's
+    vocab_size, and the rest from the run; a hub id not on disk leaves ids unchecked (0)."""
+    import json
+
+    from agent_r1_async.run.processes.buffer_group import record_bounds
+
+    (tmp_path / "config.json").write_text(json.dumps({"vocab_size": 777}))
+    run = config_from_dict({"model": {"name_or_path": str(tmp_path), "max_model_len": 512},
+                            "env": {"max_turns": 3}, "actors": {"num_actors": 5}})
+    assert record_bounds(run) == RecordBounds.from_config(run, vocab_size=777)
+    hub = msgspec.structs.replace(run, model=msgspec.structs.replace(
+        run.model, name_or_path="some-org/not-downloaded"))
+    assert record_bounds(hub).vocab_size == 0
+
+
+def test_the_buffer_host_checks_records_against_the_bounds_it_is_given() -> None:
+    """BufferHost (no Ray needed to build one) hands its `bounds` to the buffer as they are."""
+    from agent_r1_async.run.processes.hosts import BufferHost
+
+    cfg = config_from_dict({"buffer": {"gc_freeze": False, "snapshot_interval_s": 0.0}})
+    host = BufferHost(cfg, BOUNDS, None, None, resume=False)
+    try:
+        assert host.service.buffer.bounds is BOUNDS
+    finally:
+        host.stop()
+
+
+def test_negative_bounds_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"RecordBounds\.max_steps must be >= 0"):
+        RecordBounds(max_steps=-1)

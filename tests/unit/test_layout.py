@@ -8,7 +8,11 @@ with computed names (the env registry's entry points) are not statements and are
 Rules
 - no import cycle among the package's modules;
 - `actors`, `buffers` and `learner` never import each other: they meet on `wire/`;
-- `wire/` imports none of the packages that meet on it (nor `run/`, `envs/`, `sft/`);
+- `wire/` imports none of the packages that meet on it (nor `run/`, `envs/`, `sft/`,
+  `weights/`);
+- `weights/` (the weight seam and its backends) is imported only by `actors/`, `learner/`,
+  `run/` and itself, and imports none of `actors/`, `buffers/`, `learner/`, `run/`, `envs/`,
+  `sft/`;
 - `ray` is imported only in `run/`; `zmq` only in `wire/`;
 - `run/` (the edge) is imported only by `run/` and `cli.py`;
 - `envs` is imported only by `actors/`, `sft/`, `run/`, `envs/` itself and `cli.py` (the
@@ -39,7 +43,10 @@ ONLY_IN = {"ray": ("run",), "zmq": ("wire",)}
 """Third-party top-level modules and the only subpackages that may import them."""
 ENVS_IMPORTERS = ("actors", "sft", "run", "envs", "cli")
 """Who may import `envs` (subpackages, or `cli` for the module cli.py)."""
-WIRE_MUST_NOT_IMPORT = ("actors", "buffers", "learner", "run", "envs", "sft")
+WIRE_MUST_NOT_IMPORT = ("actors", "buffers", "learner", "run", "envs", "sft", "weights")
+WEIGHTS_IMPORTERS = ("actors", "learner", "run", "weights")
+"""Who may import `weights/` (the seam and its backends): the two sides it joins and the edge."""
+WEIGHTS_MUST_NOT_IMPORT = ("actors", "buffers", "learner", "run", "envs", "sft")
 RUN_IMPORTERS = ("run", "cli")
 """run/ (Ray, processes, the launch) is the edge: the library below it never imports it."""
 
@@ -223,6 +230,16 @@ def layout_violations(sources: Mapping[str, str], package: str = PACKAGE) -> lis
                 f"{e.where()} imports {e.imported}: run/ is the edge; only "
                 f"{', '.join(RUN_IMPORTERS)} may import it"
             )
+        if internal and dst == "weights" and src not in WEIGHTS_IMPORTERS:
+            problems.append(
+                f"{e.where()} imports {e.imported}: only {', '.join(WEIGHTS_IMPORTERS)} may "
+                "import weights"
+            )
+        if internal and src == "weights" and dst in WEIGHTS_MUST_NOT_IMPORT:
+            problems.append(
+                f"{e.where()} imports {e.imported}: weights/ sits between the learner and "
+                f"the engines and imports none of {', '.join(WEIGHTS_MUST_NOT_IMPORT)}"
+            )
         if internal and dst == "envs" and src not in ENVS_IMPORTERS:
             problems.append(
                 f"{e.where()} imports {e.imported}: only {', '.join(ENVS_IMPORTERS)} may "
@@ -259,6 +276,8 @@ def test_the_package_graph_has_the_edges_the_rules_are_about() -> None:
     for meeting in MEETING:
         assert (meeting, "wire") in areas
     assert ("wire", "zmq") in areas and ("run", "ray") in areas and ("actors", "envs") in areas
+    assert ("actors", "weights") in areas and ("learner", "weights") in areas
+    assert ("weights", "wire") in areas
     lazy = {
         (module, node.lineno)
         for module, source in sources.items()
@@ -332,6 +351,9 @@ def test_checker_reports_forbidden_imports_with_the_rule_they_break() -> None:
         run__hosts="import ray\n",
         models="import ray.util\n",
         sft__train="from pkg.run.hosts import make_run_dir\n",
+        weights__seam="",
+        weights__zmq="from pkg.learner import loop\n",
+        buffers__store="from pkg.weights.seam import Applied\n",
     )
     assert layout_violations(sources, "pkg") == [
         "pkg.actors.actor (line 1) imports zmq: zmq belongs in wire/ only",
@@ -339,11 +361,15 @@ def test_checker_reports_forbidden_imports_with_the_rule_they_break() -> None:
         "import each other (they meet on wire/)",
         "pkg.buffers.service (line 2) imports pkg.envs.base: only actors, sft, run, envs, "
         "cli may import envs",
+        "pkg.buffers.store (line 1) imports pkg.weights.seam: only actors, learner, run, "
+        "weights may import weights",
         "pkg.models (line 1) imports ray: ray belongs in run/ only",
         "pkg.sft.train (line 1) imports pkg.run.hosts: run/ is the edge; only run, cli may "
         "import it",
+        "pkg.weights.zmq (line 1) imports pkg.learner.loop: weights/ sits between the "
+        "learner and the engines and imports none of actors, buffers, learner, run, envs, sft",
         "pkg.wire.weights (line 1) imports pkg.actors.actor: wire/ is neutral ground and "
-        "imports none of actors, buffers, learner, run, envs, sft",
+        "imports none of actors, buffers, learner, run, envs, sft, weights",
     ]
 
 
@@ -355,6 +381,9 @@ def test_checker_accepts_a_clean_package() -> None:
         learner__loop="from pkg.wire import messages\n",
         envs__base="",
         run__hosts="import ray\nfrom pkg.actors.actor import A\nfrom pkg.learner.loop import L\n",
+        weights__seam="",
+        weights__zmq="from pkg.wire import messages\nfrom pkg.weights.seam import A\n",
+        learner__publish="from pkg.weights.zmq import S\n",
     )
     assert layout_violations(sources, "pkg") == []
 
@@ -462,3 +491,44 @@ def test_the_architecture_document_names_every_wire_message() -> None:
     messages_section = text[text.index("## Messages"):text.index("## Who owns what")]
     missing = [name for name in structs if f"`{name}`" not in messages_section]
     assert not missing, f"docs/architecture.md, section Messages, does not describe {missing}"
+
+
+# --------------------------------------------------------------------------------------
+# docs/architecture.md's module listing against the tree
+# --------------------------------------------------------------------------------------
+
+
+def listed_modules(doc_text: str) -> set[str]:
+    """The module paths (relative to the package) of the "Package layout" section's listing:
+    the first fenced block after that heading, one `path.py` at the start of each line."""
+    section = doc_text.split("## Package layout", 1)[1]
+    block = section.split("```", 2)[1]
+    return set(re.findall(r"^\s+([\w/]+\.py)\b", block, re.MULTILINE))
+
+
+def modules_on_disk(root: Path, package: str = PACKAGE) -> set[str]:
+    """Every module file of the package but `__init__.py`, relative to the package."""
+    base = root / package
+    return {p.relative_to(base).as_posix() for p in base.rglob("*.py")
+            if p.name != "__init__.py" and "__pycache__" not in p.parts}
+
+
+def listing_problems(doc_text: str, on_disk: set[str]) -> list[str]:
+    listed = listed_modules(doc_text)
+    return ([f"{m}: in the package, missing from the listing" for m in sorted(on_disk - listed)]
+            + [f"{m}: listed, not in the package" for m in sorted(listed - on_disk)])
+
+
+def test_the_architecture_listing_is_the_package() -> None:
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    assert listing_problems(doc, modules_on_disk(ROOT)) == []
+
+
+def test_the_listing_check_names_a_missing_and_a_stale_module() -> None:
+    doc = ("# A\n\n## Package layout\n\n```\npkg/\n  cli.py       the command line\n"
+           "  wire/zmq.py  transport\n  wire/old.py  gone\n```\n\n```\n  later.py  not the listing\n```\n")
+    assert listed_modules(doc) == {"cli.py", "wire/zmq.py", "wire/old.py"}
+    assert listing_problems(doc, {"cli.py", "wire/zmq.py", "wire/messages.py"}) == [
+        "wire/messages.py: in the package, missing from the listing",
+        "wire/old.py: listed, not in the package",
+    ]

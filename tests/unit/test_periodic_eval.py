@@ -1,6 +1,6 @@
 """eval.every_updates: the evaluation actor (run/processes/periodic_eval.py) over real ZeroMQ weights.
 
-A scripted engine plays the arithmetic oracle (success 1.0); a WeightPublisher plays the
+A scripted engine plays the arithmetic oracle (success 1.0); a ZmqWeightSender plays the
 learner. Expected versions by hand with every_updates = 2: v0 at once; v1 is applied but not
 due; v2 is due; when v3 and v5 arrive together the newest (5) is applied and evaluated
 (>= due 4), then the next due is 6.
@@ -18,8 +18,8 @@ from agent_r1_async.config import ConfigError, config_from_dict
 from agent_r1_async.envs.registry import get_env_spec
 from agent_r1_async.models import load_tokenizer, tiny_model_dir
 from agent_r1_async.run.processes.periodic_eval import Evaluator, next_due
+from agent_r1_async.weights.zmq import ZmqWeightSender
 from agent_r1_async.wire.transport import tcp_endpoint
-from agent_r1_async.wire.weights import WeightPublisher
 from agent_r1_async.wire.zmq import ZmqTransport
 from tests.fakes.engine import FakeEngine
 
@@ -50,7 +50,7 @@ def test_evaluates_due_versions_of_the_published_weights():
     oracles = {t.prompt: spec.oracle(t) for t in spec.tasks("dev")[:3]}
     engine = FakeEngine.by_turn(load_tokenizer(tiny_model_dir()), oracles)
     transport = ZmqTransport()
-    pub = WeightPublisher(transport, tcp_endpoint())
+    pub = ZmqWeightSender(transport, tcp_endpoint())
     ev = Evaluator(cfg, transport, pub.endpoint, engine=engine)
     stop = threading.Event()
     thread = threading.Thread(target=ev.run, args=(stop,))
@@ -107,7 +107,7 @@ def test_follows_a_restarted_learner_to_its_new_weights_socket():
     oracles = {t.prompt: spec.oracle(t) for t in spec.tasks("dev")[:3]}
     engine = FakeEngine.by_turn(load_tokenizer(tiny_model_dir()), oracles)
     transport = ZmqTransport()
-    old, new = WeightPublisher(transport, tcp_endpoint()), WeightPublisher(transport, tcp_endpoint())
+    old, new = ZmqWeightSender(transport, tcp_endpoint()), ZmqWeightSender(transport, tcp_endpoint())
     ev = Evaluator(cfg, transport, old.endpoint, engine=engine)
     stop = threading.Event()
     thread = threading.Thread(target=ev.run, args=(stop,))

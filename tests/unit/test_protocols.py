@@ -39,10 +39,10 @@ from agent_r1_async.envs.base import Env, Tool
 from agent_r1_async.envs.toolenv import ToolDomain, ToolEnv
 from agent_r1_async.learner.protocols import SampleSource, Trainer
 from agent_r1_async.learner.trainer import PolicyTrainer
+from agent_r1_async.weights.seam import WeightReceiver, WeightSender
+from agent_r1_async.weights.zmq import ZmqWeightReceiver, ZmqWeightSender
 from agent_r1_async.wire import inproc, transport, zmq
 from agent_r1_async.wire.buffer_client import BufferClient
-from agent_r1_async.wire.weight_channel import WeightChannel, WeightSender
-from agent_r1_async.wire.weights import WeightPublisher, ZmqWeightChannel
 from tests.fakes import envs
 from tests.fakes.engine import FakeEngine
 from tests.fakes.learner import FakeSource, RecordingSource
@@ -67,8 +67,8 @@ SEAMS: list[tuple[type, list[type]]] = [
     (transport.Subscriber, [zmq.ZmqSubscriber, inproc.InProcSubscriber]),
     (transport.Poller, [zmq.ZmqPoller, inproc.InProcPoller]),
     (Engine, [VllmEngine, HFEngine, FakeEngine]),
-    (WeightSender, [WeightPublisher]),
-    (WeightChannel, [ZmqWeightChannel]),
+    (WeightSender, [ZmqWeightSender]),
+    (WeightReceiver, [ZmqWeightReceiver]),
     (SampleSource, [BufferClient, FakeSource, RecordingSource]),
     (Trainer, [PolicyTrainer, _bench_sleep_trainer()]),
     (Env, [ToolEnv, envs.ScriptedEnv, envs.HangingEnv, envs.SlowStepsEnv]),
@@ -240,11 +240,11 @@ def test_implementation_conforms_to_its_protocol(proto: type, cls: type) -> None
 def test_the_native_weight_backends_conform_to_the_channel_seam() -> None:
     """The vLLM-native backends (they import vLLM, so they are checked only where it is)."""
     pytest.importorskip("vllm")
-    from agent_r1_async.wire.vllm_receiver import NativeWeightChannel
-    from agent_r1_async.wire.vllm_sender import NativeWeightSender
+    from agent_r1_async.weights.native_receiver import NativeWeightReceiver
+    from agent_r1_async.weights.native_sender import NativeWeightSender
 
     assert conformance_problems(NativeWeightSender, WeightSender) == []
-    assert conformance_problems(NativeWeightChannel, WeightChannel) == []
+    assert conformance_problems(NativeWeightReceiver, WeightReceiver) == []
 
 
 def test_the_check_catches_drift() -> None:

@@ -174,6 +174,58 @@ def test_a_buffer_that_keeps_dying_ends_the_launch_after_max_restarts(tmp_path):
         config_from_dict({"buffer": {"max_restarts": -1}})
 
 
+def test_every_buffer_host_gets_the_record_bounds_derived_once(monkeypatch, tmp_path):
+    """The launch derives the buffer's `RecordBounds` once (model.max_model_len, env.max_turns,
+    algorithm.group_size, actors.num_actors, the policy's config.json vocab_size) and hands the
+    same object to the first BufferHost and to each restarted one, as the host's `bounds`."""
+    import inspect
+    import json
+
+    import ray
+
+    from agent_r1_async.buffers.validate import RecordBounds
+    from agent_r1_async.config import config_from_dict
+    from agent_r1_async.run.processes.buffer_group import SupervisedBuffer
+    from agent_r1_async.run.processes.hosts import BufferHost
+
+    class _Call:
+        def __init__(self, value):
+            self.value = value
+
+        def remote(self, *args):
+            return self.value
+
+    started: list[tuple[tuple, dict]] = []
+
+    class _HostClass:
+        def options(self, **options):
+            return self
+
+        def remote(self, *args, **kwargs):
+            started.append((args, kwargs))
+            bound = {"data": "tcp://127.0.0.1:1", "control": "tcp://127.0.0.1:2"}
+            node = "ab" * 28  # a node id as Ray spells it (28 bytes in hex)
+            return types.SimpleNamespace(endpoints=_Call(bound), placement=_Call((bound, node)),
+                                         serve=_Call("watch"))
+
+    monkeypatch.setattr(ray, "remote", lambda **kw: lambda cls: _HostClass())
+    monkeypatch.setattr(ray, "get", lambda ref, timeout=None: ref)
+    (tmp_path / "policy").mkdir()
+    (tmp_path / "policy" / "config.json").write_text(json.dumps({"vocab_size": 777}))
+    cfg = config_from_dict({"model": {"name_or_path": str(tmp_path / "policy"),
+                                      "max_model_len": 512},
+                            "env": {"max_turns": 3}, "algorithm": {"group_size": 6},
+                            "actors": {"num_actors": 5}})
+    buffers = SupervisedBuffer(cfg, tmp_path, None, resume=False)
+    buffers._start(relaunch=False)  # what a restart does
+    assert len(started) == 2
+    for args, kwargs in started:
+        bound = inspect.signature(BufferHost).bind(*args, **kwargs).arguments
+        assert bound["bounds"] is buffers.bounds
+    assert buffers.bounds == RecordBounds(vocab_size=777, max_model_len=512, max_steps=3,
+                                          max_group_size=6, max_actors=5)
+
+
 def test_an_actor_restarted_by_ray_gets_the_current_endpoints_before_its_loop_reruns(
         capsys, tmp_path):
     """Ray re-runs a restarted actor's constructor with launch-time endpoints; after a learner

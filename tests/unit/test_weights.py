@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from agent_r1_async.actors.engines.vllm import write_safetensors
+from agent_r1_async.weights.zmq import WeightSubscriber, ZmqWeightSender, decode_weights
 from agent_r1_async.wire import messages
-from agent_r1_async.wire.weights import WeightPublisher, WeightReceiver, decode_weights
 from agent_r1_async.wire.zmq import ZmqTransport
 
 
@@ -22,8 +22,8 @@ def transport():
 
 @pytest.fixture
 def pubsub(transport):
-    pub = WeightPublisher(transport)
-    sub = WeightReceiver(transport, pub.endpoint)
+    pub = ZmqWeightSender(transport)
+    sub = WeightSubscriber(transport, pub.endpoint)
     try:
         yield pub, sub
     finally:

@@ -58,7 +58,7 @@ def make_engine(
     if backend == "vllm":
         require_backend(backend)
         from agent_r1_async.actors.engines.vllm import VllmEngine
-        from agent_r1_async.wire.vllm_plugin import ENGINE_FOR_BACKEND
+        from agent_r1_async.weights.vllm_plugin import ENGINE_FOR_BACKEND
 
         return VllmEngine(cfg.engine, model_path, sampling, cfg.model.max_model_len,
                           weight_transfer=ENGINE_FOR_BACKEND.get(cfg.weights.backend))

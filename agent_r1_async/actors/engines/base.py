@@ -21,8 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from agent_r1_async.weights.seam import WeightTarget
+
 if TYPE_CHECKING:
-    import torch
 
     from agent_r1_async.config import EngineConfig
 
@@ -70,16 +71,13 @@ def compact_versions(versions: list[int], fallback: int) -> tuple[int, list[int]
 
 
 @runtime_checkable
-class Engine(Protocol):
-    """What the actor needs from an inference engine."""
-
-    version: int
+class Engine(WeightTarget, Protocol):
+    """What the actor needs from an inference engine: generation, and the weight seam's
+    target (`version`, `load_weights`)."""
 
     async def generate(
         self, context_ids: list[int], max_new_tokens: int | None = None
     ) -> GenResult: ...
-
-    async def load_weights(self, version: int, state_dict: dict[str, torch.Tensor]) -> None: ...
 
     async def close(self) -> None: ...
 

@@ -15,6 +15,9 @@ starts a new `BufferHost`:
 - at most `buffer.max_restarts` times per run, each one console line.
 
 The host writes its pid to `RUN_DIR/buffer.pid` (the kill drill and an operator find it there).
+
+What records are checked against (`RecordBounds`, buffers/validate.py) is derived here once, from
+the run's config and the policy's config.json `vocab_size`, and handed to every `BufferHost`.
 """
 
 from __future__ import annotations
@@ -24,10 +27,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agent_r1_async.buffers.validate import RecordBounds
 from agent_r1_async.config import RunConfig
 from agent_r1_async.run.output.events import death_cause, process_death
 from agent_r1_async.run.output.logs import log_file
 from agent_r1_async.wire.zmq import CurveKeys
+
+
+def record_bounds(cfg: RunConfig) -> RecordBounds:
+    """The run's record bounds: `RecordBounds.from_config` with the policy's config.json
+    `vocab_size` (0 for a hub id not on disk: token ids then go unchecked)."""
+    from agent_r1_async.models import model_vocab_size
+
+    return RecordBounds.from_config(cfg, model_vocab_size(cfg.model.name_or_path))
 
 
 class SupervisedBuffer:
@@ -36,6 +48,7 @@ class SupervisedBuffer:
         import ray
 
         self.ray, self.cfg, self.run_dir, self.curve = ray, cfg, run_dir, curve
+        self.bounds = record_bounds(cfg)  # once: every restarted host checks the same bounds
         self.restarts = 0
         self._bound: dict[str, str] | None = None
         self._node: str | None = None
@@ -51,7 +64,7 @@ class SupervisedBuffer:
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(self._node, soft=False)
         cls = self.ray.remote(num_cpus=0.5, max_concurrency=4)(BufferHost)
         self.handle = cls.options(**options).remote(
-            self.cfg, str(self.run_dir / "buffer"), self.curve, relaunch,
+            self.cfg, self.bounds, str(self.run_dir / "buffer"), self.curve, relaunch,
             bind=self._bound, pid_file=str(self.run_dir / "buffer.pid"),
             log_dir=str(self.run_dir / "logs"))
         self.endpoints: dict[str, str] = self.ray.get(self.handle.endpoints.remote())

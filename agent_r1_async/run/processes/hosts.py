@@ -16,13 +16,16 @@ import math
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from agent_r1_async.config import BufferConfig, RunConfig
+from agent_r1_async.config import RunConfig
 from agent_r1_async.wire.transport import tcp_endpoint
 from agent_r1_async.wire.zmq import CurveKeys, ZmqTransport
+
+if TYPE_CHECKING:
+    from agent_r1_async.buffers.validate import RecordBounds
 
 
 def struct_to_dict(obj: Any) -> Any:
@@ -71,17 +74,6 @@ def _exit_broken_buffer(exc: BaseException) -> None:
     os._exit(70)
 
 
-def buffer_bounds(cfg: RunConfig) -> BufferConfig:
-    """`cfg.buffer` with the ingest bounds left at 0 taken from the run: lengths from
-    `model.max_model_len`, step indices from `env.max_turns`, actor ids from
-    `actors.num_actors` (see buffers/validate.py)."""
-    b = cfg.buffer
-    return msgspec.structs.replace(
-        b, max_model_len=b.max_model_len or cfg.model.max_model_len,
-        max_steps=b.max_steps or cfg.env.max_turns,
-        max_actors=b.max_actors or cfg.actors.num_actors)
-
-
 def own_log(cfg: RunConfig, log_dir: str | None, role: str, index: int | None = None) -> None:
     """This Ray worker's output goes to RUN_DIR/logs/<role>[-<index>].log (run/output/logs.py), not
     to the launch's console; with `logging.verbose` Ray forwards it to the console instead."""
@@ -92,23 +84,19 @@ def own_log(cfg: RunConfig, log_dir: str | None, role: str, index: int | None = 
 
 
 class BufferHost:
-    """`bind`: the endpoints to bind (a restarted buffer takes its predecessor's, see
-    run/processes/buffer_group.py); default: free ports on `launch.bind_host`. `pid_file`: where
-    this process writes its pid."""
+    """`bounds`: the run's record bounds, built once by the launch (`SupervisedBuffer`,
+    run/processes/buffer_group.py) and the same for every restart. `bind`: the endpoints to
+    bind (a restarted buffer takes its predecessor's); default: free ports on
+    `launch.bind_host`. `pid_file`: where this process writes its pid."""
 
     def __init__(
-        self, cfg: RunConfig, snapshot_dir: str | None, curve: CurveKeys | None, resume: bool,
-        bind: dict[str, str] | None = None, pid_file: str | None = None,
-        log_dir: str | None = None,
+        self, cfg: RunConfig, bounds: RecordBounds, snapshot_dir: str | None,
+        curve: CurveKeys | None, resume: bool, bind: dict[str, str] | None = None,
+        pid_file: str | None = None, log_dir: str | None = None,
     ) -> None:
         own_log(cfg, log_dir, "buffer")
         from agent_r1_async.buffers.service import BufferService
-        from agent_r1_async.models import model_vocab_size
 
-        if cfg.buffer.vocab_size == 0:  # range-check token ids against the policy's vocabulary
-            cfg = msgspec.structs.replace(cfg, buffer=msgspec.structs.replace(
-                cfg.buffer, vocab_size=model_vocab_size(cfg.model.name_or_path)))
-        cfg = msgspec.structs.replace(cfg, buffer=buffer_bounds(cfg))
         self.cfg = cfg
         self.transport = ZmqTransport(curve=curve)
         host = cfg.launch.bind_host
@@ -121,6 +109,7 @@ class BufferHost:
             snapshot_dir=snapshot_dir,
             fresh_actors=resume,  # a relaunch starts new actors: the old ones' credits are void
             on_fatal=_exit_broken_buffer,
+            bounds=bounds,
         )
         self.service.start()
         if pid_file:
@@ -218,8 +207,8 @@ class LearnerHost:
         self._on_worker(self._connect, control_endpoint)
 
     def _connect(self, control_endpoint: str) -> None:
+        from agent_r1_async.weights.backends import make_weight_sender
         from agent_r1_async.wire.buffer_client import BufferClient
-        from agent_r1_async.wire.weight_backends import make_weight_sender
 
         if self.rank != 0 or self.publisher is not None:
             return

@@ -96,7 +96,7 @@ class Evaluator:
         from agent_r1_async.actors.rollout import Rollout
         from agent_r1_async.envs.registry import get_env_spec
         from agent_r1_async.models import load_tokenizer, resolve_model
-        from agent_r1_async.wire.weights import WeightReceiver
+        from agent_r1_async.weights.zmq import WeightSubscriber
 
         cfg = self.cfg
         path = resolve_model(cfg.model.start_from)
@@ -109,10 +109,10 @@ class Evaluator:
                                       temperature=cfg.eval.temperature)
         rollout = Rollout.from_config(cfg, self.engine, load_tokenizer(path), spec.name,
                                       "evaluator")
-        self._rx = WeightReceiver(self.transport, self.weights_endpoint)
+        self._rx = WeightSubscriber(self.transport, self.weights_endpoint)
         try:
             while not stop.is_set():
-                self._follow_endpoint(WeightReceiver)
+                self._follow_endpoint(WeightSubscriber)
                 await self._apply_newest()
                 if self.engine.version >= self.due:
                     await self._evaluate(rollout, spec.make, tasks)

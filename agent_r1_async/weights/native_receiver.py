@@ -22,42 +22,33 @@ import asyncio
 import json
 import logging
 import time
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import torch.distributed as dist
 
-from agent_r1_async.wire.rendezvous import (
+from agent_r1_async.weights.rendezvous import (
     connect_store,
     parse_endpoint,
     reachable_init_info,
     wait_get,
 )
-from agent_r1_async.wire.weight_channel import Applied
+from agent_r1_async.weights.seam import Applied, NativeWeightTarget, WeightTarget
 
 log = logging.getLogger(__name__)
 _REJOIN_S = 1.0
 _MARGIN_S = 10.0
 
 
-@runtime_checkable
-class TransfersWeights(Protocol):
-    """What the native backends need of an engine (the vLLM engine implements it)."""
-
-    async def join_weight_transfer(self, init_info: dict[str, Any]) -> None: ...
-    async def receive_weights(self, version: int, update_info: dict[str, Any]) -> None: ...
-    async def leave_weight_transfer(self) -> None: ...
-
-
-def _native(engine: object) -> TransfersWeights:
+def _native(engine: WeightTarget) -> NativeWeightTarget:
     """`engine`, or a TypeError (counted as a failure by the caller) when it cannot join."""
-    if not isinstance(engine, TransfersWeights):
+    if not isinstance(engine, NativeWeightTarget):
         raise TypeError(f"{type(engine).__name__} has no native weight transfer "
                         "(join_weight_transfer, receive_weights, leave_weight_transfer)")
     return engine
 
 
-class NativeWeightChannel:
-    """`WeightChannel` for an engine with `join_weight_transfer`, `receive_weights` and
+class NativeWeightReceiver:
+    """`WeightReceiver` for an engine with `join_weight_transfer`, `receive_weights` and
     `leave_weight_transfer` (the vLLM engine)."""
 
     def __init__(
@@ -77,7 +68,7 @@ class NativeWeightChannel:
         self._k = 0
         self._next_join = 0.0
 
-    async def update(self, engine: object) -> Applied | None:
+    async def update(self, engine: WeightTarget) -> Applied | None:
         if self._pair is None:
             if time.monotonic() < self._next_join:
                 return None
@@ -109,7 +100,7 @@ class NativeWeightChannel:
             raise RuntimeError("not connected to the learner's weights store")
         return self._store
 
-    async def _join(self, engine: object) -> None:
+    async def _join(self, engine: WeightTarget) -> None:
         target = _native(engine)
         if self._store is None:
             self._store = await asyncio.to_thread(
@@ -134,7 +125,7 @@ class NativeWeightChannel:
         self.joins += 1
         log.info("%s: joined the weight group (pair %d)", self.actor_id, n)
 
-    async def _apply(self, engine: object, offer: dict[str, Any]) -> Applied | None:
+    async def _apply(self, engine: WeightTarget, offer: dict[str, Any]) -> Applied | None:
         version, checksum = offer["version"], offer["checksum"]
         ack_key = f"{self._pair}/ack/{self._k}"
         try:
@@ -160,7 +151,7 @@ class NativeWeightChannel:
         except Exception as e:  # the learner times out on its side and drops the pair
             log.error("%s: could not acknowledge %s: %s", self.actor_id, key, e)
 
-    async def _fail(self, engine: object, why: str) -> None:
+    async def _fail(self, engine: WeightTarget, why: str) -> None:
         """Count, log, leave the group (if in one) and re-join after `_REJOIN_S`."""
         self.failed += 1
         log.error("%s: %s; re-joining in %.0f s", self.actor_id, why, _REJOIN_S)

@@ -1,19 +1,23 @@
-"""The weight channel: one seam between the learner's `publish` and the actor's engine.
+"""The weight seam: one Protocol per side between the learner's `publish` and the actor's engine.
 
-    learner:  sender = make_weight_sender(cfg, transport)     # weight_backends.py
+    learner:  sender = make_weight_sender(cfg, transport)       # backends.py
               sender.publish(version, state_dict)      # returns at once; delivery is async
-    actor:    channel = make_weight_receiver(cfg, transport, sender_endpoint, actor_id)
-              applied = await channel.update(engine)   # every loop turn; None = nothing new
+    actor:    receiver = make_weight_receiver(cfg, transport, sender_endpoint, actor_id)
+              applied = await receiver.update(engine)  # every loop turn; None = nothing new
 
-This module is the seam alone (the Protocols, `Applied`, the checksum); `weight_backends.py`
-picks a backend from the config, so the backends import the seam and nothing imports back.
+`WeightSender` is the learner's side, `WeightReceiver` the actor's, `WeightTarget` what a
+receiver needs of an engine (every engine implements it; `NativeWeightTarget` adds vLLM's
+weight-transfer calls). This module is the seam alone (the Protocols, `Applied`, the
+checksum); backends.py picks a backend from `weights.backend`, so the backends import the
+seam and nothing imports back.
 
 Backends (`weights.backend`), each in its own module:
-- `zmq` (weights.py): the full state dict as one (Curve-authenticated) PUB/SUB message; the
+- `zmq` (zmq.py): the full state dict as one (Curve-authenticated) PUB/SUB message; the
   actor hands it to `engine.load_weights` (vLLM writes a safetensors file and reloads it). Any
   engine, any network, never blocks the learner; the default.
-- `vllm_gloo` / `vllm_nccl` (vllm_sender.py, vllm_receiver.py): vLLM's own weight-transfer API
-  (`init_weight_transfer_engine`, `start_weight_update`, `update_weights`,
+- `vllm_gloo` / `vllm_nccl` (native_sender.py, native_receiver.py, rendezvous.py; the
+  engines: gloo.py, nccl.py, registered in vLLM by vllm_plugin.py): vLLM's own
+  weight-transfer API (`init_weight_transfer_engine`, `start_weight_update`, `update_weights`,
   `finish_weight_update(weight_version=...)`) over one two-rank group per actor; the learner
   side is a vLLM *trainer* engine (ours on gloo, vLLM's own on NCCL). vLLM engines only.
 
@@ -28,7 +32,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import torch
@@ -53,6 +57,26 @@ class Applied:
 
 
 @runtime_checkable
+class WeightTarget(Protocol):
+    """What every backend needs of an engine (every engine implements it): the version it
+    serves and a whole-state-dict load (the zmq backend's only path)."""
+
+    version: int
+
+    async def load_weights(self, version: int, state_dict: dict[str, torch.Tensor]) -> None: ...
+
+
+@runtime_checkable
+class NativeWeightTarget(WeightTarget, Protocol):
+    """What the native backends (vllm_gloo, vllm_nccl) also need: vLLM's weight-transfer API
+    behind three calls (the vLLM engine implements it)."""
+
+    async def join_weight_transfer(self, init_info: dict[str, Any]) -> None: ...
+    async def receive_weights(self, version: int, update_info: dict[str, Any]) -> None: ...
+    async def leave_weight_transfer(self) -> None: ...
+
+
+@runtime_checkable
 class WeightSender(Protocol):
     """Learner side. `publish` takes a snapshot and returns; actors get it asynchronously."""
 
@@ -69,7 +93,7 @@ class WeightSender(Protocol):
 
 
 @runtime_checkable
-class WeightChannel(Protocol):
+class WeightReceiver(Protocol):
     """Actor side: applies the newest version (if any) to the engine; never raises for a bad
     or failed update (it is counted and logged; the engine keeps serving what it had)."""
 
@@ -80,7 +104,7 @@ class WeightChannel(Protocol):
         """Versions refused (malformed, or failing the checksum); read-only for callers."""
         ...
 
-    async def update(self, engine: object) -> Applied | None: ...
+    async def update(self, engine: WeightTarget) -> Applied | None: ...
 
     def close(self) -> None: ...
 

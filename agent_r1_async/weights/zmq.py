@@ -22,14 +22,13 @@ import logging
 import math
 import time
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
+from agent_r1_async.weights.seam import Applied, WeightTarget
 from agent_r1_async.wire import messages
 from agent_r1_async.wire.transport import Transport
-from agent_r1_async.wire.weight_channel import Applied
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +52,7 @@ def snapshot(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     }
 
 
-class WeightPublisher:
+class ZmqWeightSender:
     """Binds a PUB socket; `publish` sends one version as header + tensor frames."""
 
     def __init__(self, transport: Transport, endpoint: str = "tcp://127.0.0.1:0") -> None:
@@ -122,7 +121,7 @@ def decode_weights(
     return header, out
 
 
-class WeightReceiver:
+class WeightSubscriber:
     """Connects a SUB socket; `poll` returns the newest complete version, or None."""
 
     def __init__(self, transport: Transport, endpoint: str) -> None:
@@ -160,21 +159,12 @@ class WeightReceiver:
         self._sub.close()
 
 
-@runtime_checkable
-class LoadsWeights(Protocol):
-    """What the zmq backend needs of an engine: its version and a whole-state-dict load."""
-
-    version: int
-
-    async def load_weights(self, version: int, state_dict: dict[str, torch.Tensor]) -> None: ...
-
-
-class ZmqWeightChannel:
-    """`WeightChannel` over a `WeightReceiver`: the newest version goes to `engine.load_weights`
+class ZmqWeightReceiver:
+    """`WeightReceiver` over a `WeightSubscriber`: the newest version goes to `engine.load_weights`
     (weights.backend: zmq). A failed load is counted and logged; the engine keeps its weights."""
 
     def __init__(self, transport: Transport, endpoint: str, actor_id: str = "") -> None:
-        self._rx = WeightReceiver(transport, endpoint)
+        self._rx = WeightSubscriber(transport, endpoint)
         self.actor_id = actor_id
         self.failed = 0
 
@@ -182,12 +172,12 @@ class ZmqWeightChannel:
     def rejected(self) -> int:
         return self._rx.rejected
 
-    async def update(self, engine: object) -> Applied | None:
+    async def update(self, engine: WeightTarget) -> Applied | None:
         got = self._rx.poll(0)
         if got is None:
             return None
         header, state_dict = got
-        if not isinstance(engine, LoadsWeights):
+        if not isinstance(engine, WeightTarget):
             raise TypeError(f"{type(engine).__name__} cannot load weights (no version, "
                             "no load_weights): not an engine")
         if header.version <= engine.version:

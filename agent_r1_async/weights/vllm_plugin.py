@@ -39,13 +39,13 @@ def register() -> None:
     # register() runs once per process in vLLM, but tests and the learner may call it again.
     if GLOO not in WeightTransferEngineFactory._registry:
         WeightTransferEngineFactory.register_engine(
-            GLOO, "agent_r1_async.wire.gloo_engine", "GlooWeightTransferEngine"
+            GLOO, "agent_r1_async.weights.gloo", "GlooWeightTransferEngine"
         )
     if GLOO not in WeightTransferTrainerFactory._registry:
         WeightTransferTrainerFactory.register_engine(
-            GLOO, "agent_r1_async.wire.gloo_engine", "GlooTrainerWeightTransferEngine"
+            GLOO, "agent_r1_async.weights.gloo", "GlooTrainerWeightTransferEngine"
         )
     if NCCL not in WeightTransferEngineFactory._registry:
         WeightTransferEngineFactory.register_engine(
-            NCCL, "agent_r1_async.wire.nccl_engine", "ChecksummedNCCLWeightTransferEngine"
+            NCCL, "agent_r1_async.weights.nccl", "ChecksummedNCCLWeightTransferEngine"
         )

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from agent_r1_async.wire.weight_channel import ChecksumMismatch
+from agent_r1_async.weights.seam import ChecksumMismatch
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 WILDCARD = ("0.0.0.0", "*", "::")

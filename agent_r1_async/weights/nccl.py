@@ -22,8 +22,8 @@ from vllm.distributed.weight_transfer.nccl_engine import (
     NCCLWeightTransferUpdateInfo,
 )
 
-from agent_r1_async.wire.vllm_plugin import WorkerModel
-from agent_r1_async.wire.weight_channel import ChecksumMismatch, SampledChecksum
+from agent_r1_async.weights.seam import ChecksumMismatch, SampledChecksum
+from agent_r1_async.weights.vllm_plugin import WorkerModel
 
 
 @dataclass

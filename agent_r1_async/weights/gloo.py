@@ -44,9 +44,9 @@ from vllm.model_executor.model_loader.reload import (
     initialize_layerwise_reload,
 )
 
-from agent_r1_async.wire.rendezvous import gloo_group
-from agent_r1_async.wire.vllm_plugin import GLOO, WorkerModel
-from agent_r1_async.wire.weight_channel import ChecksumMismatch, sampled_checksum
+from agent_r1_async.weights.rendezvous import gloo_group
+from agent_r1_async.weights.seam import ChecksumMismatch, sampled_checksum
+from agent_r1_async.weights.vllm_plugin import GLOO, WorkerModel
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig

@@ -33,8 +33,8 @@ from vllm.distributed.weight_transfer.base import (
     WeightSource,
 )
 
-from agent_r1_async.wire.rendezvous import StorePairClient, serve_store
-from agent_r1_async.wire.weight_channel import ChecksumMismatch, sampled_checksum
+from agent_r1_async.weights.rendezvous import StorePairClient, serve_store
+from agent_r1_async.weights.seam import ChecksumMismatch, sampled_checksum
 
 log = logging.getLogger(__name__)
 _ACCEPT_POLL_S = 0.05
@@ -76,7 +76,7 @@ class NativeWeightSender:
     def __init__(self, backend: str, bind_host: str, port: int = 0, timeout_s: float = 30.0) -> None:
         if backend not in ("vllm_gloo", "vllm_nccl"):
             raise ValueError(f"weights.backend {backend!r} is not a native backend")
-        from agent_r1_async.wire.vllm_plugin import register
+        from agent_r1_async.weights.vllm_plugin import register
 
         register()  # our trainer engine in vLLM's trainer factory (this process)
         self.backend = backend
@@ -169,13 +169,13 @@ class NativeWeightSender:
 
     def _init_info(self, prefix: str) -> TrainerInitInfo:
         if self.backend == "vllm_gloo":
-            from agent_r1_async.wire.gloo_engine import GlooTrainerInitInfo
+            from agent_r1_async.weights.gloo import GlooTrainerInitInfo
 
             return GlooTrainerInitInfo(rank=0, host=self.bind_host, port=self.port,
                                        prefix=f"{prefix}/pg", timeout_s=self.timeout_s)
         from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
 
-        from agent_r1_async.wire.rendezvous import free_port
+        from agent_r1_async.weights.rendezvous import free_port
 
         return NCCLTrainerInitInfo(rank=0, master_address=self.bind_host,
                                    master_port=free_port(self.bind_host), world_size=2)
@@ -183,7 +183,7 @@ class NativeWeightSender:
     def _serve_pair(self, n: int) -> None:
         from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
 
-        from agent_r1_async.wire.rendezvous import wait_get
+        from agent_r1_async.weights.rendezvous import wait_get
 
         prefix = f"{self.token}/pair/{n}"
         try:
