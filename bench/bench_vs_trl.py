@@ -172,7 +172,7 @@ def run_ours(arm: str, seed: int, minutes: float, root: str, start: str,
 # an assistant turn with calls renders them as `<tool_call>{json}</tool_call>`. The template
 # ignores `tools=`: like our context builder for a template without tool support, the prompt
 # carries the env's tool schemas as a text block in the system message (`trl_prompt`).
-# tests/unit/test_bench_vs_trl.py checks a whole episode renders to our context's exact ids.
+# tests/unit/bench/test_bench_vs_trl.py checks a whole episode renders to our context's exact ids.
 CHATML_TOOLS = (
     "{%- for message in messages -%}"
     "{%- if loop.first and message['role'] != 'system' -%}"

@@ -2,7 +2,7 @@
 
     python scripts/make_multihop_data.py [--seed 1234] [--out DIR]
 
-The generator is deterministic; tests/unit/test_multihop.py checks the shipped files equal
+The generator is deterministic; tests/unit/envs/multihop/test_multihop.py checks the shipped files equal
 a fresh generation.
 """
 

@@ -22,7 +22,7 @@ from typing import Literal, TypeVar, get_args
 from agent_r1_async.wire import messages as m
 from agent_r1_async.wire.transport import Transport
 
-Role = Literal["actor", "learner", "monitor"]
+Role = Literal["actor", "learner"]
 
 
 _R = TypeVar("_R")
@@ -40,7 +40,7 @@ class BufferClient:
         backoff_s: float = 0.5,
     ) -> None:
         if role not in get_args(Role):
-            raise ValueError(f"role must be 'actor', 'learner' or 'monitor', got {role!r}")
+            raise ValueError(f"role must be 'actor' or 'learner', got {role!r}")
         self.role, self.peer_id, self.timeout_s = role, peer_id, timeout_s
         self.retries, self.backoff_s = retries, backoff_s
         self.timeouts = 0

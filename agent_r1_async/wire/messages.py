@@ -251,7 +251,7 @@ class Hello(_Wire, tag="hello"):
     """First message on a control connection; the server checks `schema_version`."""
 
     schema_version: int
-    role: Literal["actor", "learner", "monitor"]
+    role: Literal["actor", "learner"]
     peer_id: str
 
 

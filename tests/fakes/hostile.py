@@ -1,4 +1,4 @@
-"""Hypothesis strategies for hostile frames (tests/unit/test_hostile_frames.py).
+"""Hypothesis strategies for hostile frames (tests/unit/wire/test_hostile_frames.py).
 
 The strategies build frames the way an attacker or a broken peer would: random bytes, valid
 frames cut short or with flipped bytes, valid msgpack of the wrong shape, messages of the wrong

@@ -2,7 +2,7 @@
 refused, and an honest peer is served during the flood.
 
 The property-based versions (10,000 cases per socket type, through the same decode + dispatch
-code in-process) are in tests/unit/test_hostile_frames.py; these show the same on the wire:
+code in-process) are in tests/unit/wire/test_hostile_frames.py; these show the same on the wire:
 every garbage frame on the data PULL and the control ROUTER is counted exactly, a frame over
 `buffer.max_frame_bytes` gets its sender disconnected by libzmq before it is buffered, and a
 weight subscriber fed garbage by its publisher counts it and still takes the next good version.

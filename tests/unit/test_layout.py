@@ -9,7 +9,7 @@ Rules
 - no import cycle among the package's modules;
 - `actors`, `buffers` and `learner` never import each other: they meet on `wire/`;
 - `wire/` imports none of the packages that meet on it (nor `run/`, `envs/`, `sft/`,
-  `weights/`);
+  `weights/`), nor torch or vLLM;
 - `weights/` (the weight seam and its backends) is imported only by `actors/`, `learner/`,
   `run/` and itself, and imports none of `actors/`, `buffers/`, `learner/`, `run/`, `envs/`,
   `sft/`;
@@ -44,6 +44,8 @@ ONLY_IN = {"ray": ("run",), "zmq": ("wire",)}
 ENVS_IMPORTERS = ("actors", "sft", "run", "envs", "cli")
 """Who may import `envs` (subpackages, or `cli` for the module cli.py)."""
 WIRE_MUST_NOT_IMPORT = ("actors", "buffers", "learner", "run", "envs", "sft", "weights")
+WIRE_LIGHT = ("torch", "vllm")
+"""Heavy libraries the schema package never imports (every process, the buffer included, loads it)."""
 WEIGHTS_IMPORTERS = ("actors", "learner", "run", "weights")
 """Who may import `weights/` (the seam and its backends): the two sides it joins and the edge."""
 WEIGHTS_MUST_NOT_IMPORT = ("actors", "buffers", "learner", "run", "envs", "sft")
@@ -230,6 +232,11 @@ def layout_violations(sources: Mapping[str, str], package: str = PACKAGE) -> lis
                 f"{e.where()} imports {e.imported}: run/ is the edge; only "
                 f"{', '.join(RUN_IMPORTERS)} may import it"
             )
+        if not internal and src == "wire" and e.imported in WIRE_LIGHT:
+            problems.append(
+                f"{e.where()} imports {e.imported}: wire/ stays light (messages and transports; "
+                "tensors belong in weights/)"
+            )
         if internal and dst == "weights" and src not in WEIGHTS_IMPORTERS:
             problems.append(
                 f"{e.where()} imports {e.imported}: only {', '.join(WEIGHTS_IMPORTERS)} may "
@@ -354,6 +361,7 @@ def test_checker_reports_forbidden_imports_with_the_rule_they_break() -> None:
         weights__seam="",
         weights__zmq="from pkg.learner import loop\n",
         buffers__store="from pkg.weights.seam import Applied\n",
+        wire__frames="def f():\n    import torch\n",
     )
     assert layout_violations(sources, "pkg") == [
         "pkg.actors.actor (line 1) imports zmq: zmq belongs in wire/ only",
@@ -368,6 +376,8 @@ def test_checker_reports_forbidden_imports_with_the_rule_they_break() -> None:
         "import it",
         "pkg.weights.zmq (line 1) imports pkg.learner.loop: weights/ sits between the "
         "learner and the engines and imports none of actors, buffers, learner, run, envs, sft",
+        "pkg.wire.frames (line 2) imports torch: wire/ stays light (messages and "
+        "transports; tensors belong in weights/)",
         "pkg.wire.weights (line 1) imports pkg.actors.actor: wire/ is neutral ground and "
         "imports none of actors, buffers, learner, run, envs, sft, weights",
     ]

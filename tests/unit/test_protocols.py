@@ -47,7 +47,7 @@ from tests.fakes import envs
 from tests.fakes.engine import FakeEngine
 from tests.fakes.learner import FakeSource, RecordingSource
 from tests.fakes.transport import BrokenPusher, RecordingPusher, RecordingTransport
-from tests.unit.test_bench_smoke import load
+from tests.unit.bench.test_smoke import load
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,7 @@ Everything the launch says goes through one `Console`:
 
 When stdout is a terminal, the bars and the panel are drawn with `rich` (a `Live` display,
 lines scroll above it). Otherwise (CI, `nohup`, a pipe) the console is plain text: stages are
-silent and each update prints today's one line (`monitor.progress_line`). Third-party output
+silent and each update prints today's one line (`metrics.progress_line`). Third-party output
 never reaches it: the other processes write to their own files (run/output/logs.py).
 
 `Events` (run/output/events.py) turns what the supervisor sees into these event lines.

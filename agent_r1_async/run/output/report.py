@@ -1,6 +1,6 @@
 """`agent-r1-async report RUN_DIR`: PNG plots of reward and staleness from metrics.jsonl.
 
-Reads only `RUN_DIR/metrics.jsonl` (written by `monitor.MetricsLogger`), so it works on a
+Reads only `RUN_DIR/metrics.jsonl` (written by `metrics.MetricsLogger`), so it works on a
 finished or running run without W&B. Writes `RUN_DIR/plots/{reward,staleness}.png`; the
 reward plot carries the held-out results as what they are: the evaluations before and after RL
 as separate points (nothing was measured between them, so no line joins them) and, with

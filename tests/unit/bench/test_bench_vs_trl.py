@@ -1,0 +1,146 @@
+"""What bench/bench_vs_trl.py relies on to compare like with like: TRL's side renders an episode
+to exactly the token ids our context builder gives the model, and its reward function (a replay
+of TRL's assistant turns through our env) pays what our env pays; plus the bench's arm order
+and its summary arithmetic, by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import ModuleType
+
+import pytest
+
+from agent_r1_async.actors.context import History
+from agent_r1_async.config import EnvConfig
+from agent_r1_async.envs.registry import get_env_spec
+from agent_r1_async.envs.toolenv import ToolCall, tool_call_text
+from agent_r1_async.models import load_tokenizer, tiny_model_dir
+from tests.unit.bench.test_smoke import load
+
+IM_END = 2  # SmolLM2 <|im_end|>
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    return load("bench_vs_trl")
+
+
+@pytest.fixture(scope="module")
+def spec():
+    return get_env_spec(EnvConfig(name="arithmetic", max_turns=3))
+
+
+@pytest.fixture(scope="module")
+def task(spec):
+    return spec.tasks("train")[0]
+
+
+def call_msg(expression: str) -> dict:
+    """An assistant turn as TRL's tool loop stores it after parsing `<tool_call>{json}`."""
+    fn = {"name": "calculator", "arguments": {"expression": expression}}
+    return {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": fn}]}
+
+
+def test_trl_template_renders_an_episode_to_our_context_ids(bench, spec, task) -> None:
+    tok = load_tokenizer(tiny_model_dir())  # the real SmolLM2 tokenizer
+
+    def enc(text: str) -> list[int]:
+        return tok.encode(text, add_special_tokens=False)
+
+    env = spec.make()
+    obs = asyncio.run(env.reset(task))
+    expr = task.meta["expression"]
+    call = tool_call_text(ToolCall("calculator", {"expression": expr}))
+    answer = f"<answer>{task.answer}</answer>"
+    ours = History(tok)  # what our actor feeds the model
+    ours.add_messages(obs.messages, obs.tools)
+    ours.add_action([*enc(call), IM_END])
+    ours.add_messages(asyncio.run(env.step(call)).observation.messages)
+    ours.add_action([*enc(answer), IM_END])
+
+    result = asyncio.run(bench.CalculatorTools().calculator(expr))  # TRL's tool
+    assert result == str(task.answer)
+    prompt = bench.trl_prompt(obs)
+    conv = [*prompt, call_msg(expr), {"role": "tool", "name": "calculator", "content": result},
+            {"role": "assistant", "content": answer}]
+
+    def trl(messages: list, gen: bool) -> list[int]:
+        return list(tok.apply_chat_template(
+            messages, chat_template=bench.CHATML_TOOLS, tools=obs.tools, tokenize=True,
+            add_generation_prompt=gen, return_dict=False))
+
+    # the first generation prompt and the whole episode: the same ids on both sides
+    assert trl(prompt, True) == [*ours.instruction_ids, *ours.generation_prompt]
+    assert trl(conv, False) == ours.full_ids()
+    assert '"name": "calculator"' in tok.decode(ours.instruction_ids)  # the schema is shown
+
+
+def test_action_texts_are_the_hermes_calls_our_env_parses(bench) -> None:
+    completion = [call_msg("2+3"), {"role": "tool", "content": "5"},
+                  {"role": "assistant", "content": "<answer>5</answer>"}]
+    assert bench.action_texts(completion) == [
+        '<tool_call>{"name": "calculator", "arguments": {"expression": "2+3"}}</tool_call>',
+        "<answer>5</answer>",
+    ]
+
+
+def test_reward_replay_pays_what_the_env_pays(bench, spec, task) -> None:
+    expr, gold = task.meta["expression"], task.answer
+    right, wrong = tool_call_text(ToolCall("calculator", {"expression": expr})), \
+        tool_call_text(ToolCall("calculator", {"expression": f"{gold}+1"}))
+
+    def ret(actions: list[str]) -> float:
+        return bench.env_return(spec, task, actions)
+
+    # 0.1 first well-formed call + 0.2 a result equal to the answer + 1.0 the right answer
+    assert ret([right, f"<answer>{gold}</answer>"]) == pytest.approx(1.3, abs=1e-12)
+    assert ret([wrong, f"<answer>{gold + 1}</answer>"]) == pytest.approx(0.1, abs=1e-12)
+    assert ret([f"<answer>{gold}</answer>"]) == pytest.approx(1.0, abs=1e-12)
+    # TRL stopped after its tool rounds without an answer: process rewards, no outcome
+    assert ret([right]) == pytest.approx(0.3, abs=1e-12)
+    # a third call is out of turns (env.max_turns 3): truncated, paid nothing more
+    assert ret([right, wrong, right]) == pytest.approx(0.3, abs=1e-12)
+    # a malformed call costs 0.1
+    assert ret(["<tool_call>{not json</tool_call>", f"<answer>{gold}</answer>"]) == \
+        pytest.approx(0.9, abs=1e-12)
+
+
+def test_arm_order_rotates_by_seed(bench) -> None:
+    arms = ["ours", "ours-sync", "ours-hf", "trl"]
+    assert bench.arm_order(arms, 0) == arms
+    assert bench.arm_order(arms, 1) == ["ours-sync", "ours-hf", "trl", "ours"]
+    assert bench.arm_order(arms, 5) == ["ours-sync", "ours-hf", "trl", "ours"]
+
+
+def test_summary_ratios_and_intervals_by_hand(bench) -> None:
+    rows = [
+        {"arm": "ours", "seed": 0, "rate": 0.3, "return": 1.0, "success": 0.6},
+        {"arm": "ours", "seed": 1, "rate": 0.4, "return": 1.2, "success": 0.8},
+        {"arm": "trl", "seed": 0, "rate": 0.2, "return": 0.9, "success": 0.5},
+        {"arm": "trl", "seed": 1, "rate": 0.2, "return": 0.9, "success": 0.5},
+    ]
+    lines = bench.summarize(rows)
+    # ratios 1.5, 2.0: mean 1.75, sd 0.3536, se 0.25, t(1) 12.706 -> ± 3.18
+    # return differences +0.1, +0.3: mean 0.2, se 0.1 -> ± 1.271
+    assert ("ours / trl: samples/s 1.75× ± 3.18 (per seed 1.50, 2.00); held-out return "
+            "0.200 ± 1.271 (n=2) (per seed +0.100, +0.300)") in lines
+    ours = next(line for line in lines if line.startswith("ours "))
+    # rates 0.3, 0.4: mean 0.35, se 0.05 -> ± 0.635
+    assert "0.350 ± 0.635 (n=2)" in ours
+
+
+def test_launch_metrics_reads_the_names_the_launch_logs(bench, tmp_path) -> None:
+    """Staleness and learner idleness under the names the launch writes to metrics.jsonl
+    (run/output/metrics.py `_RENAME`); the bench once read names no record has, printing 0.00."""
+    import json
+
+    from agent_r1_async.run.output.metrics import _RENAME
+
+    stale, idle = _RENAME["staleness_mean"], _RENAME["idle_frac"]
+    rows = [{"update": 1, "learner/episodes": 16.0, stale: 1.0, idle: 0.5},
+            {"update": 2, "learner/episodes": 16.0, stale: 1.5, idle: 0.0},
+            {"update": 2, "eval/periodic/em": 0.3}]  # not an update: skipped
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert bench.launch_metrics(tmp_path) == {
+        "samples": 32.0, "updates": 2.0, "staleness": 1.25, "idle": 0.25}

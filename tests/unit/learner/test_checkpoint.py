@@ -1,0 +1,312 @@
+"""Checkpoints (learner/checkpoint.py, learner/checkpoint_files.py): atomic step dirs, the
+`latest` symlink, full trainer state round trip, a full disk, pruning.
+
+Checkpoints are atomic: a save interrupted after some of its files are on disk leaves `latest`
+on the previous complete checkpoint, and a trainer resumes from it exactly. Two interruptions
+of the save of step 2, after step 1 was saved:
+- SIGKILL of the saving process once step 2's DCP shards are written (a crash: no cleanup
+  runs). A subprocess saves step 1, takes a step, starts saving step 2; a wrapper around
+  `torch.distributed.checkpoint.save` lets the real save write the shards into the temp dir,
+  then marks the moment and sleeps; the test kills it there.
+- An exception raised by the DCP writer after it wrote the shards (in process): the save
+  raises, its temp dir is removed, `latest` is untouched.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from agent_r1_async import config
+from agent_r1_async.learner import checkpoint, checkpoint_files
+from agent_r1_async.learner.checkpoint_files import DiskFullError
+from agent_r1_async.learner.trainer import PolicyTrainer
+
+
+def _trainer(path: str, algo: str = "ppo") -> PolicyTrainer:
+    cfg = config.config_from_dict({
+        "model": {"name_or_path": path},
+        "algorithm": {"name": algo, "group_size": 2},
+        "learner": {"device": "cpu", "lr": 1e-2},
+    })
+    return PolicyTrainer(cfg, path)
+
+
+def _take_a_step(trainer: PolicyTrainer) -> None:
+    for p in trainer.trainable_parameters():
+        p.grad = torch.ones_like(p)
+    trainer.optimizer.step()
+
+
+def test_save_load_roundtrip_and_latest_pointer(tmp_path, micro_model_dir):
+    trainer = _trainer(micro_model_dir)
+    _take_a_step(trainer)
+    first = checkpoint.save_checkpoint(str(tmp_path), trainer, {"version": 1, "updates": 1})
+    _take_a_step(trainer)
+    random.seed(123)
+    np.random.seed(7)
+    torch.manual_seed(5)
+    second = checkpoint.save_checkpoint(str(tmp_path), trainer,
+                                        {"version": 2, "updates": 2, "samples_drawn": 4})
+    expected_draws = (random.random(), np.random.rand(), torch.rand(1))
+    root = tmp_path / "checkpoints"
+    assert sorted(os.listdir(root)) == ["latest", "step-1", "step-2"]  # no temp dirs left
+    assert os.readlink(root / "latest") == "step-2"
+    assert checkpoint.latest_checkpoint(str(tmp_path)) == second != first
+    assert json.loads((root / "step-2" / "learner_state.json").read_text())["samples_drawn"] == 4
+    assert (root / "step-2" / "config.yaml").is_file()
+
+    # A fresh trainer built from the checkpoint's HF weights + its DCP state is identical.
+    restored = _trainer(second)
+    state = checkpoint.load_trainer_state(second, restored)
+    assert state["version"] == 2 and state["updates"] == 2
+    mine, theirs = trainer.published_state_dict(), restored.published_state_dict()
+    assert list(mine) == list(theirs) and all(torch.equal(mine[k], theirs[k]) for k in mine)
+    assert torch.equal(trainer.value_head.weight, restored.value_head.weight)
+    a, b = trainer.optimizer.state_dict(), restored.optimizer.state_dict()
+    assert all(torch.equal(a["state"][i]["exp_avg_sq"], b["state"][i]["exp_avg_sq"]) for i in a["state"])
+    # RNG streams continue where the save left them.
+    assert (random.random(), np.random.rand()) == expected_draws[:2]
+    assert torch.equal(torch.rand(1), expected_draws[2])
+
+
+def test_resaving_a_step_replaces_it(tmp_path, micro_model_dir):
+    trainer = _trainer(micro_model_dir, algo="grpo")
+    checkpoint.save_checkpoint(str(tmp_path), trainer, {"version": 3, "updates": 3})
+    path = checkpoint.save_checkpoint(str(tmp_path), trainer, {"version": 4, "updates": 3})
+    assert json.loads((Path(path) / "learner_state.json").read_text())["version"] == 4
+
+
+def test_missing_checkpoint_errors(tmp_path, micro_model_dir):
+    assert checkpoint.latest_checkpoint(str(tmp_path)) is None
+    with pytest.raises(FileNotFoundError, match="not a learner checkpoint"):
+        checkpoint.load_trainer_state(micro_model_dir, _trainer(micro_model_dir))
+
+
+# ---- a full disk, and pruning -------------------------------------------------------------
+
+_real_torch_save = torch.save
+
+
+def _save_to_a_full_disk(obj, f, *args, **kwargs):
+    """torch.save to a file as it fails on a full disk: the same write to /dev/full (ENOSPC
+    on every write) raises torch's own `RuntimeError: [enforce fail at inline_container.cc:
+    ...] unexpected pos`. (Saves to memory, as DCP makes, are left alone.)"""
+    if isinstance(f, (str, os.PathLike)):
+        f = "/dev/full"
+    _real_torch_save(obj, f, *args, **kwargs)
+
+
+def _raise_enospc(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+@pytest.mark.parametrize("failure", ["torch_writer", "dcp_enospc"])
+def test_a_full_disk_is_reported_as_such_and_the_last_checkpoint_stands(
+        tmp_path, micro_model_dir, monkeypatch, failure):
+    trainer = _trainer(micro_model_dir, algo="grpo")
+    first = checkpoint.save_checkpoint(str(tmp_path), trainer, {"version": 1, "updates": 1})
+    if failure == "torch_writer":  # the rng file's torch.save, after the shards
+        monkeypatch.setattr(torch, "save", _save_to_a_full_disk)
+    else:  # DCP's shard writer
+        import torch.distributed.checkpoint as dcp
+
+        monkeypatch.setattr(dcp, "save", _raise_enospc)
+    monkeypatch.setattr(checkpoint_files, "free_bytes", lambda path: 4096)
+    with pytest.raises(checkpoint_files.DiskFullError) as err:
+        checkpoint.save_checkpoint(str(tmp_path), trainer, {"version": 2, "updates": 2})
+    msg = str(err.value)
+    root = tmp_path / "checkpoints"
+    assert msg.startswith(f"disk full: checkpoint step-2 could not be written under {root} "
+                          "(4,096 bytes free on that filesystem; the previous checkpoint takes ")
+    assert "learner.keep_checkpoints" in msg
+    assert sorted(os.listdir(root)) == ["latest", "step-1"]  # the half-written one is gone
+    assert checkpoint.latest_checkpoint(str(tmp_path)) == first
+
+
+def test_a_torch_write_error_with_space_left_is_not_called_a_full_disk(
+        tmp_path, micro_model_dir, monkeypatch):
+    trainer = _trainer(micro_model_dir, algo="grpo")
+    monkeypatch.setattr(torch, "save", _save_to_a_full_disk)
+    monkeypatch.setattr(checkpoint_files, "free_bytes", lambda path: 50 * 2**30)
+    with pytest.raises(RuntimeError, match="inline_container") as err:
+        checkpoint.save_checkpoint(str(tmp_path), trainer, {"version": 1, "updates": 1})
+    assert not isinstance(err.value, checkpoint_files.DiskFullError)
+
+
+def test_keep_checkpoints_prunes_old_complete_ones_only(tmp_path, micro_model_dir):
+    trainer = _trainer(micro_model_dir, algo="grpo")
+    root = tmp_path / "checkpoints"
+    root.mkdir()
+    (root / "step-0").mkdir()  # not a checkpoint (no learner_state.json): never touched
+    (root / ".tmp-step-9-abc").mkdir()  # a write in progress / crashed: never touched
+    for n in range(1, 5):
+        checkpoint.save_checkpoint(str(tmp_path), trainer, {"version": n, "updates": n}, keep=2)
+    assert sorted(os.listdir(root)) == [".tmp-step-9-abc", "latest", "step-0", "step-3",
+                                        "step-4"]
+    assert os.readlink(root / "latest") == "step-4"
+    # keep=0 keeps everything.
+    checkpoint.save_checkpoint(str(tmp_path), trainer, {"version": 5, "updates": 5}, keep=0)
+    assert [p.name for p in checkpoint_files.complete_checkpoints(root)] == ["step-3", "step-4",
+                                                                             "step-5"]
+
+
+def test_pruning_never_removes_the_checkpoint_latest_names(tmp_path):
+    root = tmp_path / "checkpoints"
+    for n in (1, 2, 3):
+        (root / f"step-{n}").mkdir(parents=True)
+        (root / f"step-{n}" / "learner_state.json").write_text("{}")
+    os.symlink("step-1", root / "latest")  # e.g. re-pointed by hand to an older one
+    removed = checkpoint_files.prune_checkpoints(root, keep=1, latest=root / "latest")
+    assert [p.name for p in removed] == ["step-2"]
+    assert sorted(os.listdir(root)) == ["latest", "step-1", "step-3"]
+
+
+def test_keep_checkpoints_config_key():
+    assert config.LearnerConfig().keep_checkpoints == 3
+    with pytest.raises(config.ConfigError, match=r"learner\.keep_checkpoints: must be >= 0"):
+        config.config_from_dict({"learner": {"keep_checkpoints": -1}})
+
+
+REPO = Path(__file__).resolve().parents[3]
+
+_SAVER = """
+import sys, time
+from pathlib import Path
+import torch
+import torch.distributed.checkpoint as dcp
+from agent_r1_async.learner import checkpoint
+from tests.unit.learner.test_checkpoint import take_a_step, trainer_for
+
+model, run_dir = sys.argv[1], Path(sys.argv[2])
+trainer = trainer_for(model)
+take_a_step(trainer)
+checkpoint.save_checkpoint(str(run_dir), trainer, {"version": 1, "updates": 1})
+torch.save({"weights": trainer.published_state_dict(),
+            "optim": trainer.optimizer.state_dict()}, run_dir / "expected-step-1.pt")
+take_a_step(trainer)
+real_save = dcp.save
+
+def save_then_hang(*args, **kwargs):
+    real_save(*args, **kwargs)  # step 2's shards are now on disk, in the temp dir
+    (run_dir / "mid-save").touch()
+    time.sleep(600)
+
+dcp.save = save_then_hang
+checkpoint.save_checkpoint(str(run_dir), trainer, {"version": 2, "updates": 2})
+"""
+
+
+def trainer_for(path: str) -> PolicyTrainer:
+    cfg = config.config_from_dict({
+        "model": {"name_or_path": path},
+        "algorithm": {"name": "grpo", "group_size": 2},
+        "learner": {"device": "cpu", "lr": 1e-2},
+    })
+    return PolicyTrainer(cfg, path)
+
+
+def take_a_step(trainer: PolicyTrainer) -> None:
+    for p in trainer.trainable_parameters():
+        p.grad = torch.ones_like(p)
+    trainer.optimizer.step()
+
+
+def _resumes_exactly(ckpt: str, expected: dict) -> None:
+    restored = trainer_for(ckpt)  # its HF weights, then its DCP state on top
+    state = checkpoint.load_trainer_state(ckpt, restored)
+    assert (state["version"], state["updates"]) == (1, 1)
+    weights = restored.published_state_dict()
+    assert list(weights) == list(expected["weights"])
+    assert all(torch.equal(weights[k], expected["weights"][k]) for k in weights)
+    optim = restored.optimizer.state_dict()["state"]
+    for i, moments in expected["optim"]["state"].items():
+        assert torch.equal(optim[i]["exp_avg"], moments["exp_avg"])
+        assert torch.equal(optim[i]["exp_avg_sq"], moments["exp_avg_sq"])
+
+
+@pytest.mark.slow  # a subprocess imports torch and transformers: ~20 s on 2 busy cores
+def test_a_save_killed_mid_write_leaves_latest_on_the_previous_checkpoint(
+    tmp_path: Path, micro_model_dir: str
+) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-c", _SAVER, micro_model_dir, str(tmp_path)],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "mid-save").exists():
+            assert proc.poll() is None, proc.communicate()[0][-3000:]
+            assert time.monotonic() < deadline, "the save never reached its shards"
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+    assert proc.returncode == -signal.SIGKILL
+
+    root = tmp_path / "checkpoints"
+    # The kill left step 2 half-made in its temp dir (weights, state and DCP shards, no RNG
+    # files, never renamed); `latest` still names the complete step 1.
+    temps = [p for p in root.iterdir() if p.name.startswith(".tmp-step-2-")]
+    assert len(temps) == 1 and any((temps[0] / "dcp").iterdir())
+    assert not (temps[0] / "rng" / "rank-0.pt").exists()
+    assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".tmp-")) == [
+        "latest", "step-1"]
+    assert os.readlink(root / "latest") == "step-1"
+    latest = checkpoint.latest_checkpoint(str(tmp_path))
+    assert latest == str((root / "step-1").resolve())
+
+    # Resume from `latest`: the exact weights and AdamW moments of step 1.
+    _resumes_exactly(latest, torch.load(tmp_path / "expected-step-1.pt", weights_only=True))
+
+    # The resumed run saves its next checkpoint past the leftover temp dir.
+    trainer = trainer_for(latest)
+    checkpoint.load_trainer_state(latest, trainer)
+    checkpoint.save_checkpoint(str(tmp_path), trainer, {"version": 2, "updates": 2})
+    assert os.readlink(root / "latest") == "step-2"
+
+
+def test_a_save_that_raises_in_the_dcp_writer_keeps_latest_and_cleans_up(
+    tmp_path: Path, micro_model_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch.distributed.checkpoint as dcp
+
+    trainer = trainer_for(micro_model_dir)
+    take_a_step(trainer)
+    checkpoint.save_checkpoint(str(tmp_path), trainer, {"version": 1, "updates": 1})
+    live = trainer.optimizer.state_dict()["state"]  # references to the live moments: copy
+    expected = {"weights": {k: v.clone() for k, v in trainer.published_state_dict().items()},
+                "optim": {"state": {i: {k: v.clone() for k, v in m.items()}
+                                    for i, m in live.items()}}}
+    take_a_step(trainer)
+    real_save = dcp.save
+    written: list[Path] = []
+
+    def save_then_fail(state, checkpoint_id, **kwargs):
+        real_save(state, checkpoint_id=checkpoint_id, **kwargs)
+        written.extend(Path(checkpoint_id).iterdir())
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(dcp, "save", save_then_fail)
+    with pytest.raises(DiskFullError, match="disk full: checkpoint step-2 could not be written"):
+        checkpoint.save_checkpoint(str(tmp_path), trainer, {"version": 2, "updates": 2})
+    monkeypatch.undo()
+
+    root = tmp_path / "checkpoints"
+    assert written  # the shards were on disk when the writer failed
+    assert sorted(os.listdir(root)) == ["latest", "step-1"]  # the temp dir is gone
+    assert os.readlink(root / "latest") == "step-1"
+    _resumes_exactly(checkpoint.latest_checkpoint(str(tmp_path)), expected)

@@ -1,0 +1,122 @@
+"""The launch's memory preflight (run/preflight/memory.py): the estimate's parts, derived by hand for
+SmolLM2-135M, and a launch refused before Ray starts when its learner cannot fit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agent_r1_async import precision
+from agent_r1_async.config import ConfigError, load_config
+from agent_r1_async.run.preflight import memory
+from agent_r1_async.run.preflight.memory import GB, ModelDims, check, estimate, learner_parts
+
+ROOT = Path(__file__).resolve().parents[4]
+SMOLLM2 = {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
+           "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64,
+           "vocab_size": 49152, "tie_word_embeddings": True}
+
+
+def test_smollm2_parameter_count() -> None:
+    d = ModelDims.from_hf_config(SMOLLM2)
+    # per layer: q, o 576x576 each (9 heads x 64); k, v 576x192 (3 x 64); MLP 3 x 576x1536;
+    # 2 norms: 663,552 + 221,184 + 2,654,208 + 1,152 = 3,540,096; x 30 = 106,202,880;
+    # tied embedding 49,152 x 576 = 28,311,552; final norm 576
+    assert d.params == 134_515_008
+    assert (d.layers, d.hidden, d.intermediate, d.vocab) == (30, 576, 1536, 49152)
+
+
+FP32 = ["engine.dtype=float32", "learner.bf16=false"]
+"""fp32 on both sides, whatever this machine's CPU: the by-hand figures below are fp32's."""
+
+
+def test_default_config_estimate_by_hand() -> None:
+    # The learner without activation checkpointing: every layer's activations are kept.
+    cfg = load_config(str(ROOT / "configs" / "default.yaml"),
+                      ["learner.gradient_checkpointing=false", *FP32])
+    d = ModelDims.from_hf_config(SMOLLM2)
+    parts = learner_parts(cfg, d)
+    p = 134_515_008
+    assert parts["weights + gradients + AdamW"] == 16 * p  # 2.152 GB
+    assert parts["published copy"] == 8 * p
+    # 1.8 x 2048 tokens x 30 layers x (12 x 576 + 3 x 1536 = 11,520 floats) x 4 bytes
+    assert parts["activations"] == pytest.approx(1.8 * 2048 * 30 * 11520 * 4)  # 5.10 GB
+    # action tokens: 2048 x 96 new tokens x 3 turns / 1024 = 576; x 49,152 x 12 bytes x 1.8
+    assert parts["LM head"] == pytest.approx(1.8 * 576 * 49152 * 12)  # 0.61 GB
+    learner = sum(parts.values())
+    assert learner / GB == pytest.approx(9.44, abs=0.01)  # measured in launches: 9-10.6 GB
+    est = estimate(cfg, d)
+    # vLLM actor: 2.4 GB of processes + 0.538 GB fp32 weights + 1 GiB KV cache
+    assert est["actors (1)"] / GB == pytest.approx(2.4 + 0.538 + 1.0737, abs=0.001)
+    assert sum(est.values()) / GB == pytest.approx(14.45, abs=0.01)  # + 1.0 GB the rest
+    assert check(cfg, d, available=14.5 * GB) is None
+    why = check(cfg, d, available=12 * GB)
+    assert why is not None and why.startswith("the run needs about 14.4 GB")
+    assert "12.0 GB available" in why and "`learner.micro_batch_tokens` (2048" in why
+    assert "`learner.gradient_checkpointing: true`" in why and "--force" in why
+
+
+def test_checkpointing_and_bf16_shrink_the_activations() -> None:
+    d = ModelDims.from_hf_config(SMOLLM2)
+    cfg = load_config(str(ROOT / "configs" / "default.yaml"),
+                      ["learner.gradient_checkpointing=true", "learner.bf16=true"])
+    # kept: each layer's input (30 x 576 x 4 x 2) + one layer's full set (11,520 x 4), halved
+    per_token = (30 * 576 * 4 * 2 + 11520 * 4) // 2
+    parts = learner_parts(cfg, d)
+    assert parts["activations"] == pytest.approx(1.8 * 2048 * per_token)
+    assert parts["bf16 weight copies"] == 2 * 134_515_008  # autocast's casts of each weight
+
+
+def test_default_config_as_shipped_on_a_bf16_cpu(monkeypatch) -> None:
+    # configs/default.yaml checkpoints activations: each layer's input (30 x 576 x 4 x 2) + one
+    # layer's full set (11,520 x 4) per token, halved under bf16 autocast (an AMX CPU).
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"amx_bf16", "avx512_bf16"}))
+    cfg = load_config(str(ROOT / "configs" / "default.yaml"), [])
+    d = ModelDims.from_hf_config(SMOLLM2)
+    parts = learner_parts(cfg, d)
+    p = 134_515_008
+    assert parts["activations"] == pytest.approx(1.8 * 2048 * 184_320 / 2)
+    assert parts["published copy"] == 4 * p  # bf16: 2 bytes, the dict and its frame
+    # 0.5 GB + 16 P (fp32 weights, grads, AdamW) + 4 P published + 2 P bf16 copies
+    # + activations + head (576 action tokens x 49,152 x 12 x 1.8)
+    total = 0.5 * GB + 22 * p + 1.8 * 2048 * 92_160 + 1.8 * 576 * 49152 * 12
+    assert sum(parts.values()) == pytest.approx(total) and total / GB == pytest.approx(4.41, abs=0.01)
+    # fp32 on a CPU without bf16 units: 24 P and full-size activations
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2"}))
+    fp32 = 0.5 * GB + 24 * p + 1.8 * 2048 * 184_320 + 1.8 * 576 * 49152 * 12
+    assert sum(learner_parts(cfg, d).values()) == pytest.approx(fp32)
+
+
+def test_preflight_refuses_or_warns_with_force(monkeypatch, capsys) -> None:
+    cfg = load_config(str(ROOT / "configs" / "default.yaml"),
+                      ["learner.gradient_checkpointing=false", *FP32])
+    monkeypatch.setattr(memory, "model_dims", lambda _: ModelDims.from_hf_config(SMOLLM2))
+    monkeypatch.setattr(memory, "available_bytes", lambda: 8 * GB)
+    with pytest.raises(ConfigError, match=r"learner\.micro_batch_tokens"):
+        memory.memory_preflight(cfg)
+    memory.memory_preflight(cfg, force=True)
+    assert "warning (--force): the run needs about 14.4 GB" in capsys.readouterr().err
+    memory.memory_preflight(cfg, joined=True)  # a cluster: other machines, not checked
+
+
+def test_a_learner_that_cannot_fit_is_refused_before_ray_starts(tmp_path: Path) -> None:
+    """The real command: 4M-token micro-batches need ~3.6 TB of logits; refused in seconds,
+    naming the key, with no run directory made and no Ray started."""
+    t0 = time.monotonic()
+    out = subprocess.run(
+        [sys.executable, "-m", "agent_r1_async.cli", "launch", "--config",
+         str(ROOT / "configs" / "tiny.yaml"), "--set", f"launch.run_root={tmp_path}",
+         "--set", "learner.micro_batch_tokens=4000000"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": ""},
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "agent-r1-async: config error: the run needs about" in out.stderr
+    assert "lower `learner.micro_batch_tokens` (4000000" in out.stderr
+    assert out.stdout == "" and list(tmp_path.iterdir()) == []  # no run directory
+    assert time.monotonic() - t0 < 60
