@@ -41,6 +41,7 @@ _BUILTINS = {
     "arithmetic": "agent_r1_async.envs.arithmetic:ArithmeticEnv",
     "python_tool": "agent_r1_async.envs.tools.python_env:PythonToolEnv",
     "mcp_tools": "agent_r1_async.envs.mcp.env:McpToolsEnv",
+    "openenv": "agent_r1_async.envs.openenv.env:OpenEnvEnv",
 }
 _REGISTRY: dict[str, type] = {}
 
