@@ -10,12 +10,18 @@ Design choices
   the worker views it back with the dtype and shape of the update info. All broadcasts are
   issued at once and then waited for, each with the group's timeout (pipelined, bounded).
 - Verify before touching the model: the worker receives the whole version into its own
-  buffers, checks `sampled_checksum` against the learner's, and only then starts vLLM's
+  buffers, checks `sampled_checksum` of the received stream (every tensor, in the order
+  received) against the learner's checksum of the stream it sent (`sent_tensors(...,
+  "vllm_gloo")`, seam.py), and only then starts vLLM's
   layerwise reload (which moves layers to the meta device) and loads. A timeout, a dead
   learner or a mismatch therefore leaves the model serving its previous weights intact.
   Cost: one version of transient memory on the actor.
-- A tied `lm_head` the learner leaves out (it publishes the embedding once) is loaded from
-  the received embedding, as the ZeroMQ path does (vllm.py `_for_vllm`).
+- A tied `lm_head` is not on the wire (seam.py `TIED_HEAD_ON_WIRE`): after the checksum
+  passes, the worker loads it from the received embedding (`with_tied_head`), as the ZeroMQ
+  path does (vllm.py `_for_vllm`).
+- Bounded waits: forming the group waits on the learner's store with `timeout_s` (the
+  store's timeout); every broadcast of a receive is waited for with `timeout_s`, so a learner
+  that stalls or dies mid-transfer ends the receive with an error, the model untouched.
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ from vllm.model_executor.model_loader.reload import (
 )
 
 from agent_r1_async.weights.rendezvous import gloo_group
-from agent_r1_async.weights.seam import ChecksumMismatch, sampled_checksum
+from agent_r1_async.weights.seam import ChecksumMismatch, sampled_checksum, with_tied_head
 from agent_r1_async.weights.vllm_plugin import GLOO, WorkerModel
 
 if TYPE_CHECKING:
@@ -78,7 +84,8 @@ class GlooUpdateInfo(WeightTransferUpdateInfo):
     shapes: list[list[int]]
     version: int = -1
     checksum: str = ""
-    """`sampled_checksum` of the learner's tensors; empty = not checked."""
+    """`sampled_checksum` of the stream the learner sends (`sent_tensors`); empty = not
+    checked."""
 
 
 def _broadcast_all(
@@ -149,11 +156,7 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
         self._load(named)
 
     def _load(self, named: list[tuple[str, torch.Tensor]]) -> None:
-        names = {n for n, _ in named}
-        if "lm_head.weight" not in names and "model.embed_tokens.weight" in names:
-            embed = dict(named)["model.embed_tokens.weight"]
-            named = [*named, ("lm_head.weight", embed)]
-        self._load_into_model(named)
+        self._load_into_model(with_tied_head(named))
 
     def _load_into_model(self, named: list[tuple[str, torch.Tensor]]) -> None:
         initialize_layerwise_reload(self.model)

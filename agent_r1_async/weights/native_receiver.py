@@ -10,7 +10,9 @@ Each `update(engine)` (once per actor loop turn):
                acknowledge with the version and checksum the worker verified.
 
 Failures never raise out of `update`, never hang: every store wait and every engine call is
-bounded by `weights.timeout_s` (+ a margin for the engine's own bookkeeping). A checksum
+bounded by `weights.timeout_s` (+ a margin for the engine's own bookkeeping). That bounds the
+actor's call on every backend; the worker inside the engine is bounded by its own timeouts on
+gloo (gloo.py) and by nothing on NCCL, where vLLM gives the receive no timeout (nccl.py). A checksum
 mismatch rejects that version (`rejected`, the pair stays); anything else (timeout, learner
 gone) counts in `failed`, is logged, the actor leaves the group and re-joins as a new pair
 (after `_REJOIN_S`), and keeps serving the weights it has meanwhile.

@@ -13,6 +13,12 @@ actor whose pair failed re-joins as a new pair and gets the current version at o
 restarted learner starts a new store: actors re-join it once the launcher gives them its
 endpoint. One pair per actor costs the learner one send per actor (a broadcast tree would
 cost one); it buys isolation, which is what the peer systems' hang reports lacked.
+
+A version is snapshotted once at `publish`: each tensor placed where the backend sends from
+(placement.py: CPU for gloo; for NCCL the sender's CUDA device, `cuda_device`, which is also
+the device each pair's NCCL rank is created on), then turned into the stream the backend
+sends (`sent_tensors`) and checksummed over that very stream, so what a pair sends and what
+its checksum covers are one list.
 """
 
 from __future__ import annotations
@@ -33,49 +39,93 @@ from vllm.distributed.weight_transfer.base import (
     WeightSource,
 )
 
+from agent_r1_async.weights.placement import send_device
 from agent_r1_async.weights.rendezvous import StorePairClient, serve_store
-from agent_r1_async.weights.seam import ChecksumMismatch, sampled_checksum
+from agent_r1_async.weights.seam import ChecksumMismatch, sampled_checksum, sent_tensors
 
 log = logging.getLogger(__name__)
 _ACCEPT_POLL_S = 0.05
 
 
+Stream = list[tuple[str, torch.Tensor]]
+"""What a backend sends for one version, in order (`sent_tensors`)."""
+
+
 @dataclass
 class _Version:
     version: int
-    tensors: dict[str, torch.Tensor]
+    stream: Stream
+    """`sent_tensors` of the placed snapshot: exactly what each pair sends."""
     checksum: str
+    """`sampled_checksum(stream)`."""
     published_at: float
 
 
+def prepare(tensors: dict[str, torch.Tensor], backend: str) -> tuple[Stream, str]:
+    """The stream `backend` sends for `tensors` (already placed) and its checksum, computed
+    over that same stream (a worker recomputes it over what it receives)."""
+    stream = sent_tensors(tensors, backend)
+    return stream, sampled_checksum(stream)
+
+
 class SnapshotSource(WeightSource):
-    """vLLM's `WeightSource` over the newest snapshot a pair is sending; `set` before each
-    `send_weights` (the trainer engine keeps one source for its lifetime)."""
+    """vLLM's `WeightSource` over the stream a pair is sending; `set` before each
+    `send_weights` (the trainer engine keeps one source for its lifetime). It yields the
+    stream as given, so metadata, bytes and checksum describe one list."""
 
     def __init__(self) -> None:
-        self._items: dict[str, torch.Tensor] = {}
+        self._stream: Stream = []
 
-    def set(self, tensors: dict[str, torch.Tensor], tied_head: bool) -> None:
-        items = dict(tensors)
-        # The learner publishes a tied head once, as the embedding; vLLM's NCCL worker loads
-        # what it is sent (our gloo worker adds the head itself, saving the bytes).
-        if tied_head and "lm_head.weight" not in items and "model.embed_tokens.weight" in items:
-            items["lm_head.weight"] = items["model.embed_tokens.weight"]
-        self._items = items
+    def set(self, stream: Stream) -> None:
+        self._stream = list(stream)
 
     def metadata(self) -> list[ParamMeta]:
-        return [ParamMeta(k, v.dtype, tuple(v.shape)) for k, v in self._items.items()]
+        return [ParamMeta(k, v.dtype, tuple(v.shape)) for k, v in self._stream]
 
     def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
-        return iter(self._items.items())
+        return iter(self._stream)
+
+
+def _cast(stream: Stream, dtype: torch.dtype) -> Stream:
+    """`stream` with floating tensors in `dtype`; a tensor that appears twice (a tied head
+    on NCCL) is cast once and stays one tensor."""
+    done: dict[int, torch.Tensor] = {}
+    out = []
+    for name, t in stream:
+        if id(t) not in done:
+            done[id(t)] = t.to(dtype) if t.is_floating_point() else t
+        out.append((name, done[id(t)]))
+    return out
+
+
+def sender_cuda_device(backend: str, requested: str | None = None) -> str | None:
+    """vllm_nccl: the CUDA device this sender sends from and creates its NCCL ranks on,
+    `cuda:N` (`requested`, e.g. the learner's `cuda:1`; else this process's current device);
+    other backends: None. A vllm_nccl sender in a process without CUDA is an error here,
+    before anything is bound."""
+    if backend != "vllm_nccl":
+        return None
+    if not torch.cuda.is_available():
+        raise RuntimeError("weights.backend vllm_nccl sends from a CUDA device; this process "
+                           "sees none (use weights.backend zmq or vllm_gloo)")
+    device = torch.device(requested or "cuda")
+    if device.type != "cuda":
+        raise ValueError(f"weights.backend vllm_nccl sends from a CUDA device, not {requested!r}")
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return f"cuda:{index}"
 
 
 class NativeWeightSender:
     """`WeightSender` over vLLM's weight-transfer API (see module docstring)."""
 
-    def __init__(self, backend: str, bind_host: str, port: int = 0, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, backend: str, bind_host: str, port: int = 0, timeout_s: float = 30.0,
+        cuda_device: str | None = None,
+    ) -> None:
         if backend not in ("vllm_gloo", "vllm_nccl"):
             raise ValueError(f"weights.backend {backend!r} is not a native backend")
+        self.cuda_device = sender_cuda_device(backend, cuda_device)
+        """vllm_nccl: where every sent tensor lives and the pairs' NCCL device; else None."""
         from agent_r1_async.weights.vllm_plugin import register
 
         register()  # our trainer engine in vLLM's trainer factory (this process)
@@ -97,7 +147,7 @@ class NativeWeightSender:
         self._closed = False
         self._threads: list[threading.Thread] = []
         self._acked: dict[str, int] = {}
-        self._casts: dict[tuple[int, str], tuple[dict[str, torch.Tensor], str]] = {}
+        self._casts: dict[tuple[int, str], tuple[Stream, str]] = {}
         accept = threading.Thread(target=self._accept, name="weights-accept", daemon=True)
         accept.start()
         self._threads.append(accept)
@@ -109,27 +159,34 @@ class NativeWeightSender:
     ) -> _Version:
         """Snapshot (so training may go on at once) and hand to every pair's thread.
 
-        `copy=False`: the caller hands over tensors it will not touch again (the learner's
-        freshly gathered weights); they are sent as they are when already where the backend
-        sends from (CPU for gloo, the device for NCCL) and contiguous.
+        Each tensor ends up contiguous on `send_device(backend, its device, cuda_device)`
+        (placement.py): moved there when it is elsewhere (the move is the copy); `copy=False`:
+        the caller hands over tensors it will not touch again (the learner's freshly gathered
+        CPU copies), so one already there and contiguous is sent as it is. On NCCL the
+        copies have landed on the device before any pair's stream reads them.
         """
         started = time.time()
-        nccl = self.backend == "vllm_nccl"
-
-        def owned(v: torch.Tensor) -> torch.Tensor:
-            v = v.detach()
-            if not copy and v.is_contiguous() and (nccl or v.device.type == "cpu"):
-                return v
-            # NCCL sends from the GPU: keep the copy on the tensors' device
-            return v.clone().contiguous() if nccl else v.to("cpu", copy=True).contiguous()
-
-        tensors = {k: owned(v) for k, v in state_dict.items()}
-        snap = _Version(version, tensors, sampled_checksum(tensors.items()), started)
+        tensors = {k: self._owned(v, copy) for k, v in state_dict.items()}
+        if self.cuda_device is not None:
+            torch.cuda.current_stream(self.cuda_device).synchronize()
+        stream, checksum = prepare(tensors, self.backend)
+        snap = _Version(version, stream, checksum, started)
         with self._cond:
             self._latest = snap
             self.published += 1
             self._cond.notify_all()
         return snap
+
+    def _owned(self, v: torch.Tensor, copy: bool) -> torch.Tensor:
+        """`v` as this sender sends it: contiguous on its send device, and the sender's own
+        unless `copy=False` allows the caller's tensor itself."""
+        v = v.detach()
+        dest = send_device(self.backend, str(v.device), self.cuda_device)
+        if str(v.device) != dest:
+            return v.to(dest, memory_format=torch.contiguous_format)
+        if copy or not v.is_contiguous():
+            return v.clone(memory_format=torch.contiguous_format)
+        return v
 
     def acked(self) -> dict[str, int]:
         """Newest version each actor acknowledged (actor id → version)."""
@@ -187,6 +244,8 @@ class NativeWeightSender:
 
         prefix = f"{self.token}/pair/{n}"
         try:
+            if self.cuda_device is not None:  # vLLM's NCCL trainer opens its rank here
+                torch.cuda.set_device(self.cuda_device)
             actor = wait_get(self.store, f"{self.token}/join/{n}", self.timeout_s,
                              f"pair {n} registered no actor id").decode()
             dtype_key = f"{self.token}/join/{n}/dtype"
@@ -206,24 +265,23 @@ class NativeWeightSender:
         finally:
             engine.shutdown()
 
-    def _in_dtype(
-        self, snap: _Version, dtype: str | None
-    ) -> tuple[dict[str, torch.Tensor], str]:
-        """The snapshot with floating tensors in the actor's dtype, and its checksum; cast
-        once per (version, dtype) and shared by the pairs that want it (newest version only)."""
+    def _in_dtype(self, snap: _Version, dtype: str | None) -> tuple[Stream, str]:
+        """The snapshot's stream with floating tensors in the actor's dtype, and the checksum
+        of that cast stream; cast once per (version, dtype) and shared by the pairs that want
+        it (newest version only)."""
         if dtype is None or all(
             str(t.dtype).removeprefix("torch.") == dtype or not t.is_floating_point()
-            for t in snap.tensors.values()
+            for _, t in snap.stream
         ):
-            return snap.tensors, snap.checksum
+            return snap.stream, snap.checksum
         key = (snap.version, dtype)
         with self._cond:
             hit = self._casts.get(key)
         if hit is None:
-            target = getattr(torch, dtype)
-            cast = {k: v.to(target) if v.is_floating_point() else v
-                    for k, v in snap.tensors.items()}
-            hit = (cast, sampled_checksum(cast.items()))
+            cast = _cast(snap.stream, getattr(torch, dtype))
+            if self.cuda_device is not None:
+                torch.cuda.current_stream(self.cuda_device).synchronize()
+            hit = (cast, sampled_checksum(cast))
             with self._cond:
                 self._casts = {k: v for k, v in self._casts.items() if k[0] >= snap.version}
                 self._casts[key] = hit
@@ -241,8 +299,8 @@ class NativeWeightSender:
                 snap = self._latest
                 if self._closed or snap is None:  # not closed: the wait ended on a new version
                     return
-            tensors, checksum = self._in_dtype(snap, dtype)
-            source.set(tensors, tied_head=self.backend == "vllm_nccl")
+            stream, checksum = self._in_dtype(snap, dtype)
+            source.set(stream)
             client.stage(snap.version, checksum, snap.published_at)
             try:
                 engine.send_weights()

@@ -8,8 +8,8 @@
 `WeightSender` is the learner's side, `WeightReceiver` the actor's, `WeightTarget` what a
 receiver needs of an engine (every engine implements it; `NativeWeightTarget` adds vLLM's
 weight-transfer calls). This module is the seam alone (the Protocols, `Applied`, the
-checksum); backends.py picks a backend from `weights.backend`, so the backends import the
-seam and nothing imports back.
+stream a version travels as and its checksum); backends.py picks a backend from
+`weights.backend`, so the backends import the seam and nothing imports back.
 
 Backends (`weights.backend`), each in its own module:
 - `zmq` (zmq.py): the full state dict as one (Curve-authenticated) PUB/SUB message; the
@@ -21,24 +21,40 @@ Backends (`weights.backend`), each in its own module:
   `finish_weight_update(weight_version=...)`) over one two-rank group per actor; the learner
   side is a vLLM *trainer* engine (ours on gloo, vLLM's own on NCCL). vLLM engines only.
 
-Integrity (native backends): the learner computes `sampled_checksum` once per version; the
-actor's worker computes it again on the bytes it received and rejects the version when they
-differ (counted on both sides). It hashes a few slices of every tensor: cheap, and it catches
+The stream (native backends): what a backend sends for one version is `sent_tensors(
+state_dict, backend)`, an ordered list of (name, tensor); the one rule about a tied head lives
+there (`TIED_HEAD_ON_WIRE`). The learner publishes a tied `lm_head.weight` once, as the
+embedding (`iter_published` drops the duplicate): vllm_gloo leaves it off the wire and its
+worker loads the head from the received embedding (`with_tied_head`); vllm_nccl sends it,
+because vLLM's NCCL worker loads exactly the tensors it receives.
+
+Integrity (native backends): the checksum of a version is `sampled_checksum` over that stream,
+in its order, computed once by the learner; the actor's worker computes it again over the
+tensors it received, in the order received (gloo: every received tensor, before its own
+`with_tied_head`; NCCL: every tensor vLLM hands to `model.load_weights`), and rejects the
+version when they differ (counted on both sides). Both sides hash the same stream, so a tied
+and an untied model pass alike. It hashes a few slices of every tensor: cheap, and it catches
 a wrong tensor, a truncated or shifted stream and a mixed-up version, not every flipped bit.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
     import torch
 
 
 BACKENDS = ("zmq", "vllm_gloo", "vllm_nccl")
+TIED_HEAD = "lm_head.weight"
+EMBEDDING = "model.embed_tokens.weight"
+TIED_HEAD_ON_WIRE: Mapping[str, bool] = {"zmq": False, "vllm_gloo": False, "vllm_nccl": True}
+"""Whether `backend` sends a tied head as a tensor of its own. zmq: no (the vLLM actor adds it
+when it writes the file, `_for_vllm`); vllm_gloo: no (its worker adds it, `with_tied_head`);
+vllm_nccl: yes (vLLM's NCCL worker loads only what it receives)."""
 _SLICE_BYTES = 64
 _SLICES = 4
 
@@ -130,9 +146,34 @@ class SampledChecksum:
         return self._h.hexdigest()
 
 
-def sampled_checksum(named: Iterable[tuple[str, torch.Tensor]]) -> str:
-    """`SampledChecksum` of a whole (ordered) state dict."""
+def sampled_checksum(stream: Iterable[tuple[str, torch.Tensor]]) -> str:
+    """`SampledChecksum` of an ordered stream of (name, tensor): the learner's over
+    `sent_tensors`, a worker's over what it received."""
     ck = SampledChecksum()
-    for name, t in named:
+    for name, t in stream:
         ck.update(name, t)
     return ck.hexdigest()
+
+
+_T = TypeVar("_T")
+
+
+def with_tied_head(named: Sequence[tuple[str, _T]]) -> list[tuple[str, _T]]:
+    """`named`, plus (`TIED_HEAD`, the embedding) at the end when the head is tied: absent
+    while the embedding is present (how the learner publishes a tied head). The head is the
+    embedding object itself, not a copy."""
+    out = list(named)
+    names = {n for n, _ in out}
+    if TIED_HEAD not in names and EMBEDDING in names:
+        out.append((TIED_HEAD, dict(out)[EMBEDDING]))
+    return out
+
+
+def sent_tensors(
+    state_dict: Mapping[str, torch.Tensor], backend: str
+) -> list[tuple[str, torch.Tensor]]:
+    """The ordered stream `backend` sends for `state_dict`: its items in order, then a tied
+    head where `TIED_HEAD_ON_WIRE[backend]`. The checksum of a version is `sampled_checksum`
+    of this stream, on both sides; a KeyError names an unknown backend."""
+    items = list(state_dict.items())
+    return with_tied_head(items) if TIED_HEAD_ON_WIRE[backend] else items

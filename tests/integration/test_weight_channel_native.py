@@ -1,8 +1,9 @@
 """The native weight channel (weights.backend: vllm_gloo) without a vLLM model: the learner's
 `NativeWeightSender` (store, pairs, our gloo trainer engine through vLLM's trainer factory)
 against actors' `NativeWeightReceiver` with our gloo worker engine (`tests/fakes/weights.py`).
-Real TCPStore, real gloo groups, real checksums; faults: a mismatch, a peer that never joins,
-an actor that never gets an answer, an actor that stalls mid-transfer.
+Real TCPStore, real gloo groups, real checksums; a tied-embedding and an untied model; faults:
+a mismatch, a peer that never joins, an actor that never gets an answer, an actor that stalls
+mid-transfer.
 """
 
 from __future__ import annotations
@@ -22,18 +23,29 @@ from agent_r1_async.weights import native_sender  # noqa: E402
 from agent_r1_async.weights.native_receiver import NativeWeightReceiver  # noqa: E402
 from agent_r1_async.weights.native_sender import NativeWeightSender  # noqa: E402
 from agent_r1_async.weights.rendezvous import serve_store  # noqa: E402
-from agent_r1_async.weights.seam import sampled_checksum  # noqa: E402
+from agent_r1_async.weights.seam import (  # noqa: E402
+    sampled_checksum,
+    sent_tensors,
+    with_tied_head,
+)
 
 TIMEOUT_S = 3.0
 
 
 def _state(scale: float) -> dict[str, torch.Tensor]:
+    """A tied-embedding model as the learner publishes it: the head is the embedding, sent once."""
     g = torch.Generator().manual_seed(0)
     return {
         "model.embed_tokens.weight": torch.randn(64, 8, generator=g) * scale,
         "model.layers.0.mlp.up_proj.weight": torch.randn(16, 8, generator=g) * scale,
         "model.norm.weight": torch.ones(8, dtype=torch.bfloat16) * scale,
     }
+
+
+def _untied_state(scale: float) -> dict[str, torch.Tensor]:
+    """An untied model: a head of its own, published beside the embedding."""
+    head = torch.randn(64, 8, generator=torch.Generator().manual_seed(1)) * scale
+    return {**_state(scale), "lm_head.weight": head}
 
 
 async def _pump(channels, engines, want: int, seconds: float):
@@ -74,6 +86,30 @@ def test_two_actors_receive_three_versions_bit_exact(sender):
     assert sender.acked() == {"actor-0": 3, "actor-1": 3}
     assert (sender.sent, sender.failed, sender.rejected) == (6, 0, 0)
     assert all((c.failed, c.rejected) == (0, 0) for c in channels)
+
+
+@pytest.mark.parametrize("state", [_state, _untied_state], ids=["tied", "untied"])
+def test_a_tied_and_an_untied_model_pass_the_shared_checksum_bit_exact(sender, state):
+    """The learner's checksum is over the stream it sends (`sent_tensors`), the worker's over
+    what it received; both pass for either model, and the worker loads a head that is the
+    embedding for the tied one and the model's own for the untied one."""
+    engine = GlooRecordingEngine()
+    channel = NativeWeightReceiver(sender.endpoint, "actor-0", TIMEOUT_S)
+
+    async def run():
+        for v in (1, 2):  # v2 as the learner publishes: fresh CPU copies handed over
+            snap = sender.publish(v, state(float(v)), copy=v == 1)
+            assert snap.checksum == sampled_checksum(sent_tensors(state(float(v)), "vllm_gloo"))
+            await _pump([channel], [engine], v, 20)
+            expected = with_tied_head(list(state(float(v)).items()))
+            assert engine.version == v and set(engine.weights) == {n for n, _ in expected}
+            for name, t in expected:
+                got = engine.weights[name]
+                assert got.dtype == t.dtype and torch.equal(got, t)
+
+    asyncio.run(run())
+    assert (channel.rejected, channel.failed, sender.rejected, sender.failed) == (0, 0, 0, 0)
+    assert sender.wait_acked(2, timeout_s=5)
 
 
 def test_an_actor_serving_bf16_is_sent_bf16(sender):

@@ -10,7 +10,9 @@ traceback, and raises a one-line `ConfigError` naming the key and what would fit
 - a local run (embedded Ray: this machine is the whole cluster) must fit this machine:
   `launch.num_cpus` ≥ the CPUs the processes reserve (Ray would never place the rest), the
   GPUs they reserve and `learner.device` exist, `buffer.max_bytes` ≤ its memory (memory.py);
-- `launch.run_root` must be a writable directory (or creatable in one).
+- `launch.run_root` must be a writable directory (or creatable in one);
+- `weights.backend: vllm_nccl` needs the learner and each engine on CUDA devices of their own
+  (one NCCL rank each): refused where the config or this machine puts two on one device.
 
 On a cluster (`--address`) the nodes' resources are not known before Ray starts, so only the
 machine-independent checks run.
@@ -36,7 +38,9 @@ def check_feasible(cfg: RunConfig, address: str | None = None, resume: str | Non
     if ray_address(cfg, address) is None:
         cpus_fit(cfg)
         gpus_fit(cfg)
+        nccl_weights_fit(cfg)
         buffer_fits_memory(cfg)
+    nccl_weights_reserve_gpus(cfg)
     if not resume:
         run_root_writable(cfg.launch.run_root)
 
@@ -100,6 +104,45 @@ def gpus_fit(cfg: RunConfig) -> None:
             f"{key}: the processes reserve learner.world_size × learner.num_gpus + "
             f"actors.num_actors × actors.num_gpus = {want:g} GPUs; this machine has {have}: "
             "Ray would never place them all")
+
+
+_NCCL_INSTEAD = ("use weights.backend zmq (a colocated CUDA-IPC weight path, learner and engine "
+                 "on one GPU, is not built)")
+
+
+def nccl_weights_reserve_gpus(cfg: RunConfig) -> None:
+    """weights.backend vllm_nccl puts the learner (rank 0) and one engine (rank 1) in each NCCL
+    group, and NCCL needs each rank on a device of its own. Ray leaves every GPU visible to a
+    process that reserves none (CUDA_VISIBLE_DEVICES untouched), so such a learner or engine
+    sits on cuda:0, a device Ray may give another: both must reserve GPUs (any cluster)."""
+    if cfg.weights.backend != "vllm_nccl":
+        return
+    for key, gpus in (("learner.num_gpus", cfg.learner.num_gpus),
+                      ("actors.num_gpus", cfg.actors.num_gpus)):
+        if gpus == 0:
+            raise ConfigError(
+                f"{key}: weights.backend vllm_nccl needs a GPU reserved for the learner and for "
+                "each engine (NCCL, one rank per device); with 0 the process sits on cuda:0, "
+                f"which Ray may give another: set {key} (e.g. 1), or {_NCCL_INSTEAD}")
+
+
+def nccl_weights_fit(cfg: RunConfig) -> None:
+    """A local run with weights.backend vllm_nccl: a machine with no CUDA device has nothing to
+    send from; one with exactly one puts the learner and the engine on that device, which NCCL
+    refuses (two ranks of one group on one device). With two or more, Ray's placement of
+    fractional `num_gpus` is not known before it starts and is not checked here."""
+    if cfg.weights.backend != "vllm_nccl":
+        return
+    have = _cuda_devices()
+    if have == 0:
+        raise ConfigError(
+            "weights.backend: vllm_nccl sends over NCCL between CUDA devices; this machine has "
+            f"none (torch.cuda.device_count()): {_NCCL_INSTEAD}")
+    if have == 1:
+        raise ConfigError(
+            "weights.backend: vllm_nccl would put the learner and the engine on this machine's "
+            "only CUDA device, and NCCL cannot run two ranks of one group on one device: "
+            f"{_NCCL_INSTEAD}")
 
 
 def run_root_writable(run_root: str) -> None:

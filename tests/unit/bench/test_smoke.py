@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 MODULES = ["bench_async_vs_sync", "bench_transport", "bench_weight_sync", "bench_engines",
-           "bench_learner", "bench_vs_trl", "bench_buffer", "bench_learning"]
+           "bench_learner", "bench_vs_trl", "bench_buffer", "bench_learning",
+           "bench_tool_overhead"]
 
 
 def load(name: str) -> ModuleType:
@@ -160,3 +161,28 @@ def test_transport_runs_pair_each_transport_run_with_its_like_for_like_baseline(
     assert mod.schedule([1]) == [("raw", 1), ("transport", 1)]
     assert mod.like_for_like(1) == "raw"
     assert mod.like_for_like(16) == "raw_coalesced"
+
+
+def test_tool_overhead_summary_and_native_baselines_by_hand() -> None:
+    import asyncio
+
+    from agent_r1_async.envs.base import Task
+
+    mod = load("bench_tool_overhead")
+    # rounds of 2 s vs 1 s, then 3 s vs 1 s: ratios 2, 3 (mean 2.5); extra 1e6, 2e6 µs;
+    # pooled foreign [2, 2, 2, 3, 3, 3] s: median 2.5 s, p90 at position 4.5 of 0..5 = 3 s
+    s = mod.summarize([[2.0] * 3, [3.0] * 3], [[1.0] * 3, [1.0] * 3])
+    assert (s["ratio"], s["extra"]) == pytest.approx((2.5, 1.5e6))
+    assert (s["f_n"], s["f_med"], s["f_p90"], s["n_med"]) == pytest.approx((6, 2.5e6, 3e6, 1e6))
+    # the native tool answers as the MCP server's SDK does: str of a float
+    assert asyncio.run(mod.NativeConvert().call(value=3, from_unit="km", to_unit="m")) == "3000.0"
+    # the native game: binary search from 8 wins, the last step carries the outcome
+    env = mod.NativeGuessEnv("sys", "last")
+    from examples.openenv_guess_server import oracle
+
+    task = Task("t", "seed 0", None, {"reset": {"seed": 0}})
+    obs = asyncio.run(env.reset(task))
+    assert [m["role"] for m in obs.messages] == ["system", "user"]
+    results = [asyncio.run(env.step(a)) for a in oracle({"seed": 0})]
+    assert [r.done for r in results] == [False] * (len(results) - 1) + [True]
+    assert results[-1].outcome_reward == 1.0 and results[-1].metrics["solved"] == 1.0
