@@ -29,8 +29,6 @@ from agent_r1_async.learner.loop import Learner
 from agent_r1_async.models import tiny_model_dir
 from tests.fakes.learner import FakeSource
 
-pytestmark = pytest.mark.slow  # one 2-rank spawn running every scenario: ~90 s on 2 busy cores
-
 VOCAB = 49152
 WORLD = 2
 SEED = 6

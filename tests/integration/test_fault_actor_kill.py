@@ -32,16 +32,12 @@ import signal
 import time
 from pathlib import Path
 
-import pytest
-
 from agent_r1_async.buffers.service import BufferService
 from agent_r1_async.config import RunConfig, config_from_dict
 from agent_r1_async.wire.buffer_client import BufferClient
 from agent_r1_async.wire.zmq import ZmqTransport
 from tests.fakes.checks import Ledger
 from tests.fakes.services import REPO, wait_for
-
-pytestmark = pytest.mark.slow
 
 EPISODE_TIMEOUT_S = 3.0
 

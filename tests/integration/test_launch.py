@@ -69,7 +69,6 @@ def _records(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.slow
 def test_launch_tiny_runs_to_the_end_and_resumes(tmp_path: Path):
     run_dir, stdout = _launch(tmp_path)
     rows = _records(run_dir)

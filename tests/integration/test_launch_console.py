@@ -22,8 +22,6 @@ import pytest
 
 from tests.integration.test_launch import CLI, ROOT, _await_updates, _env, _start
 
-pytestmark = pytest.mark.slow
-
 OWN_LINE = re.compile(r"^(\[launch\] |v\d+ \| reward |\s*model |\s*-+|\s*before |\s*after )")
 
 
@@ -36,6 +34,7 @@ def _wait_file(path: Path, text: str, timeout_s: float) -> str:
     raise AssertionError(f"{text!r} not in {path} within {timeout_s:.0f} s")
 
 
+@pytest.mark.slow
 def test_a_killed_actor_is_named_with_its_cause_restart_and_rejoin(tmp_path: Path) -> None:
     proc = _start(tmp_path, "--set", "learner.total_updates=1000",
                   "--set", "learner.checkpoint_every=1000")

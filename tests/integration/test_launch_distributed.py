@@ -15,8 +15,6 @@ import pytest
 
 from tests.integration.test_launch import _await_updates, _launch, _records, _start
 
-pytestmark = pytest.mark.slow
-
 
 def test_launch_tiny_with_two_learner_ranks(tmp_path: Path):
     run_dir, stdout = _launch(tmp_path, "--set", "learner.world_size=2")
@@ -32,6 +30,7 @@ def test_launch_tiny_with_two_learner_ranks(tmp_path: Path):
     assert (ckpt / "model.safetensors").stat().st_size > 1_000_000
 
 
+@pytest.mark.slow
 def test_a_killed_learner_rank_restarts_the_group_from_its_checkpoint(tmp_path: Path):
     proc = _start(tmp_path, "--set", "learner.world_size=2", "--set", "learner.total_updates=4",
                   "--set", "learner.checkpoint_every=1")

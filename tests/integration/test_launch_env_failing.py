@@ -107,7 +107,6 @@ class NanEnv(ArithmeticEnv):
 LINE = "env.step: StepResult.outcome_reward is nan, expected a finite real number"
 
 
-@pytest.mark.slow
 def test_launch_stops_on_an_env_that_returns_nan_with_the_field_on_the_console(tmp_path: Path):
     out, elapsed = _launch_env(tmp_path, "nan_env", NAN_ENV, "NanEnv")
     assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]

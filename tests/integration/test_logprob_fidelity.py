@@ -145,7 +145,6 @@ def test_learner_importance_weights_are_one_under_hf_engine_temperature_top_p():
     check_importance_weights_are_one(make_engine(cfg, tiny_model_dir(), seed=3), cfg, "hf engine")
 
 
-@pytest.mark.slow
 def test_hf_engine_fidelity_smollm2():
     path = resolve_model("smollm2-135m-instruct")
     reference = load_causal_lm(path, "float32")
@@ -160,7 +159,6 @@ def test_hf_engine_fidelity_smollm2():
     assert mean < 0.1  # bf16 rounding of weights and activations, not a different policy
 
 
-@pytest.mark.slow
 @pytest.mark.vllm
 @pytest.mark.parametrize(
     "dtype,max_bound,mean_bound",

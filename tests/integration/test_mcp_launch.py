@@ -56,7 +56,6 @@ def test_envs_check_names_a_server_that_does_not_start():
     assert "nope.py" in failed[0].split("stderr: ")[-1]  # python's own "can't open file"
 
 
-@pytest.mark.slow
 def test_tiny_launch_trains_on_the_mcp_example(tmp_path: Path):
     out = subprocess.run([*CLI, "launch", "--config", str(_tiny_mcp_config(tmp_path))],
                          capture_output=True, text=True, timeout=600, env=_env(), cwd=ROOT)

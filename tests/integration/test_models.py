@@ -32,7 +32,6 @@ def test_tiny_model_has_real_tokenizer_and_small_config():
     assert model_vocab_size("some-org/not-downloaded") == 0  # a hub id: nothing on disk
 
 
-@pytest.mark.slow
 def test_prepared_smollm2_generates_the_right_sum():
     import torch
 

@@ -21,7 +21,7 @@ from agent_r1_async.config import EngineConfig
 from agent_r1_async.models import load_causal_lm, tiny_model_dir
 
 pytest.importorskip("vllm")
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+pytestmark = pytest.mark.vllm
 
 TIMEOUT_S = 30.0
 
@@ -88,6 +88,7 @@ def test_three_versions_in_flight_through_the_gloo_engine(engine):
         sender.close()
 
 
+@pytest.mark.slow
 def test_launch_with_vllm_gloo_trains_on_versions_sent_through_vllms_api(tmp_path):
     """`launch` (Ray, buffer, learner, one vLLM actor) with weights.backend=vllm_gloo: the
     learner's publish goes through `NativeWeightSender`, the actor's loop through

@@ -233,7 +233,6 @@ def test_learner_killed_mid_transfer_fails_the_update_and_the_actor_keeps_its_we
             learner.kill()
 
 
-@pytest.mark.slow
 def test_actor_killed_mid_transfer_fails_its_pair_only(sender):
     import multiprocessing as mp
 

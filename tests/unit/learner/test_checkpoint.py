@@ -236,7 +236,6 @@ def _resumes_exactly(ckpt: str, expected: dict) -> None:
         assert torch.equal(optim[i]["exp_avg_sq"], moments["exp_avg_sq"])
 
 
-@pytest.mark.slow  # a subprocess imports torch and transformers: ~20 s on 2 busy cores
 def test_a_save_killed_mid_write_leaves_latest_on_the_previous_checkpoint(
     tmp_path: Path, micro_model_dir: str
 ) -> None:

@@ -109,7 +109,6 @@ def test_data_socket_rejects_and_counts_hostile_frames() -> None:
         service.stop()
 
 
-@pytest.mark.slow
 def test_control_socket_answers_every_hostile_request_and_counts_it() -> None:
     service, transport = _service()
     buf = service.buffer
