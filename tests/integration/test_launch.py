@@ -21,28 +21,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-ROOT = Path(__file__).resolve().parents[2]
-CLI = [sys.executable, "-m", "agent_r1_async.cli"]
-
-
-def _env(tmp_path: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(WANDB_MODE="offline", WANDB_SILENT="true", PYTHONUNBUFFERED="1",
-               RAY_USAGE_STATS_ENABLED="0")
-    env.pop("RAY_ADDRESS", None)
-    return env
+from cli_runs import CLI, ROOT, cli_env, launch_ok
 
 
 def _launch(tmp_path: Path, *args: str, timeout: float = 420) -> tuple[Path, str]:
-    out = subprocess.run(
-        [*CLI, "launch", "--config", str(ROOT / "configs/tiny.yaml"),
-         "--set", f"launch.run_root={tmp_path}", *args],
-        capture_output=True, text=True, timeout=timeout, env=_env(tmp_path), cwd=ROOT,
-    )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    run_dir = Path(out.stdout.split("[launch] run directory: ")[-1].strip())
-    return run_dir, out.stdout
+    return launch_ok("--config", str(ROOT / "configs/tiny.yaml"),
+                     "--set", f"launch.run_root={tmp_path}", *args, timeout=timeout)
 
 
 def _start(tmp_path: Path, *args: str) -> subprocess.Popen:
@@ -50,7 +34,7 @@ def _start(tmp_path: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
         [*CLI, "launch", "--config", str(ROOT / "configs/tiny.yaml"),
          "--set", f"launch.run_root={tmp_path}", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(tmp_path), cwd=ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=cli_env(), cwd=ROOT,
     )
 
 
@@ -94,7 +78,7 @@ def test_launch_tiny_runs_to_the_end_and_resumes(tmp_path: Path):
     # Resume the same run with two more updates: versions continue at 4, 5.
     out = subprocess.run(
         [*CLI, "launch", "--resume", str(run_dir), "--set", "learner.total_updates=5"],
-        capture_output=True, text=True, timeout=420, env=_env(tmp_path), cwd=ROOT,
+        capture_output=True, text=True, timeout=420, env=cli_env(), cwd=ROOT,
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert [r["update"] for r in _records(run_dir)] == [1, 2, 3, 4, 5]
@@ -148,7 +132,7 @@ def test_launch_joins_a_separate_ray_head_with_two_actors(tmp_path: Path):
     head = subprocess.Popen(
         [ray_bin, "start", "--head", "--block", f"--port={port}", "--num-cpus=4",
          "--include-dashboard=false", f"--temp-dir={ray_tmp}", "--disable-usage-stats"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(tmp_path),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=cli_env(),
         start_new_session=True,  # its own process group: we end exactly what we started
     )
     try:
@@ -156,7 +140,7 @@ def test_launch_joins_a_separate_ray_head_with_two_actors(tmp_path: Path):
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             probe = subprocess.run([ray_bin, "status", f"--address={address}"],
-                                   capture_output=True, text=True, env=_env(tmp_path))
+                                   capture_output=True, text=True, env=cli_env())
             if probe.returncode == 0:
                 break
             assert head.poll() is None, head.stdout.read()

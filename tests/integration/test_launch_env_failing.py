@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from cli_runs import ROOT, cli_env
 
 BROKEN_ENV = '''
 from agent_r1_async.envs.arithmetic import ArithmeticEnv
@@ -47,9 +46,7 @@ def _launch_env(tmp_path: Path, module: str, source: str, env_class: str) -> tup
     """A tiny launch of `module:env_class` (written from `source`), stopping after 4 failed
     episodes; (the completed process, its seconds)."""
     (tmp_path / f"{module}.py").write_text(source)
-    env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true", PYTHONUNBUFFERED="1",
-               RAY_USAGE_STATS_ENABLED="0", PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}")
-    env.pop("RAY_ADDRESS", None)
+    env = cli_env(PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}")
     t0 = time.monotonic()
     out = subprocess.run(
         [sys.executable, "-m", "agent_r1_async.cli", "launch", "--config",

@@ -25,8 +25,8 @@ import pytest
 
 from agent_r1_async.actors.context import History
 from agent_r1_async.config import ConfigError, EnvConfig
+from agent_r1_async.envs import host_loop
 from agent_r1_async.envs.base import EnvError
-from agent_r1_async.envs.mcp import host
 from agent_r1_async.envs.registry import get_env_spec
 from agent_r1_async.envs.toolenv import ToolCall, tool_call_text
 from agent_r1_async.models import load_tokenizer, tiny_model_dir
@@ -92,7 +92,7 @@ def _stop_servers() -> Iterator[None]:
     yield
     while _built:
         for server in _built.pop().definition.servers:
-            host.run_sync(server.close_all(), 15.0)
+            host_loop.run_sync(server.close_all(), 15.0)
 
 
 def spec_for(server: dict[str, Any], **env: Any):

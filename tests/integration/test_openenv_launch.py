@@ -5,39 +5,16 @@ OpenEnv server (every process starts the real server; nothing is mocked)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
-
-ROOT = Path(__file__).resolve().parents[2]
-CLI = [sys.executable, "-m", "agent_r1_async.cli"]
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(WANDB_MODE="offline", WANDB_SILENT="true", PYTHONUNBUFFERED="1",
-               RAY_USAGE_STATS_ENABLED="0")
-    env.pop("RAY_ADDRESS", None)
-    return env
-
-
-def _tiny_openenv_config(tmp_path: Path) -> Path:
-    cfg = yaml.safe_load((ROOT / "configs/tiny.yaml").read_text())
-    example = yaml.safe_load((ROOT / "configs/openenv_example.yaml").read_text())
-    cfg["env"] = {**example["env"], "max_turns": 2}
-    cfg["launch"] = {**cfg.get("launch", {}), "name": "tiny-openenv", "run_root": str(tmp_path)}
-    path = tmp_path / "tiny_openenv.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+from cli_runs import CLI, ROOT, cli_env, launch_ok, tiny_config_with_env
 
 
 def test_envs_check_passes_on_the_openenv_example():
     out = subprocess.run([*CLI, "envs", "check", "--config", "configs/openenv_example.yaml"],
-                         capture_output=True, text=True, timeout=300, env=_env(), cwd=ROOT)
+                         capture_output=True, text=True, timeout=300, env=cli_env(), cwd=ROOT)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     lines = out.stdout.splitlines()
     assert lines[-1] == "OK"
@@ -51,7 +28,7 @@ def test_envs_check_names_a_server_that_does_not_start():
     out = subprocess.run(
         [*CLI, "envs", "check", "--config", "configs/openenv_example.yaml",
          "--set", "env.args.command=[python, examples/nope.py, '{port}']"],
-        capture_output=True, text=True, timeout=300, env=_env(), cwd=ROOT)
+        capture_output=True, text=True, timeout=300, env=cli_env(), cwd=ROOT)
     assert out.returncode != 0
     failed = [ln for ln in out.stdout.splitlines() if "FAILED" in ln]
     assert len(failed) == 1, out.stdout + out.stderr
@@ -85,10 +62,8 @@ def test_tiny_launch_trains_on_the_openenv_example(tmp_path: Path):
     from agent_r1_async.models import load_tokenizer, tiny_model_dir
     from examples.openenv_guess_server import Game, secret_for
 
-    out = subprocess.run([*CLI, "launch", "--config", str(_tiny_openenv_config(tmp_path))],
-                         capture_output=True, text=True, timeout=600, env=_env(), cwd=ROOT)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    run_dir = Path(out.stdout.split("[launch] run directory: ")[-1].strip())
+    config = tiny_config_with_env(tmp_path, "openenv_example.yaml", "tiny-openenv")
+    run_dir, _ = launch_ok("--config", str(config), timeout=600)
     rows = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["update"] for r in rows] == [1, 2, 3]  # tiny.yaml: learner.total_updates 3
     for r in rows:  # the episodes ran on the OpenEnv env, none failed on it

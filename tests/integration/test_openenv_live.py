@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 
 from agent_r1_async.config import ConfigError, EnvConfig
+from agent_r1_async.envs import host_loop
 from agent_r1_async.envs.base import EnvError, StepResult, Task
-from agent_r1_async.envs.mcp import host
 from agent_r1_async.envs.openenv.session import Session, SessionRefused
 from agent_r1_async.envs.registry import EnvSpec, get_env_spec
 from examples.openenv_guess_server import MAX_GUESSES, Game, oracle, secret_for
@@ -276,7 +276,7 @@ def test_a_group_of_8_concurrent_episodes_gets_8_sessions(started: EnvSpec):
     """Half the group plays the oracle and half junk, step by step in lockstep on the same
     task: sessions that were shared would mix their games."""
     d = started.definition
-    host.run_sync(d.pool.close_all(), 30)
+    host_loop.run_sync(d.pool.close_all(), 30)
     seed = 7
     plans = [oracle({"seed": seed}) if i % 2 == 0 else [JUNK] * MAX_GUESSES for i in range(8)]
     sessions: list[Any] = []
@@ -310,11 +310,11 @@ def test_a_group_of_8_concurrent_episodes_gets_8_sessions(started: EnvSpec):
 
 def test_a_socket_closed_between_episodes_is_replaced_unnoticed(started: EnvSpec):
     d = started.definition
-    host.run_sync(d.pool.close_all(), 30)
+    host_loop.run_sync(d.pool.close_all(), 30)
     first = run(play(started, 1, oracle({"seed": 1})))
     assert first[-1].outcome_reward == 1.0
     (idle,) = d.pool.idle
-    host.run_sync(idle.ws.close(), 10)  # the client's own socket, closed while idle
+    host_loop.run_sync(idle.ws.close(), 10)  # the client's own socket, closed while idle
     second = run(play(started, 2, oracle({"seed": 2})))
     assert summary(second) == expected(2, oracle({"seed": 2}))
     assert d.pool.idle and d.pool.idle[0] is not idle

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from urllib.parse import urlparse
 
 import msgspec
 
-from agent_r1_async.config import ConfigError
+from agent_r1_async.envs.servers import command_argv, env_headers
 
 
 class McpServerArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -68,19 +67,11 @@ class McpServerArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         return self.url or " ".join(self.command)
 
     def argv(self) -> list[str]:
-        first, *rest = self.command
-        return [sys.executable if first == "python" else first, *rest]
+        return command_argv(self.command)
 
     def headers(self) -> dict[str, str]:
         """The HTTP headers, read from the environment now (a missing variable: ConfigError)."""
-        out: dict[str, str] = {}
-        for header, var in self.headers_env.items():
-            value = os.environ.get(var)
-            if value is None:
-                raise ConfigError(f"MCP server {self.name!r}: environment variable {var} "
-                                  f"(header {header}) is not set")
-            out[header] = value
-        return out
+        return env_headers(self.headers_env, f"MCP server {self.name!r}")
 
     def child_env(self) -> dict[str, str]:
         return {k: os.environ[k] for k in self.pass_env if k in os.environ}

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from agent_r1_async.config import ConfigError, EnvConfig
+from agent_r1_async.envs import host_loop
 from agent_r1_async.envs.base import EnvError, Observation, StepResult, Task, Tool
-from agent_r1_async.envs.mcp import host
 from agent_r1_async.envs.mcp.args import McpToolsArgs
 from agent_r1_async.envs.mcp.server import McpServer
 from agent_r1_async.envs.mcp.tools import Episode, McpTool
@@ -152,7 +152,7 @@ class McpToolsEnv:
     def _list(self, server: McpServer) -> list[Any]:
         a = server.args
         try:
-            return host.run_sync(server.list_tools(), a.connect_timeout_s + 5.0)
+            return host_loop.run_sync(server.list_tools(), a.connect_timeout_s + 5.0)
         except Exception as e:
             from agent_r1_async.envs.mcp.connection import describe
 

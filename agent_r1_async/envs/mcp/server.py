@@ -17,7 +17,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_r1_async.envs.mcp import host
+from agent_r1_async.envs import host_loop
 from agent_r1_async.envs.mcp.args import McpServerArgs
 from agent_r1_async.envs.mcp.connection import Connection, McpConnectError, describe
 from agent_r1_async.envs.mcp.results import McpToolError, tool_output
@@ -54,7 +54,7 @@ class McpServer:
     _open: set[Connection] = field(default_factory=set)
 
     def __post_init__(self) -> None:
-        host.at_exit(self.close_all)
+        host_loop.at_exit(self.close_all)
 
     @property
     def label(self) -> str:

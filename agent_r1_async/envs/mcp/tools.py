@@ -5,7 +5,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from agent_r1_async.envs.mcp import host
+from agent_r1_async.envs import host_loop
 from agent_r1_async.envs.mcp.server import Lease, McpServer
 
 
@@ -29,11 +29,11 @@ class Episode:
 
     async def close(self) -> None:
         """End the episode's own sessions (from any loop)."""
-        await host.on_host(self._release())
+        await host_loop.on_host(self._release())
 
     def close_soon(self) -> None:
         """`close()` without waiting (from any thread, e.g. a finalizer)."""
-        host.submit(self._release())
+        host_loop.submit(self._release())
 
     def close_when_collected(self, owner: object) -> None:
         """Close the sessions when `owner` (the episode's env) is garbage collected: an episode
@@ -53,4 +53,4 @@ class McpTool:
 
     async def call(self, **arguments: Any) -> str:
         lease = self.episode.lease(self.server)
-        return await host.on_host(self.server.call(lease, self.remote_name, arguments))
+        return await host_loop.on_host(self.server.call(lease, self.remote_name, arguments))

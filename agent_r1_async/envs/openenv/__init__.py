@@ -63,7 +63,7 @@ fails the build: `envs check` and the launch's preflight print that line.
 Modules: args.py (`env.args`), server.py (start or reach the server, /health, /schema),
 session.py (one WebSocket session and its messages), pool.py (the sessions of a process),
 env.py (the definition and the per-episode `Env`). Connections live on the process's host
-loop (envs/mcp/host.py); the client needs only `websockets`, and openenv-core is needed
+loop (envs/host_loop.py); the client needs only `websockets`, and openenv-core is needed
 only by servers.
 """
 

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import re
-import sys
 from typing import Any, Literal
 from urllib.parse import urlparse
 
 import msgspec
 
-from agent_r1_async.config import ConfigError
+from agent_r1_async.envs.servers import command_argv, env_headers
 
 PORT = "{port}"
 """Written in `command`, it becomes the loopback port the server is to listen on."""
@@ -173,16 +171,8 @@ class OpenEnvArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         return f"OpenEnv server {self.name!r} ({self.where})"
 
     def argv(self, port: int) -> list[str]:
-        first, *rest = (part.replace(PORT, str(port)) for part in self.command)
-        return [sys.executable if first == "python" else first, *rest]
+        return command_argv(part.replace(PORT, str(port)) for part in self.command)
 
     def headers(self) -> dict[str, str]:
         """The HTTP headers, read from the environment now (a missing variable: ConfigError)."""
-        out: dict[str, str] = {}
-        for header, var in self.headers_env.items():
-            value = os.environ.get(var)
-            if value is None:
-                raise ConfigError(f"{self.label}: environment variable {var} (header "
-                                  f"{header}) is not set")
-            out[header] = value
-        return out
+        return env_headers(self.headers_env, self.label)

@@ -25,9 +25,9 @@ from collections.abc import Callable
 from typing import Any
 
 from agent_r1_async.config import ConfigError, EnvConfig
+from agent_r1_async.envs import host_loop
 from agent_r1_async.envs.base import EnvError, Observation, StepResult, Task
 from agent_r1_async.envs.contract import EnvContractError, flag, real
-from agent_r1_async.envs.mcp import host
 from agent_r1_async.envs.openenv.args import OpenEnvArgs
 from agent_r1_async.envs.openenv.pool import Lease, SessionPool
 from agent_r1_async.envs.openenv.server import OpenEnvServer, ServerUnavailable
@@ -68,10 +68,10 @@ class OpenEnvEpisode:
         return self.d.server.label
 
     async def reset(self, task: Task) -> Observation:
-        return await host.on_host(self._reset(task))
+        return await host_loop.on_host(self._reset(task))
 
     async def step(self, action: str) -> StepResult:
-        return await host.on_host(self._step(action))
+        return await host_loop.on_host(self._step(action))
 
     async def _reset(self, task: Task) -> Observation:
         pool, a = self.d.pool, self.d.args
@@ -235,21 +235,21 @@ class OpenEnvEnv:
         self.pool = SessionPool(self.server, args)
         budget = 2 * args.start_timeout_s + 3 * args.connect_timeout_s + 10.0
         try:
-            host.run_sync(self.server.start(), budget)
+            host_loop.run_sync(self.server.start(), budget)
         except ServerUnavailable as e:
             self.server.stop()
             raise OpenEnvServerUnavailable(str(e)) from None
         except BaseException:
             self.server.stop()
             raise
-        host.at_exit(functools.partial(_close, self.pool, self.server))
+        host_loop.at_exit(functools.partial(_close, self.pool, self.server))
         # A definition dropped before exit (a preflight's) stops its server with it.
         weakref.finalize(self, _stop_in_background, self.server).atexit = False
         self._tasks: dict[str, list[Task]] = {}
 
     def close(self) -> None:
         """Close every session and stop a started server now (at exit this happens anyway)."""
-        host.run_sync(_close(self.pool, self.server), 30.0)
+        host_loop.run_sync(_close(self.pool, self.server), 30.0)
 
     def make(self) -> OpenEnvEpisode:
         return OpenEnvEpisode(self)

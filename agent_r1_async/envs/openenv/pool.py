@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from agent_r1_async.envs.mcp import host
+from agent_r1_async.envs import host_loop
 from agent_r1_async.envs.openenv.args import OpenEnvArgs
 from agent_r1_async.envs.openenv.server import OpenEnvServer, ServerUnavailable
 from agent_r1_async.envs.openenv.session import Session, SessionOpenError
@@ -71,7 +71,7 @@ class SessionPool:
         if lease.session is not None:
             coro = self.give_back(lease)
             try:
-                host.submit(coro)
+                host_loop.submit(coro)
             except RuntimeError:  # the host loop is gone (exiting): the socket goes with it
                 coro.close()
 

@@ -6,7 +6,7 @@
   server runs in a session of its own and is stopped (SIGTERM, then SIGKILL) when this
   process exits; it also gets SIGKILL from the kernel when the thread that started it dies
   (Linux: PR_SET_PDEATHSIG), so a process killed outright leaves no server behind. Servers
-  are started on the host loop's thread (envs/mcp/host.py), which lives as long as the
+  are started on the host loop's thread (envs/host_loop.py), which lives as long as the
   process. A server that exited is started again by `ensure_up()`, at most `restarts` times.
 - `url`: nothing is started; `start()` checks GET /health (with the configured headers).
 

@@ -1,11 +1,12 @@
-"""The event loop that owns every MCP connection of a process, on a thread of its own.
+"""The event loop that owns every env-server connection of a process (MCP sessions, OpenEnv
+WebSockets), on a thread of its own.
 
 Env and tool calls run on short-lived event loops (envs/offload.py gives each call a fresh
-one), but an MCP session is bound to the loop that opened it and must outlive a call. So
+one), but a connection is bound to the loop that opened it and must outlive a call. So
 one daemon thread per process runs a loop for the whole life of the process; a tool call
 hands its coroutine to that loop (`await on_host(coro)`) and waits from its own loop.
 Cancelling the wait cancels the coroutine on the host loop. At process exit the
-registered closers run (stdio servers are stopped) before the loop ends.
+registered closers run (stdio and command servers are stopped) before the loop ends.
 """
 
 from __future__ import annotations
@@ -28,12 +29,12 @@ _closers: list[Callable[[], Awaitable[None]]] = []
 
 
 def host_loop() -> asyncio.AbstractEventLoop:
-    """The process's MCP loop, started on first use."""
+    """The process's env-server loop, started on first use."""
     global _loop
     with _lock:
         if _loop is None or _loop.is_closed():
             loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="mcp-host", daemon=True).start()
+            threading.Thread(target=loop.run_forever, name="env-host", daemon=True).start()
             _loop = loop
         return _loop
 
