@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cli_runs import CLI, ROOT, cli_env, launch_ok
+
+from tests.integration.cli_runs import CLI, ROOT, cli_env, launch_ok
 
 
 def _launch(tmp_path: Path, *args: str, timeout: float = 420) -> tuple[Path, str]:

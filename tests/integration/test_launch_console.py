@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_launch import CLI, ROOT, _await_updates, _env, _start
+from tests.integration.cli_runs import CLI, ROOT, cli_env
+from tests.integration.test_launch import _await_updates, _start
 
 OWN_LINE = re.compile(r"^(\[launch\] |v\d+ \| reward |\s*model |\s*-+|\s*before |\s*after )")
 
@@ -74,7 +75,7 @@ def test_progress_bars_render_when_stdout_is_a_terminal(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [*CLI, "launch", "--config", str(ROOT / "configs/tiny.yaml"),
          "--set", f"launch.run_root={tmp_path}", "--set", "learner.total_updates=2"],
-        stdout=child, stderr=child, env={**_env(tmp_path), "COLUMNS": "120"}, cwd=ROOT)
+        stdout=child, stderr=child, env={**cli_env(), "COLUMNS": "120"}, cwd=ROOT)
     os.close(child)
     chunks = []
     while True:

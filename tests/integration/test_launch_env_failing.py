@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_runs import ROOT, cli_env
+
+from tests.integration.cli_runs import ROOT, cli_env
 
 BROKEN_ENV = '''
 from agent_r1_async.envs.arithmetic import ArithmeticEnv

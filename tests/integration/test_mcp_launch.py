@@ -8,7 +8,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cli_runs import CLI, ROOT, cli_env, launch_ok, tiny_config_with_env
+
+from tests.integration.cli_runs import CLI, ROOT, cli_env, launch_ok, tiny_config_with_env
 
 
 def test_envs_check_passes_on_the_mcp_example():

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from agent_r1_async.run.processes.periodic_eval import next_due
-from tests.integration.test_launch import _env, _records
+from tests.integration.cli_runs import cli_env
+from tests.integration.test_launch import _records
 
 ROOT = Path(__file__).resolve().parents[2]
 UPDATES, EVERY = 8, 2
@@ -30,7 +31,7 @@ def _run(tmp_path: Path, *sets: str) -> Path:
          str(ROOT / "configs/tiny.yaml"), "--set", f"launch.run_root={tmp_path}",
          "--set", f"learner.total_updates={UPDATES}", "--set", "learner.checkpoint_every=8",
          *[a for s in sets for a in ("--set", s)]],
-        capture_output=True, text=True, timeout=420, env=_env(tmp_path), cwd=ROOT,
+        capture_output=True, text=True, timeout=420, env=cli_env(), cwd=ROOT,
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return Path(out.stdout.split("[launch] run directory: ")[-1].strip())
