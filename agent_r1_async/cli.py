@@ -4,6 +4,7 @@ Argument parsing uses only the standard library; torch, transformers, vLLM and R
 imported inside each command after parsing, so `agent-r1-async --help` stays fast.
 
     agent-r1-async launch [--config configs/default.yaml] [--set key=value ...] [--verbose] [--force]
+    agent-r1-async launch --resume RUN_DIR [--fresh] [--set key=value ...]
     agent-r1-async eval --split dev --num-tasks 64 [--model PATH] [--baseline naive_rag]
     agent-r1-async sft --config configs/sft.yaml
     agent-r1-async report RUN_DIR
@@ -50,9 +51,12 @@ def _load(args: argparse.Namespace):  # -> RunConfig
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from agent_r1_async.config import load_config
+    from agent_r1_async.config import ConfigError, load_config
     from agent_r1_async.run.launch import launch
 
+    if args.fresh and not args.resume:
+        raise ConfigError("--fresh: only with --resume RUN_DIR (a launch without --resume "
+                          "always starts from scratch in a new run directory)")
     if args.resume:  # the run's own config, plus any --set (e.g. more learner.total_updates)
         cfg = load_config(Path(args.resume) / "config.yaml", args.overrides)
     else:
@@ -62,7 +66,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
         cfg = msgspec.structs.replace(
             cfg, logging=msgspec.structs.replace(cfg.logging, verbose=True))
-    return launch(cfg, address=args.address, resume=args.resume, force=args.force)
+    return launch(cfg, address=args.address, resume=args.resume, force=args.force,
+                  fresh=args.fresh)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -157,7 +162,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("launch", help="run actors, buffer and learner (local Ray or a cluster)")
     _add_config_args(p)
     p.add_argument("--address", default=None, help="Ray address: 'auto' or host:port (default: local)")
-    p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a run from its checkpoint")
+    p.add_argument("--resume", default=None, metavar="RUN_DIR",
+                   help="continue a run from its latest checkpoint (refused when RUN_DIR has "
+                        "none: see --fresh)")
+    p.add_argument("--fresh", action="store_true",
+                   help="with --resume: RUN_DIR has no checkpoint yet (its launch stopped "
+                        "before the first one); train it from update 0 in that directory")
     p.add_argument("--verbose", action="store_true",
                    help="every process's own output on the console too (logging.verbose); "
                         "otherwise it is in RUN_DIR/logs/")

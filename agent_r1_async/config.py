@@ -523,6 +523,10 @@ class LaunchConfig(_Section):
     """The run's seed (in [0, 2**32)): `actors.seed`, `buffer.seed` and `learner.seed` take it unless set themselves, and held-out evaluations sample with it."""
     stop_after_failed_episodes: int = 32
     """Stop the run with the env's error when the last this-many episodes all failed (each actor's last ceil(N / actors.num_actors)); 0 = never."""
+    stop_timeout_s: float = 300.0
+    """Longest the learner's final checkpoint may take when the run stops; past it the launch ends without that checkpoint and says so (the last periodic one stands). A second Ctrl-C ends the stop at once, naming what is left unsaved."""
+    unresponsive_s: float = 120.0
+    """A process that shows no progress for this long is named on the console (`actor-1 unresponsive for 120 s: ...`); an actor is then replaced: the buffer takes back its credits and unfinished episodes at once and its process is killed for Ray to restart (`actors.max_restarts`). The buffer and the learner are named, and named again when they answer, never killed for it (run/processes/supervisor.py). Progress: an actor's engine or env call returned, an episode ended, or it had nothing in flight (its reports say when: a stopped process, an event loop blocked in C code and a hung engine step all count as silence), measured in the time the buffer was listening; the buffer and each learner rank answering the launcher. An actor is judged from its first report on, so an engine's start (vLLM: 24-105 s measured) never counts. Worst cases measured on the 2-core reference machine, from the step records of the default-config launches behind BENCHMARKS.md ("Precision", "vs TRL"): one generation step 21 s (fp32 vLLM beside the learner; bf16 13 s; the tiny config's transformers step 0.6 s), an env step 0.07 s (at most `env.step_timeout_s`, which must stay below this bound), a learner update 14-65 s of training (the learner answers the launcher throughout). 120 s is over 5x the worst step, for a machine under load. 0 = never."""
     warm_start: bool = False
     """Without `model.init_from`: first train the `sft` section's warm start (cached, reused by later launches with the same settings) and start RL from it."""
 
@@ -538,12 +542,25 @@ class LaunchConfig(_Section):
         _require(self.stop_after_failed_episodes >= 0, "launch.stop_after_failed_episodes",
                  "must be >= 0 (0 = never)")
         _require(self.max_wall_time_s >= 0, "launch.max_wall_time_s", "must be >= 0 (0 = no limit)")
+        _require(self.stop_timeout_s > 0, "launch.stop_timeout_s", "must be > 0")
+        _require(self.unresponsive_s >= 0, "launch.unresponsive_s", "must be >= 0 (0 = never)")
         _require(
             self.curve or self.bind_host in LOOPBACK_HOSTS,
             "launch.bind_host",
             f"{self.bind_host!r} exposes the sockets beyond this machine: set launch.curve: "
             "true so that only this run's processes can connect",
         )
+
+
+class EndpointConfig(_Section):
+    host: str = "127.0.0.1"
+    """Host each actor's generation endpoint binds to (endpoint/: token-in/token-out and chat completions, started for `env.name: blackbox`). Beyond loopback every request must carry the actor's bearer token, derived from its CurveZMQ keys, so launch.curve must be on."""
+    port: int = 0
+    """Port of actor 0's endpoint; actor i binds port + i (0 = a free port for each)."""
+
+    def __post_init__(self) -> None:
+        _require(bool(self.host), "endpoint.host", "must name a host, e.g. 127.0.0.1")
+        _require(0 <= self.port <= 65535, "endpoint.port", f"({self.port}) must be in [0, 65535]")
 
 
 class _WeightsBackend(_Section, tag_field="backend"):
@@ -578,10 +595,16 @@ class VllmNcclWeights(NativeWeights, tag="vllm_nccl"):
     """weights.backend: vllm_nccl — vLLM's weight-transfer API with its NCCL engine (GPUs)."""
 
 
-WeightsConfig = ZmqWeights | VllmGlooWeights | VllmNcclWeights
-"""How weights travel learner → actors (`weights.backend`: zmq, vllm_gloo, vllm_nccl)."""
+class VllmIpcWeights(NativeWeights, tag="vllm_ipc"):
+    """weights.backend: vllm_ipc — vLLM's weight-transfer API over CUDA IPC: the engine opens
+    the learner's CUDA tensors in place (learner and engine on one GPU)."""
+
+
+WeightsConfig = ZmqWeights | VllmGlooWeights | VllmNcclWeights | VllmIpcWeights
+"""How weights travel learner → actors (`weights.backend`: zmq, vllm_gloo, vllm_nccl, vllm_ipc)."""
 WEIGHTS_BACKENDS: dict[str, type[_WeightsBackend]] = {
-    "zmq": ZmqWeights, "vllm_gloo": VllmGlooWeights, "vllm_nccl": VllmNcclWeights}
+    "zmq": ZmqWeights, "vllm_gloo": VllmGlooWeights, "vllm_nccl": VllmNcclWeights,
+    "vllm_ipc": VllmIpcWeights}
 
 
 class SftConfig(_Section):
@@ -653,8 +676,23 @@ class RunConfig(_Section):
     """Supervised warm start on demonstrations (`agent-r1-async sft`)."""
     weights: WeightsConfig = msgspec.field(default_factory=ZmqWeights)
     """Weight transfer learner → actors."""
+    endpoint: EndpointConfig = msgspec.field(default_factory=EndpointConfig)
+    """Each actor's generation endpoint for agents you did not write (env.name: blackbox)."""
 
     def __post_init__(self) -> None:
+        _require(
+            self.launch.curve or self.endpoint.host in LOOPBACK_HOSTS,
+            "endpoint.host",
+            f"{self.endpoint.host!r} exposes the actors' generation endpoints beyond this "
+            "machine: set launch.curve: true (each actor's bearer token comes from its "
+            "CurveZMQ keys)",
+        )
+        _require(
+            self.endpoint.port == 0 or self.endpoint.port + self.actors.num_actors - 1 <= 65535,
+            "endpoint.port",
+            f"({self.endpoint.port}) + actors.num_actors - 1 must be at most 65535: actor i "
+            "binds endpoint.port + i",
+        )
         _require(
             self.context.max_tokens + self.engine.max_new_tokens <= self.model.max_model_len
             or self.context.builder != "truncate",
@@ -695,6 +733,14 @@ class RunConfig(_Section):
             f"({self.eval.every_updates}) needs weights.backend zmq (the evaluator subscribes to "
             f"the weights) and a multiple of learner.publish_every ({self.learner.publish_every}), "
             "or the versions it is due at are never published",
+        )
+        quiet = self.env.step_timeout_s + self.actors.stats_interval_s
+        _require(
+            self.launch.unresponsive_s == 0 or self.launch.unresponsive_s > quiet,
+            "launch.unresponsive_s",
+            f"({self.launch.unresponsive_s:g} s) must exceed env.step_timeout_s + "
+            f"actors.stats_interval_s = {quiet:g} s: an actor waiting on one slow env step "
+            "between two reports would count as hung (0 = never judge)",
         )
         _require(
             self.weights.backend == "zmq" or self.engine.backend == "vllm",

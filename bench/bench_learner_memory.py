@@ -58,7 +58,7 @@ def run(overrides: list[str]) -> dict[str, object]:
     from agent_r1_async.learner import memory_savers
 
     lc = load_config(str(ROOT / "configs" / "default.yaml"), overrides).learner
-    env = {**os.environ, **memory_savers.allocator_env(lc.allocator)}
+    env = {**os.environ, **memory_savers.learner_process_env(lc.allocator)}
     out = subprocess.run([sys.executable, "-m", "bench.bench_learner_memory", "--child",
                           *overrides], env=env,
                          capture_output=True, text=True, timeout=1800, cwd=ROOT)

@@ -136,7 +136,7 @@ def _allocator_env(overrides: list[str] | None) -> Iterator[None]:
     from agent_r1_async.config import load_config
     from agent_r1_async.learner import memory_savers
 
-    env = {} if overrides is None else memory_savers.allocator_env(
+    env = {} if overrides is None else memory_savers.learner_process_env(
         load_config(DEFAULT_CONFIG, overrides).learner.allocator)
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)

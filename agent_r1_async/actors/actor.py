@@ -1,9 +1,12 @@
 """The actor: groups of episodes on one engine, streamed step by step to the buffer.
 
-    loop:  apply newest weights (if any) -> ask the buffer for credits for free group slots
+    start: connect to the buffer, whose answer carries the learner's version
+    loop:  apply newest weights (if any) -> ActorStats when due (at once on the first pass)
+           -> ask the buffer for credits for free group slots
            -> start one group (G concurrent episodes of one task) per credit -> wait a bit
     each episode: StepRecord per step as it exists, EpisodeEnd at the end (rollout.py)
-    every actors.stats_interval_s: ActorStats
+    every actors.stats_interval_s: ActorStats (with how long ago the actor made progress,
+                                   stats.py: the launcher judges a hung actor by it)
 
 Design choices
 - One asyncio loop per actor; every episode is a coroutine, so the engine sees all in-flight
@@ -19,6 +22,12 @@ Design choices
 - Weights are polled between generation calls and handed to the engine, which swaps them
   without stopping (see the engines); the per-step versions in the records tell which
   version produced each action.
+- A (re)started actor generates nothing its weights make too stale: the buffer's answer to
+  its `Hello` carries the learner's version, so before its first credit request the actor
+  knows its engine's weights are behind and waits for newer ones (a process Ray restarted
+  mid-run starts from the initial weights; the learner publishes after every update, and
+  every `learner.republish_s` while it waits for data). The first report goes out before the
+  first credit request: an actor that hangs right after a grant has already reported.
 - Tasks: actor i of N takes tasks i, i+N, ... of the train split, reshuffled every pass
   with seed `actors.seed + i`.
 - A plain class: the launcher wraps it with `ray.remote`; tests construct it directly.
@@ -39,6 +48,7 @@ from agent_r1_async.actors.engines import Engine, make_engine
 from agent_r1_async.actors.rollout import EpisodeIds, Rollout
 from agent_r1_async.actors.stats import StatsReporter
 from agent_r1_async.config import RunConfig
+from agent_r1_async.endpoint.episodes import open_episodes
 from agent_r1_async.envs.base import Task
 from agent_r1_async.envs.registry import EnvSpec, get_env_spec
 from agent_r1_async.wire.buffer_client import BufferClient
@@ -134,9 +144,11 @@ class Actor:
             make_weight_receiver(cfg, self.transport, self.weights_endpoint, self.actor_id)
             if self.weights_endpoint else None
         )
+        self.episodes = await open_episodes(cfg, spec, self.rollout, self.transport, self.index)
         watch = asyncio.create_task(self._release_on_stop(stop))
         try:
-            await asyncio.to_thread(client.connect)
+            ack = await asyncio.to_thread(client.connect)
+            self.learner_version = max(self.learner_version, ack.learner_version)
             await self._loop(spec, tasks, client, receiver, stop, max_groups)
             await self.emit(self._reporter.report(self.engine.version))
         finally:
@@ -151,6 +163,7 @@ class Actor:
                 if receiver is not None:
                     receiver.close()
                 self._pusher.close()  # linger: queued records still leave
+                await self.episodes.close()  # a black-box env's endpoint
                 if self._owns_engine:
                     await self.engine.close()
 
@@ -167,7 +180,7 @@ class Actor:
 
     async def _loop(self, spec, tasks, client, receiver, stop, max_groups) -> None:
         running: set[asyncio.Task] = set()
-        next_stats = time.monotonic() + self.cfg.actors.stats_interval_s
+        next_stats = time.monotonic()  # the first report before the first credit request
         backoff, next_credit = _IDLE_S, 0.0  # denied credits: ask again later, doubling the wait
         try:
             while not stop.is_set():
@@ -175,6 +188,9 @@ class Actor:
                 left = None if max_groups is None else max_groups - self.groups_started
                 if left == 0 and not running:
                     return
+                if time.monotonic() >= next_stats:
+                    await self.emit(self._reporter.report(self.engine.version))
+                    next_stats = time.monotonic() + self.cfg.actors.stats_interval_s
                 free = self.cfg.actors.groups_in_flight - len(running)
                 if self._too_stale():  # data made now could never be trained: await weights
                     free = 0
@@ -184,9 +200,6 @@ class Actor:
                         running.add(asyncio.create_task(self._group(spec, next(tasks), group_id)))
                     backoff = _IDLE_S if granted else min(backoff * 2, 1.0)
                     next_credit = 0.0 if granted else time.monotonic() + backoff
-                if time.monotonic() >= next_stats:
-                    await self.emit(self._reporter.report(self.engine.version))
-                    next_stats = time.monotonic() + self.cfg.actors.stats_interval_s
                 if running:
                     done, running = await asyncio.wait(
                         running, timeout=_IDLE_S, return_when=asyncio.FIRST_COMPLETED
@@ -230,7 +243,7 @@ class Actor:
     async def _group(self, spec: EnvSpec, task: Task, group_id: str) -> list[EpisodeEnd]:
         g = self.cfg.algorithm.group_size
         return await asyncio.gather(
-            *(self.rollout.run(spec.make, task, EpisodeIds.fresh(group_id, g), self.emit)
+            *(self.episodes.run(task, EpisodeIds.fresh(group_id, g), self.emit)
               for _ in range(g))
         )
 

@@ -3,6 +3,13 @@
 Counters only grow; a report turns the growth since the previous report into rates
 (tokens/s, episodes/s) and time shares (generation vs environment seconds in the window).
 The clock is passed in so tests can drive it.
+
+Each report also says how long ago the actor last made progress (`progress_age_s`): a window
+in which an engine or env call returned (tokens, generation or env seconds grew) or an episode
+ended, or a report with no episode in flight (an idle actor waits on admission, not on its
+own work), moves that moment to the report. Reports come from the actor's loop, so a stopped
+process or a blocked event loop sends none; an engine step or env call that never returns
+sends reports whose age keeps growing.
 """
 
 from __future__ import annotations
@@ -49,15 +56,19 @@ class StatsReporter:
     wall_clock: Callable[[], float] = time.time
     _last_t: float = field(default=-1.0, init=False)
     _last: ActorCounters = field(default_factory=ActorCounters, init=False)
+    _progress_t: float = field(default=-1.0, init=False)
 
     def __post_init__(self) -> None:
-        self._last_t = self.clock()
+        self._last_t = self._progress_t = self.clock()
 
     def report(self, policy_version: int) -> ActorStats:
         now = self.clock()
         dt = max(now - self._last_t, 1e-9)
         c, last = self.counters, self._last
         ended = (c.episodes_done + c.episodes_failed) - (last.episodes_done + last.episodes_failed)
+        if ended or c.in_flight == 0 or (c.tokens, c.gen_time_s, c.env_time_s) != (
+                last.tokens, last.gen_time_s, last.env_time_s):
+            self._progress_t = now
         msg = ActorStats(
             actor_id=self.actor_id,
             time=self.wall_clock(),
@@ -74,6 +85,7 @@ class StatsReporter:
             env_errors=dict(c.env_errors),
             failed_streak=c.failed_streak,
             last_error=c.last_error,
+            progress_age_s=now - self._progress_t,
         )
         self._last_t = now
         self._last = ActorCounters(**{**vars(c), "env_errors": Counter(c.env_errors)})

@@ -36,7 +36,9 @@ class AdmissionControl:
     credits at once, and a learner that reuses groups would build up a credit debt.
 
     A granted group that never sends a record within `grant_timeout_s` (its actor died or
-    never started it) expires and releases its credit.
+    never started it) expires and releases its credit. An actor the launcher replaces gives
+    back every credit it holds at once (`TrajectoryBuffer.reclaim`, with `held_by` and
+    `on_dropped`).
     """
 
     def __init__(
@@ -92,6 +94,17 @@ class AdmissionControl:
         """The actor `group_id` was granted to, None when it holds no credit."""
         credit = self._in_flight.get(group_id)
         return None if credit is None else credit.actor_id
+
+    def held_by(self, actor_id: str) -> list[str]:
+        """The groups whose credits `actor_id` holds (granted, not yet complete)."""
+        return [g for g, c in self._in_flight.items() if c.actor_id == actor_id]
+
+    def per_actor(self) -> dict[str, int]:
+        """Credits held, by actor (actors holding none are left out)."""
+        held: dict[str, int] = {}
+        for credit in self._in_flight.values():
+            held[credit.actor_id] = held.get(credit.actor_id, 0) + 1
+        return held
 
     def on_record(self, group_id: str, actor_id: str) -> None:
         """A record of `group_id` arrived: its credit is now in use.

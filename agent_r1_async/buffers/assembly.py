@@ -297,6 +297,24 @@ class Assembler:
         else:
             self._dropped.append(group_id)
 
+    def reclaim(self, group_id: str, now: float) -> int:
+        """The group's actor was replaced (it died, or stopped making progress): its open
+        episodes are dropped now ("reclaimed_episode") and the group closes as after
+        `group_wait_s`: ready with at least `min_group_episodes` episodes done, else dropped
+        ("group_too_small"). A group with no record yet is closed too, so that its late records
+        count as "late_record". Returns the episodes dropped."""
+        grp = self._groups.get(group_id)
+        if grp is None:
+            self._closed.setdefault(group_id, now)
+            return 0
+        dropped = len(grp.open)
+        self.drops["reclaimed_episode"] += dropped
+        ready = len(grp.done) >= self.min_group_episodes
+        if not ready:
+            self.drops["group_too_small"] += 1
+        self._close(group_id, grp, ready)
+        return dropped
+
     def poll(self, now: float) -> None:
         """Apply timeouts: expire silent episodes, give up on missing steps, close waited groups."""
         for gid, grp in list(self._groups.items()):

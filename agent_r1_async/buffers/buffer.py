@@ -8,6 +8,7 @@ fake clock). Data flow:
     grant(actor, n)                  -> min(admission capacity, rate-limiter room), 0 if memory full
     try_sample(k, version)           -> drop stale, rate-limiter check, GroupStore.sample
     tick()                           -> timeouts (dead actors, missing steps, unused credits)
+    reclaim(actor)                   -> an actor the launcher replaces gives everything back now
 
 Only groups granted to the record's actor are assembled: a record of any other group is refused
 (`invalid_record/ungranted`) and keeps nothing, so foreign records can neither take admission
@@ -17,6 +18,15 @@ come from the actor it names (`identity`; wire/roles.py).
 Memory bound: when the stored + assembling bytes reach `max_bytes`, credits stop ("memory_full").
 Groups already granted still complete and are kept (bounded overshoot of at most the
 in-flight groups), so accepted data is never dropped for lack of memory.
+
+Actor silence (`BufferStats.actor_silence_s`, which the launcher judges against
+`launch.unresponsive_s`): each ActorStats says how long ago its actor last made progress
+(`progress_age_s`); the buffer keeps, per actor, the moment of that progress on its own
+*listening clock*, which advances only between ticks and by at most `_MAX_TICK_GAP_S` per
+gap. A buffer whose loop stalls (a stopped process, a long snapshot) therefore never makes its
+actors look silent, and a report that arrives late after such a stall can only move an actor's
+last progress later, never earlier. An actor granted a credit before its first report counts
+from the grant. `reclaim` forgets the actor: its next process is judged from its first report.
 """
 
 from __future__ import annotations
@@ -49,6 +59,9 @@ log = logging.getLogger(__name__)
 
 _DEFAULT_MAX_ACTORS = 256
 """ActorStats kept when `RecordBounds.max_actors` is 0 (unknown: no bounds from a launch)."""
+_MAX_TICK_GAP_S = 1.0
+"""Longest gap between two ticks that counts as listening time (the service ticks every
+0.2 s; a longer gap is a stalled loop, which must not age the actors' silence)."""
 
 
 class StoredState(msgspec.Struct, array_like=True, gc=False):
@@ -120,6 +133,11 @@ class TrajectoryBuffer:
         self.actor_stats: dict[str, ActorStats] = {}
         self.records = 0
         self.sampled_groups = 0
+        self._listened = 0.0
+        """Seconds the loop has been listening (its ticks; stalls left out, module docstring)."""
+        self._last_tick: float | None = None
+        self._progress: dict[str, float] = {}
+        """Actor id -> its last progress, on the listening clock."""
 
     @property
     def nbytes(self) -> int:
@@ -194,12 +212,19 @@ class TrajectoryBuffer:
             self.drops[f"invalid_stats/{reason}"] += 1
         elif msg.actor_id in self.actor_stats or len(self.actor_stats) < self._max_actors:
             self.actor_stats[msg.actor_id] = msg
+            # Never earlier than already known: a report sent during a buffer stall arrives late.
+            seen = self._listened - msg.progress_age_s
+            self._progress[msg.actor_id] = max(self._progress.get(msg.actor_id, seen), seen)
         else:
             self.drops["actor_stats_overflow"] += 1
 
     def tick(self) -> None:
         """Apply timeouts; call a few times per second."""
-        self.assembler.poll(self._clock())
+        now = self._clock()
+        if self._last_tick is not None:
+            self._listened += min(max(0.0, now - self._last_tick), _MAX_TICK_GAP_S)
+        self._last_tick = now
+        self.assembler.poll(now)
         self._collect()
         self.drops["expired_credit"] += len(self.admission.expire())
 
@@ -210,6 +235,31 @@ class TrajectoryBuffer:
         self.assembler.poll(self._clock() + self.cfg.episode_timeout_s + self.cfg.group_wait_s + 1)
         self._collect()
         self.drops["orphaned_credit"] += self.admission.release_all()
+        self._progress.clear()
+
+    def reclaim(self, actor_id: str) -> tuple[int, int]:
+        """The launcher replaced `actor_id`'s process (it died, or showed no progress for
+        `launch.unresponsive_s`): every credit it held comes back now instead of after
+        `episode_timeout_s`, so the other actors get credits again. Its open episodes are
+        dropped (`reclaimed_episode`), each of its groups closes as after `group_wait_s`
+        (ready with `min_group_episodes` done, else `group_too_small`), and its late records
+        count as `late_record`. Every credit it held counts once in `reclaimed_credit`. Its
+        report and silence are forgotten: the next process is judged from its own first
+        report. Returns (credits, episodes) reclaimed."""
+        held = self.admission.held_by(actor_id)
+        now = self._clock()
+        episodes = sum(self.assembler.reclaim(gid, now) for gid in held)
+        self._collect()  # closed groups: accepted or dropped, their credits released
+        for gid in self.admission.held_by(actor_id):  # granted, never started
+            self.admission.on_dropped(gid)
+        self.drops["reclaimed_credit"] += len(held)
+        self._progress.pop(actor_id, None)
+        self.actor_stats.pop(actor_id, None)
+        return len(held), episodes
+
+    def silence(self) -> dict[str, float]:
+        """Per tracked actor: listening seconds since its last progress (module docstring)."""
+        return {a: max(0.0, self._listened - t) for a, t in self._progress.items()}
 
     def _collect(self) -> None:
         ready, dropped = self.assembler.drain()
@@ -239,6 +289,8 @@ class TrajectoryBuffer:
         by_staleness = self.admission.capacity()
         by_rate = self.limiter.insert_room(pending=self.admission.in_flight)
         ids = self.admission.grant(actor_id, min(max_groups, by_staleness, by_rate))
+        if ids and (actor_id in self._progress or len(self._progress) < self._max_actors):
+            self._progress.setdefault(actor_id, self._listened)  # holds credits: judged now
         reason = ""
         if len(ids) < max_groups:
             reason = "staleness" if by_staleness <= by_rate else "rate_limit"
@@ -283,7 +335,9 @@ class TrajectoryBuffer:
 
     # ---- metrics and snapshots ----------------------------------------------------------
 
-    def stats(self, ingest_rate: float = 0.0, records_per_frame: float = 0.0) -> BufferStats:
+    def stats(self, ingest_rate: float = 0.0, records_per_frame: float = 0.0,
+              sample_waiting: int = 0) -> BufferStats:
+        """`sample_waiting`: groups a parked SampleRequest asks for (the service knows)."""
         return BufferStats(
             time=time.time(),
             learner_version=self.version,
@@ -299,6 +353,9 @@ class TrajectoryBuffer:
             ingest_records_per_s=ingest_rate,
             actors=dict(self.actor_stats),
             records_per_frame=records_per_frame,
+            actor_silence_s=self.silence(),
+            actor_credits=self.admission.per_actor(),
+            sample_waiting=sample_waiting,
         )
 
     def state(self) -> BufferState:
@@ -325,6 +382,8 @@ class TrajectoryBuffer:
             self.store.insert(describe(s.group, nbytes, s.times_sampled))
         self.assembler.restore(state.assembling, self._clock())
         self.admission.restore(state.accepted, state.in_flight)
+        for _, actor_id, _ in state.in_flight:  # its credits are back: judged from now
+            self._progress.setdefault(actor_id, self._listened)
         self.limiter.restore(*state.limiter)
         self.drops = Counter(state.drops)
         self.staleness_hist = Counter(state.staleness_hist)

@@ -36,6 +36,11 @@ it with its traceback; a part that fails `_MAX_CONSECUTIVE_ERRORS` times in a ro
 for good, and then the service stops (final snapshot) and calls `on_fatal` (the buffer's
 host exits its process, which supervision sees); `failure` holds the exception.
 
+The launcher calls `reclaim(actor_id)` (through Ray, under the same lock as the loop) when it
+replaces an actor's process: its credits and unfinished episodes come back at once
+(`TrajectoryBuffer.reclaim`). `metrics()` adds what the learner's parked SampleRequest waits
+for (`sample_waiting`) to the buffer's stats; a `Hello` is answered with the learner version.
+
 Run: `BufferService(cfg.buffer, cfg.algorithm, ZmqTransport(), bounds=bounds).start()`, with
 the run's `RecordBounds` built at launch (`RecordBounds.from_config`); actors PUSH
 `messages.encode(record)` (or `messages.encode_batch` of several encoded records) to
@@ -52,8 +57,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agent_r1_async.buffers.buffer import TrajectoryBuffer
-from agent_r1_async.buffers.snapshot import load_snapshot, save_snapshot
+from agent_r1_async.buffers.buffer import BufferState, TrajectoryBuffer
+from agent_r1_async.buffers.snapshot import SnapshotReport, restore_snapshot, save_snapshot
 from agent_r1_async.buffers.validate import RecordBounds
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
 from agent_r1_async.wire import messages as m
@@ -108,14 +113,22 @@ class BufferService:
         self._errors_in_a_row: dict[str, int] = {}
         self.buffer = TrajectoryBuffer(cfg, algo, clock, bounds=bounds)
         self.snapshot_dir = snapshot_dir
-        self.restored = False
+        self.snapshot_report: SnapshotReport | None = None
+        """What the start restored from `snapshot_dir` and what it skipped as corrupt
+        (buffers/snapshot.py; `.line()` is the launch's console line)."""
         if snapshot_dir is not None:
-            state = load_snapshot(snapshot_dir)
-            if state is not None:
-                self.buffer.restore(state)
-                self.restored = True
+
+            def restore(state: BufferState) -> None:  # a fresh buffer per try
+                buffer = TrajectoryBuffer(cfg, algo, clock, bounds=bounds)
+                buffer.restore(state)
                 if fresh_actors:
-                    self.buffer.orphan_all()
+                    buffer.orphan_all()
+                self.buffer = buffer
+
+            self.snapshot_report = restore_snapshot(snapshot_dir, restore)
+            if self.snapshot_report.line():
+                log.warning("%s", self.snapshot_report.line())
+        self.restored = bool(self.snapshot_report and self.snapshot_report.restored_from)
         self._clock = clock
         self._puller = transport.puller(data_endpoint, max_message_bytes=cfg.max_frame_bytes)
         self._server = transport.server(control_endpoint, max_message_bytes=cfg.max_frame_bytes)
@@ -233,7 +246,18 @@ class BufferService:
 
     def metrics(self) -> m.BufferStats:
         with self._lock:
-            return self.buffer.stats(self._rate, self._records_per_frame())
+            return self._stats()
+
+    def _stats(self) -> m.BufferStats:
+        waiting = max((p.request.num_groups for p in self._parked), default=0)
+        return self.buffer.stats(self._rate, self._records_per_frame(), waiting)
+
+    def reclaim(self, actor_id: str) -> dict[str, int]:
+        """Everything `actor_id` holds comes back now (`TrajectoryBuffer.reclaim`): the
+        launcher replaces that actor's process. {"credits": n, "episodes": n}."""
+        with self._lock:
+            credits, episodes = self.buffer.reclaim(actor_id)
+        return {"credits": credits, "episodes": episodes}
 
     def snapshot_now(self) -> str | None:
         """Write a snapshot now (the launcher asks on every learner checkpoint, and before the
@@ -316,14 +340,14 @@ class BufferService:
             self.buffer.drops[f"unauthorized/{type(req).__name__}"] += 1
             return m.ErrorReply(f"{type(req).__name__} from {sender!r}: {denied}")
         if isinstance(req, m.Hello):
-            return m.check_hello(req)
+            return m.check_hello(req, self.buffer.version)
         if isinstance(req, m.CreditRequest):
             return self.buffer.grant(req.actor_id, max(0, req.max_groups))
         if isinstance(req, m.VersionUpdate):
             self.buffer.set_version(req.version)
             return m.VersionAck(self.buffer.version)
         if isinstance(req, m.StatsRequest):
-            return self.buffer.stats(self._rate, self._records_per_frame())
+            return self._stats()
         if isinstance(req, m.SampleRequest):
             return self._sample(peer, req)
         self.buffer.drops["unexpected_message"] += 1

@@ -180,7 +180,8 @@ def check_stats(msg: ActorStats, max_version: int) -> str:
                 and 0.0 <= msg.episodes_per_s <= MAX_TOKENS_PER_S)
     if not rates_ok:
         return "rate"
-    if _seconds_bad(msg.gen_time_s, msg.env_time_s, msg.weight_sync_latency_s) or \
+    if _seconds_bad(msg.gen_time_s, msg.env_time_s, msg.weight_sync_latency_s,
+                    msg.progress_age_s) or \
             not math.isfinite(msg.time):
         return "timing"
     counts = (msg.episodes_in_flight, msg.episodes_done, msg.episodes_failed, msg.tokens_total)

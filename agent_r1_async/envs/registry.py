@@ -42,6 +42,7 @@ _BUILTINS = {
     "python_tool": "agent_r1_async.envs.tools.python_env:PythonToolEnv",
     "mcp_tools": "agent_r1_async.envs.mcp.env:McpToolsEnv",
     "openenv": "agent_r1_async.envs.openenv.env:OpenEnvEnv",
+    "blackbox": "agent_r1_async.envs.blackbox:BlackboxEnv",
 }
 _REGISTRY: dict[str, type] = {}
 

@@ -79,6 +79,10 @@ class Learner:
         self._last_publish = float("-inf")
         self.last_staleness_hist: dict[int, int] = {}
         """Token-weighted staleness histogram of the last update's batch."""
+        self.last_update: dict[str, dict[str, float]] = {}
+        """The last update's numeric metrics and staleness histogram, kept in its checkpoint:
+        the launcher logs them from there if it stopped before logging that update
+        (run/output/metrics.py, `MetricsLogger`)."""
 
     @classmethod
     def from_checkpoint(
@@ -128,6 +132,9 @@ class Learner:
         metrics.update(version=self.version, update_time_s=elapsed,
                        data_wait_s=t_data - t0, idle_frac=(t_data - t0) / max(elapsed, 1e-9),
                        tokens_per_s=tokens / max(elapsed - (t_data - t0), 1e-9))
+        self.last_update = {
+            "metrics": {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))},
+            "staleness_hist": {str(k): float(n) for k, n in self.last_staleness_hist.items()}}
         return metrics
 
     def stop_waiting(self) -> None:
@@ -214,6 +221,7 @@ class Learner:
             raise ValueError("Learner.save_checkpoint needs a run_dir")
         return checkpoint.save_checkpoint(self.run_dir, self.trainer, {
             "version": self.version, "updates": self.updates, "samples_drawn": self.samples_drawn,
+            "last_update": self.last_update,
         }, keep=self.cfg.learner.keep_checkpoints)
 
     def step(self) -> dict[str, float]:

@@ -19,14 +19,17 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from agent_r1_async.config import RunConfig, dump_config
-from agent_r1_async.learner.checkpoint_files import disk_full_message
+from agent_r1_async.learner.checkpoint_files import disk_full, disk_full_message, free_bytes
 from agent_r1_async.models import attention_implementation
 from agent_r1_async.precision import describe as describe_precision
 from agent_r1_async.run.evaluate import held_out
@@ -40,9 +43,9 @@ from agent_r1_async.run.preflight.checks import preflight
 from agent_r1_async.run.processes.periodic_eval import PeriodicEval, log_result
 from agent_r1_async.run.processes.ray_cluster import (
     ray_address,
+    set_ray_auth,
     start_ray,
     stop_ray,
-    use_cluster_token,
 )
 from agent_r1_async.run.processes.supervisor import EnvFailing, Supervisor, actor_ids
 from agent_r1_async.run.warm_start import prepare_start
@@ -117,6 +120,8 @@ def _train(cfg: RunConfig, sup: Supervisor, logger: MetricsLogger, console: Cons
         if not redone:
             logger.log(record, step=version, histograms=hists)
             logged = version
+            if logger.write_failure:  # metrics.jsonl cannot keep what the run does: stop now
+                return version, "metrics write failed"
         console.update(record, suffix=" (redone)" if redone else "")
         events.after_update(record, buffer)
         if evals is not None:
@@ -130,6 +135,28 @@ def _train(cfg: RunConfig, sup: Supervisor, logger: MetricsLogger, console: Cons
     return version, "done"
 
 
+def disk_full_line(exc: BaseException, run_dir: Path) -> str | None:
+    """One line for an error that is a full disk, wherever the write was (a checkpoint's own
+    message, or the file an OSError names, else the run directory) with the bytes free there;
+    None for any other error."""
+    full = disk_full_message(exc)
+    if full:
+        return full
+    chain: list[BaseException] = []
+    todo: list[BaseException | None] = [exc]  # Ray's task errors keep the remote exception as `.cause`
+    while todo:
+        e = todo.pop()
+        if e is not None and all(e is not c for c in chain):
+            chain.append(e)
+            todo += [getattr(e, "cause", None), e.__cause__, e.__context__]
+    path = next((Path(str(e.filename)) for e in chain if isinstance(e, OSError) and e.filename),
+                run_dir)
+    free = free_bytes(path)
+    if not any(disk_full(e, free) for e in chain):
+        return None
+    return f"disk full: {path} ({free:,} bytes free on that filesystem)"
+
+
 def _report(run_dir: Path, console: Console) -> None:
     try:
         from agent_r1_async.run.output.report import write_report
@@ -138,6 +165,55 @@ def _report(run_dir: Path, console: Console) -> None:
             console.say(f"plot: {p}")
     except Exception as e:  # plots are a convenience; never fail a finished run on them
         console.error(f"report failed: {e!r}")
+
+
+def _stop(sup: Supervisor | None, evals: PeriodicEval | None, wait_s: float,
+          logger: MetricsLogger, version: int, console: Console, run_dir: Path) -> str | None:
+    """The stop's steps (the running evaluation, then `Supervisor.shutdown`, each bounded) in a
+    thread, so that the main thread stays free: a second Ctrl-C or SIGTERM meanwhile ends the
+    launch at once, saying what is left unsaved (`_force_exit`). The final checkpoint's path."""
+    done: dict[str, Any] = {}
+
+    def steps() -> None:
+        try:
+            for result in evals.stop(wait_s) if evals is not None else []:
+                log_result(logger, result, step=version)  # the evaluation that was running
+            done["checkpoint"] = sup.shutdown(checkpoint=True) if sup is not None else None
+        except BaseException as e:  # handed to the main thread, raised there
+            done["error"] = e
+
+    thread = threading.Thread(target=steps, name="launch-stop", daemon=True)
+    thread.start()
+    try:
+        while thread.is_alive():
+            thread.join(0.2)
+    except KeyboardInterrupt:
+        _force_exit(sup, console, run_dir)
+    if "error" in done:
+        raise done["error"]
+    return done.get("checkpoint")
+
+
+def _force_exit(sup: Supervisor | None, console: Console, run_dir: Path) -> NoReturn:
+    """A second interrupt during the stop: say what is not saved, end Ray (bounded), exit 130."""
+    from agent_r1_async.learner.checkpoint import latest_checkpoint
+
+    unsaved = list(sup.unsaved) if sup is not None else []
+    if "the learner checkpoint" in unsaved:
+        try:
+            last = latest_checkpoint(str(run_dir))
+            since = f"since {last}" if last else "of this run (no periodic checkpoint)"
+        except Exception:  # nothing may stop a forced exit
+            since = "since the last periodic checkpoint"
+        unsaved[unsaved.index("the learner checkpoint")] = (
+            f"the learner checkpoint (the updates {since} are lost)")
+    console.error("second interrupt: exiting now; not saved: " + (", ".join(unsaved) or "nothing"))
+    ender = threading.Thread(target=stop_ray, name="launch-stop-ray", daemon=True)
+    ender.start()
+    ender.join(15.0)
+    console.close()
+    sys.stdout.flush()
+    os._exit(130)
 
 
 def lost_final_checkpoint(error: str, run_dir: Path) -> str:
@@ -151,17 +227,18 @@ def lost_final_checkpoint(error: str, run_dir: Path) -> str:
 
 
 def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None,
-           force: bool = False) -> int:
+           force: bool = False, fresh: bool = False) -> int:
     """The whole run (module docstring); `force`: go on when the memory check says the run
-    does not fit this machine."""
+    does not fit this machine; `fresh`: `resume` has no checkpoint yet, train it from update 0."""
     clock = StartupClock()
-    preflight(cfg, address, resume, memory=True, force=force)
+    logging.raiseExceptions = False  # a log write on a full disk: no "Logging error" traceback
+    preflight(cfg, address, resume, memory=True, force=force, fresh=fresh)
     run_dir = _open_run_dir(cfg, resume)
     clock.write_to(run_dir)
     clock.mark("preflight")
     console = Console(run_dir / "logs", per_update=cfg.logging.console)
+    set_ray_auth(ray_address(cfg, address))  # before anything imports ray
     if not cfg.logging.verbose:
-        use_cluster_token(ray_address(cfg, address))  # before quiet_driver imports ray
         quiet_driver(run_dir / "logs" / "launch.log")
     try:
         return _launch(cfg, run_dir, console, address, resume, clock)
@@ -178,6 +255,9 @@ def _launch(cfg: RunConfig, run_dir: Path, console: Console, address: str | None
     console.say(f"learner attention: {attn} ({why})")
     console.say(describe_precision(cfg.engine, cfg.learner))
     logger = MetricsLogger(cfg, run_dir, resume_id=_wandb_id(run_dir, resume))
+    if logger.recovered:
+        console.say(f"update {logger.recovered}: logged from its checkpoint (the launcher "
+                    "stopped before logging it)")
     events = Events(console, run_dir, cfg.actors.num_actors, cfg.buffer.max_staleness)
     sup: Supervisor | None = None
     evals: PeriodicEval | None = None
@@ -213,7 +293,7 @@ def _launch(cfg: RunConfig, run_dir: Path, console: Console, address: str | None
         stop_reason, failure = "env failing", str(e)
         console.error(f"stopping: {e}")
     except Exception as e:  # one line here, the traceback in the driver's own log
-        full = disk_full_message(e)  # a checkpoint found the disk full: say so, not torch's error
+        full = disk_full_line(e, run_dir)  # say so and where, not the OS's or torch's error
         stop_reason, failure = ("disk full", full) if full else ("failed", one_line(e))
         log = None if full else log_exception(run_dir / "logs" / "launch.log")
         console.error(f"stopping: {failure}", log=log)
@@ -221,9 +301,7 @@ def _launch(cfg: RunConfig, run_dir: Path, console: Console, address: str | None
         # stop
         try:
             wait_s = 600.0 if stop_reason in ("done", "max_wall_time_s") else 10.0
-            for result in evals.stop(wait_s) if evals is not None else []:
-                log_result(logger, result, step=version)  # the evaluation that was running
-            ckpt = sup.shutdown(checkpoint=True) if sup is not None else None
+            ckpt = _stop(sup, evals, wait_s, logger, version, console, run_dir)
             if sup is not None and sup.checkpoint_error and not failure:
                 failure = lost_final_checkpoint(sup.checkpoint_error, run_dir)
         finally:
@@ -238,6 +316,9 @@ def _launch(cfg: RunConfig, run_dir: Path, console: Console, address: str | None
         console.say("held-out evaluation interrupted")
     finally:
         logger.close()
+    if logger.write_failure and logger.write_failure not in failure:
+        console.error(logger.write_failure)
+        failure = failure or logger.write_failure
     _report(run_dir, console)
     for line in logger.closing_lines():
         console.say(line)

@@ -26,7 +26,7 @@ def make_weight_sender(cfg: RunConfig, transport: Transport) -> WeightSender:
         return ZmqWeightSender(transport, tcp_endpoint(cfg.launch.bind_host))
     from agent_r1_async.weights.native_sender import NativeWeightSender
 
-    device = cfg.learner.device  # vllm_nccl sends from the learner's GPU when it names one
+    device = cfg.learner.device  # vllm_nccl / vllm_ipc send from the learner's GPU if named
     return NativeWeightSender(w.backend, cfg.launch.bind_host, w.rendezvous_port, w.timeout_s,
                               cuda_device=device if device.startswith("cuda:") else None)
 

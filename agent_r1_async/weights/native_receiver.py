@@ -1,4 +1,5 @@
-"""Actor side of the native weight backends (weights.backend: vllm_gloo | vllm_nccl).
+"""Actor side of the native weight backends (weights.backend: vllm_gloo | vllm_nccl |
+vllm_ipc).
 
 Each `update(engine)` (once per actor loop turn):
   not joined → join: take a pair number in the learner's store, wait for the learner's init
@@ -12,7 +13,8 @@ Each `update(engine)` (once per actor loop turn):
 Failures never raise out of `update`, never hang: every store wait and every engine call is
 bounded by `weights.timeout_s` (+ a margin for the engine's own bookkeeping). That bounds the
 actor's call on every backend; the worker inside the engine is bounded by its own timeouts on
-gloo (gloo.py) and by nothing on NCCL, where vLLM gives the receive no timeout (nccl.py). A checksum
+gloo (gloo.py), waits on no peer on IPC (it opens the learner's memory locally, ipc.py), and
+is bounded by nothing on NCCL, where vLLM gives the receive no timeout (nccl.py). A checksum
 mismatch rejects that version (`rejected`, the pair stays); anything else (timeout, learner
 gone) counts in `failed`, is logged, the actor leaves the group and re-joins as a new pair
 (after `_REJOIN_S`), and keeps serving the weights it has meanwhile.

@@ -1,24 +1,26 @@
-"""Learner side of the native weight backends (weights.backend: vllm_gloo | vllm_nccl).
+"""Learner side of the native weight backends (weights.backend: vllm_gloo | vllm_nccl |
+vllm_ipc).
 
     sender = NativeWeightSender("vllm_gloo", bind_host, port, timeout_s)
     sender.publish(version, state_dict)   # snapshot + checksum, returns; pairs send it
 
-Membership: one two-rank group per actor ("pair"), formed when the actor joins through the
+Membership: one pair per actor (a two-rank group on gloo and NCCL; on ipc the actor's engine
+opening CUDA IPC handles of the sender's tensors), formed when the actor joins through the
 store (rendezvous.py). Each pair has its own thread running a vLLM trainer engine (ours on
-gloo, vLLM's `NCCLTrainerWeightTransferEngine` on NCCL) and sends the newest version it has
-not sent yet; a version published while a pair is busy is skipped for the newer one. Pairs
-are independent: an actor that is slow, dies or never joins fails only its own pair, after
-`timeout_s` (logged, counted in `failed` / `join_failures`); the others keep receiving. An
-actor whose pair failed re-joins as a new pair and gets the current version at once. A
+gloo and ipc, vLLM's `NCCLTrainerWeightTransferEngine` on NCCL) and sends the newest version
+it has not sent yet; a version published while a pair is busy is skipped for the newer one.
+Pairs are independent: an actor that is slow, dies or never joins fails only its own pair,
+after `timeout_s` (logged, counted in `failed` / `join_failures`); the others keep receiving.
+An actor whose pair failed re-joins as a new pair and gets the current version at once. A
 restarted learner starts a new store: actors re-join it once the launcher gives them its
 endpoint. One pair per actor costs the learner one send per actor (a broadcast tree would
 cost one); it buys isolation, which is what the peer systems' hang reports lacked.
 
 A version is snapshotted once at `publish`: each tensor placed where the backend sends from
-(placement.py: CPU for gloo; for NCCL the sender's CUDA device, `cuda_device`, which is also
-the device each pair's NCCL rank is created on), then turned into the stream the backend
-sends (`sent_tensors`) and checksummed over that very stream, so what a pair sends and what
-its checksum covers are one list.
+(placement.py: CPU for gloo; for NCCL and IPC the sender's CUDA device, `cuda_device`: the
+device each pair's NCCL rank is created on, and the memory ipc's handles export), then turned
+into the stream the backend sends (`sent_tensors`) and checksummed over that very stream, so
+what a pair sends and what its checksum covers are one list.
 """
 
 from __future__ import annotations
@@ -98,19 +100,23 @@ def _cast(stream: Stream, dtype: torch.dtype) -> Stream:
     return out
 
 
+_FROM_CUDA = ("vllm_nccl", "vllm_ipc")
+"""The backends that send from the sender's CUDA device (placement.py)."""
+
+
 def sender_cuda_device(backend: str, requested: str | None = None) -> str | None:
-    """vllm_nccl: the CUDA device this sender sends from and creates its NCCL ranks on,
-    `cuda:N` (`requested`, e.g. the learner's `cuda:1`; else this process's current device);
-    other backends: None. A vllm_nccl sender in a process without CUDA is an error here,
-    before anything is bound."""
-    if backend != "vllm_nccl":
+    """vllm_nccl / vllm_ipc: the CUDA device this sender sends from, `cuda:N` (`requested`,
+    e.g. the learner's `cuda:1`; else this process's current device): NCCL creates its ranks
+    there, IPC exports its memory. Other backends: None. Such a sender in a process without
+    CUDA is an error here, before anything is bound."""
+    if backend not in _FROM_CUDA:
         return None
     if not torch.cuda.is_available():
-        raise RuntimeError("weights.backend vllm_nccl sends from a CUDA device; this process "
+        raise RuntimeError(f"weights.backend {backend} sends from a CUDA device; this process "
                            "sees none (use weights.backend zmq or vllm_gloo)")
     device = torch.device(requested or "cuda")
     if device.type != "cuda":
-        raise ValueError(f"weights.backend vllm_nccl sends from a CUDA device, not {requested!r}")
+        raise ValueError(f"weights.backend {backend} sends from a CUDA device, not {requested!r}")
     index = device.index if device.index is not None else torch.cuda.current_device()
     return f"cuda:{index}"
 
@@ -122,10 +128,11 @@ class NativeWeightSender:
         self, backend: str, bind_host: str, port: int = 0, timeout_s: float = 30.0,
         cuda_device: str | None = None,
     ) -> None:
-        if backend not in ("vllm_gloo", "vllm_nccl"):
+        if backend not in ("vllm_gloo", *_FROM_CUDA):
             raise ValueError(f"weights.backend {backend!r} is not a native backend")
         self.cuda_device = sender_cuda_device(backend, cuda_device)
-        """vllm_nccl: where every sent tensor lives and the pairs' NCCL device; else None."""
+        """vllm_nccl / vllm_ipc: where every sent tensor lives (the pairs' NCCL device, the
+        memory IPC exports); else None."""
         from agent_r1_async.weights.vllm_plugin import register
 
         register()  # our trainer engine in vLLM's trainer factory (this process)
@@ -162,8 +169,8 @@ class NativeWeightSender:
         Each tensor ends up contiguous on `send_device(backend, its device, cuda_device)`
         (placement.py): moved there when it is elsewhere (the move is the copy); `copy=False`:
         the caller hands over tensors it will not touch again (the learner's freshly gathered
-        CPU copies), so one already there and contiguous is sent as it is. On NCCL the
-        copies have landed on the device before any pair's stream reads them.
+        CPU copies), so one already there and contiguous is sent as it is. On NCCL and IPC
+        the copies have landed on the device before any pair's stream (or engine) reads them.
         """
         started = time.time()
         tensors = {k: self._owned(v, copy) for k, v in state_dict.items()}
@@ -230,6 +237,10 @@ class NativeWeightSender:
 
             return GlooTrainerInitInfo(rank=0, host=self.bind_host, port=self.port,
                                        prefix=f"{prefix}/pg", timeout_s=self.timeout_s)
+        if self.backend == "vllm_ipc":
+            from agent_r1_async.weights.ipc import IpcTrainerInitInfo
+
+            return IpcTrainerInitInfo(rank=0, device=self.cuda_device or "")
         from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
 
         from agent_r1_async.weights.rendezvous import free_port
@@ -244,7 +255,7 @@ class NativeWeightSender:
 
         prefix = f"{self.token}/pair/{n}"
         try:
-            if self.cuda_device is not None:  # vLLM's NCCL trainer opens its rank here
+            if self.cuda_device is not None:  # NCCL opens its rank here; IPC exports from here
                 torch.cuda.set_device(self.cuda_device)
             actor = wait_get(self.store, f"{self.token}/join/{n}", self.timeout_s,
                              f"pair {n} registered no actor id").decode()

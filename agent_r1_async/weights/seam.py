@@ -15,26 +15,30 @@ Backends (`weights.backend`), each in its own module:
 - `zmq` (zmq.py): the full state dict as one (Curve-authenticated) PUB/SUB message; the
   actor hands it to `engine.load_weights` (vLLM writes a safetensors file and reloads it). Any
   engine, any network, never blocks the learner; the default.
-- `vllm_gloo` / `vllm_nccl` (native_sender.py, native_receiver.py, rendezvous.py; the
-  engines: gloo.py, nccl.py, registered in vLLM by vllm_plugin.py): vLLM's own
-  weight-transfer API (`init_weight_transfer_engine`, `start_weight_update`, `update_weights`,
-  `finish_weight_update(weight_version=...)`) over one two-rank group per actor; the learner
-  side is a vLLM *trainer* engine (ours on gloo, vLLM's own on NCCL). vLLM engines only.
+- `vllm_gloo` / `vllm_nccl` / `vllm_ipc` (native_sender.py, native_receiver.py,
+  rendezvous.py; the engines: gloo.py, nccl.py, ipc.py, registered in vLLM by
+  vllm_plugin.py): vLLM's own weight-transfer API (`init_weight_transfer_engine`,
+  `start_weight_update`, `update_weights`, `finish_weight_update(weight_version=...)`), one
+  pair per actor: a two-rank group on gloo and NCCL, CUDA IPC handles of the learner's
+  tensors on one GPU for ipc; the learner side is a vLLM *trainer* engine (ours on gloo and
+  ipc, vLLM's own on NCCL). vLLM engines only.
 
 The stream (native backends): what a backend sends for one version is `sent_tensors(
 state_dict, backend)`, an ordered list of (name, tensor); the one rule about a tied head lives
 there (`TIED_HEAD_ON_WIRE`). The learner publishes a tied `lm_head.weight` once, as the
 embedding (`iter_published` drops the duplicate): vllm_gloo leaves it off the wire and its
-worker loads the head from the received embedding (`with_tied_head`); vllm_nccl sends it,
-because vLLM's NCCL worker loads exactly the tensors it receives.
+worker loads the head from the received embedding (`with_tied_head`); vllm_nccl and vllm_ipc
+send it, because vLLM's NCCL and IPC workers load exactly the tensors they receive (on ipc the
+head's handle opens the embedding's own memory: no second copy is made for it).
 
 Integrity (native backends): the checksum of a version is `sampled_checksum` over that stream,
 in its order, computed once by the learner; the actor's worker computes it again over the
 tensors it received, in the order received (gloo: every received tensor, before its own
-`with_tied_head`; NCCL: every tensor vLLM hands to `model.load_weights`), and rejects the
-version when they differ (counted on both sides). Both sides hash the same stream, so a tied
-and an untied model pass alike. It hashes a few slices of every tensor: cheap, and it catches
-a wrong tensor, a truncated or shifted stream and a mixed-up version, not every flipped bit.
+`with_tied_head`; NCCL and IPC: every tensor vLLM hands to `model.load_weights`), and
+rejects the version when they differ (counted on both sides). Both sides hash the same
+stream, so a tied and an untied model pass alike. It hashes a few slices of every tensor:
+cheap, and it catches a wrong tensor, a truncated or shifted stream and a mixed-up version,
+not every flipped bit.
 """
 
 from __future__ import annotations
@@ -48,13 +52,14 @@ if TYPE_CHECKING:
     import torch
 
 
-BACKENDS = ("zmq", "vllm_gloo", "vllm_nccl")
+BACKENDS = ("zmq", "vllm_gloo", "vllm_nccl", "vllm_ipc")
 TIED_HEAD = "lm_head.weight"
 EMBEDDING = "model.embed_tokens.weight"
-TIED_HEAD_ON_WIRE: Mapping[str, bool] = {"zmq": False, "vllm_gloo": False, "vllm_nccl": True}
+TIED_HEAD_ON_WIRE: Mapping[str, bool] = {
+    "zmq": False, "vllm_gloo": False, "vllm_nccl": True, "vllm_ipc": True}
 """Whether `backend` sends a tied head as a tensor of its own. zmq: no (the vLLM actor adds it
 when it writes the file, `_for_vllm`); vllm_gloo: no (its worker adds it, `with_tied_head`);
-vllm_nccl: yes (vLLM's NCCL worker loads only what it receives)."""
+vllm_nccl and vllm_ipc: yes (vLLM's NCCL and IPC workers load only what they receive)."""
 _SLICE_BYTES = 64
 _SLICES = 4
 
@@ -84,8 +89,8 @@ class WeightTarget(Protocol):
 
 @runtime_checkable
 class NativeWeightTarget(WeightTarget, Protocol):
-    """What the native backends (vllm_gloo, vllm_nccl) also need: vLLM's weight-transfer API
-    behind three calls (the vLLM engine implements it)."""
+    """What the native backends (vllm_gloo, vllm_nccl, vllm_ipc) also need: vLLM's
+    weight-transfer API behind three calls (the vLLM engine implements it)."""
 
     async def join_weight_transfer(self, init_info: dict[str, Any]) -> None: ...
     async def receive_weights(self, version: int, update_info: dict[str, Any]) -> None: ...

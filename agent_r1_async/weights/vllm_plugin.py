@@ -18,8 +18,11 @@ GLOO = "agent_r1_gloo"
 """Worker + trainer engine: torch.distributed gloo, CPU (weights.backend: vllm_gloo)."""
 NCCL = "agent_r1_nccl"
 """Worker engine: vLLM's NCCL engine plus our checksum check (weights.backend: vllm_nccl)."""
+IPC = "agent_r1_ipc"
+"""Worker engine: vLLM's CUDA IPC engine plus our same-GPU and checksum checks; trainer engine:
+ours, JSON handles and no process group (weights.backend: vllm_ipc)."""
 
-ENGINE_FOR_BACKEND = {"vllm_gloo": GLOO, "vllm_nccl": NCCL}
+ENGINE_FOR_BACKEND = {"vllm_gloo": GLOO, "vllm_nccl": NCCL, "vllm_ipc": IPC}
 """weights.backend → the vLLM worker engine it configures (zmq: none)."""
 
 
@@ -48,4 +51,12 @@ def register() -> None:
     if NCCL not in WeightTransferEngineFactory._registry:
         WeightTransferEngineFactory.register_engine(
             NCCL, "agent_r1_async.weights.nccl", "ChecksummedNCCLWeightTransferEngine"
+        )
+    if IPC not in WeightTransferEngineFactory._registry:
+        WeightTransferEngineFactory.register_engine(
+            IPC, "agent_r1_async.weights.ipc", "ChecksummedIpcWeightTransferEngine"
+        )
+    if IPC not in WeightTransferTrainerFactory._registry:
+        WeightTransferTrainerFactory.register_engine(
+            IPC, "agent_r1_async.weights.ipc", "IpcTrainerWeightTransferEngine"
         )

@@ -222,6 +222,10 @@ class ActorStats(_Wire, tag="actor_stats"):
     """Consecutive ended episodes that failed (not counting "aborted" ones)."""
     last_error: str = ""
     """The most recent failed episode's one-line reason (env, task, method, exception)."""
+    progress_age_s: float = 0.0
+    """Seconds, as of this report, since the actor last made progress: an engine or env call
+    returned or an episode ended, or it had no episode in flight. A hung engine step keeps it
+    growing while the reports still come (run/processes/supervisor.py judges it)."""
 
 
 DataMessage = StepRecord | EpisodeEnd | ActorStats
@@ -259,6 +263,9 @@ class HelloAck(_Wire, tag="hello_ack"):
     ok: bool
     schema_version: int
     reason: str = ""
+    learner_version: int = 0
+    """The buffer's learner version: a (re)started actor knows how far behind its engine's
+    weights are before it asks for its first credit."""
 
 
 class CreditRequest(_Wire, tag="credit_request"):
@@ -352,6 +359,14 @@ class BufferStats(_Wire, tag="buffer_stats"):
     """The latest ActorStats of each actor, by actor id."""
     records_per_frame: float = 0.0
     """Mean data messages per received data frame since the service started (coalescing)."""
+    actor_silence_s: dict[str, float] = {}
+    """Per actor with a report (or a credit) since it was last reclaimed: seconds without
+    progress (its reports' `progress_age_s`), counting only time the buffer's loop was
+    listening, so a stalled buffer never makes its actors look silent."""
+    actor_credits: dict[str, int] = {}
+    """Credits each actor holds (groups granted and not yet complete), by actor id."""
+    sample_waiting: int = 0
+    """Groups the learner's waiting SampleRequest asks for (0: no request waits)."""
 
 
 class ErrorReply(_Wire, tag="error"):
@@ -468,8 +483,8 @@ def decode_weights_header(frame: bytes | memoryview) -> WeightsHeader:
     return header
 
 
-def check_hello(msg: Hello) -> HelloAck:
-    """The server side of the connect-time schema check."""
+def check_hello(msg: Hello, learner_version: int = 0) -> HelloAck:
+    """The server side of the connect-time schema check; `learner_version`: the server's."""
     if msg.schema_version != SCHEMA_VERSION:
         return HelloAck(
             ok=False,
@@ -477,7 +492,7 @@ def check_hello(msg: Hello) -> HelloAck:
             reason=f"peer {msg.peer_id!r} speaks schema {msg.schema_version}, "
             f"this server speaks {SCHEMA_VERSION}",
         )
-    return HelloAck(ok=True, schema_version=SCHEMA_VERSION)
+    return HelloAck(ok=True, schema_version=SCHEMA_VERSION, learner_version=learner_version)
 
 
 def action_token_count(episode: Episode) -> int:

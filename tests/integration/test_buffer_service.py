@@ -152,9 +152,15 @@ def test_periodic_snapshot_and_in_process_transport(tmp_path) -> None:
         service.stop()
 
 
-def test_unreadable_snapshot_is_a_clear_error(transport, tmp_path) -> None:
-    from agent_r1_async.buffers.snapshot import SnapshotError
-
+def test_an_unreadable_snapshot_is_named_and_the_buffer_starts_empty(transport, tmp_path) -> None:
     (tmp_path / "buffer.snapshot").write_bytes(b"\x00 not a snapshot")
-    with pytest.raises(SnapshotError, match="not a readable buffer snapshot"):
-        buffer_service(transport, algo=ALGO, snapshot_dir=str(tmp_path))
+    service = buffer_service(transport, algo=ALGO, snapshot_dir=str(tmp_path))
+    try:
+        assert not service.restored and service.metrics().groups_ready == 0
+        assert service.snapshot_report is not None
+        assert service.snapshot_report.line() == (
+            f"buffer: snapshot {tmp_path}/buffer.snapshot is corrupt (does not decode: "
+            "ValidationError: Expected `array`, got `int`); no intact snapshot: the buffer "
+            "starts empty")
+    finally:
+        service.stop()

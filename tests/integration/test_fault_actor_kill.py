@@ -12,16 +12,17 @@ an episode of the actor that has sent steps but no end, then kills the actor's o
 Checked:
 - Ray restarts the process, the supervisor re-runs its loop, and records flow again (new
   groups accepted, fresh ActorStats: throughput recovers);
-- the killed actor's unfinished episodes expire (`drops["expired_episode"]`, with
-  buffer.episode_timeout_s = 3 s) and none of them is ever sampled: no partial trajectory
-  reaches the learner, every sampled episode is whole;
+- as the launcher sees the death, the buffer reclaims what the dead process held
+  (`Supervisor.reclaim` -> `TrajectoryBuffer.reclaim`), at once rather than after
+  buffer.episode_timeout_s; none of its unfinished episodes is ever sampled: no partial
+  trajectory reaches the learner, every sampled episode is whole;
 - exact counts, derived from what the dead process left in the buffer (read 0.5 s after the
-  kill, once the records on the wire have landed): each of its half-sent episodes expires
-  once (`expired_episode`), each of its groups with records can no longer complete and is
-  dropped once (`group_too_small`: min_group_episodes = group_size = 2), and each credit it
-  held without a record yet expires once (`expired_credit`, after grant_timeout_s =
-  episode_timeout_s). The kill is timed right after a fresh grant (< 0.1 s old: a group's
-  first record needs a generation and a 0.2 s env step), so at least one credit is unused;
+  kill, once the records on the wire have landed): each of its open episodes is dropped once
+  (`reclaimed_episode`), each of its groups with records can no longer complete and is
+  dropped once (`group_too_small`: min_group_episodes = group_size = 2), every credit it held
+  counts once (`reclaimed_credit`), and nothing expires later (`expired_*` stay 0). The kill
+  is timed right after a fresh grant (< 0.1 s old: a group's first record needs a generation
+  and a 0.2 s env step), so at least one credit is unused;
 - by ids: every group accepted before the kill is sampled, none more than max_reuse (1) times.
 """
 
@@ -65,6 +66,13 @@ def _partial_episodes(service: BufferService, actor_id: str) -> set[str]:
         }
 
 
+def _open_episodes(service: BufferService, group_ids: set[str]) -> set[str]:
+    """Every episode still open in the groups `group_ids` (an end may wait for its steps)."""
+    with service._lock:
+        groups = service.buffer.assembler._groups
+        return {eid for gid in group_ids if gid in groups for eid in groups[gid].open}
+
+
 def _stored_groups(service: BufferService) -> set[str]:
     with service._lock:
         return {e.group.group_id for e in service.buffer.store.entries()}
@@ -88,18 +96,32 @@ def _group_of(service: BufferService, episode_ids: set[str]) -> set[str]:
                 if episode_ids & set(grp.open)}
 
 
-_KILL_DROPS = ("expired_episode", "group_too_small", "expired_credit")
+_KILL_DROPS = ("reclaimed_episode", "group_too_small", "reclaimed_credit", "expired_episode",
+               "expired_credit")
 
 
-def _supervisor(cfg: RunConfig, ray, actor, run_ref, endpoints, run_dir: Path):
+class _Buffers:
+    """`SupervisedBuffer.call` on the in-process service (the launcher calls it through Ray)."""
+
+    def __init__(self, service: BufferService) -> None:
+        self.service = service
+
+    def call(self, method: str, *args, timeout=None, learner_version=None):
+        return getattr(self.service, method)(*args)
+
+
+def _supervisor(cfg: RunConfig, ray, actor, run_ref, endpoints, run_dir: Path,
+                service: BufferService):
     """The launcher's Supervisor, holding just this actor (its restart logic is under test)."""
     from agent_r1_async.run.output.console import Console
     from agent_r1_async.run.output.events import Events
-    from agent_r1_async.run.processes.supervisor import Supervisor
+    from agent_r1_async.run.processes.supervisor import Liveness, Supervisor
 
     sup = Supervisor.__new__(Supervisor)
     sup.cfg, sup.ray, sup.actors = cfg, ray, [actor]
     sup.runs, sup.restarts, sup.endpoints = {run_ref: 0}, [0], endpoints
+    sup.replacing, sup.liveness = {}, Liveness(cfg.launch.unresponsive_s)
+    sup.buffers, sup.last_version, sup.run_dir = _Buffers(service), 0, run_dir
     sup.events = Events(Console(run_dir / "logs", live=False), run_dir, 1, 1000)
     return sup
 
@@ -121,7 +143,7 @@ def test_actor_killed_mid_episode_is_restarted_and_loses_nothing_accepted(tmp_pa
                      "weights": None}
         actor = ray.remote(num_cpus=1, max_restarts=cfg.actors.max_restarts, max_concurrency=2)(
             ActorHost).remote(cfg, "actor-0", endpoints, None)
-        sup = _supervisor(cfg, ray, actor, actor.run.remote(), endpoints, tmp_path)
+        sup = _supervisor(cfg, ray, actor, actor.run.remote(), endpoints, tmp_path, service)
         first_pid = ray.get(actor.pid.remote(), timeout=60)
 
         # Kill when accepted groups exist, an episode is half sent and a credit was just
@@ -136,8 +158,9 @@ def test_actor_killed_mid_episode_is_restarted_and_loses_nothing_accepted(tmp_pa
         assert partial, "every half-sent episode completed from records already on the wire"
         started, unused, _ = _credits(service, "actor-0")
         assert _group_of(service, partial) <= started and unused
-        expected = {"expired_episode": len(partial), "group_too_small": len(started),
-                    "expired_credit": len(unused)}
+        expected = {"reclaimed_episode": len(_open_episodes(service, started)),
+                    "group_too_small": len(started), "reclaimed_credit": len(started | unused),
+                    "expired_episode": 0, "expired_credit": 0}
         at_kill = {k: service.metrics().drops.get(k, 0) for k in _KILL_DROPS}
         accepted_before = _stored_groups(service)
 
@@ -152,14 +175,13 @@ def test_actor_killed_mid_episode_is_restarted_and_loses_nothing_accepted(tmp_pa
             drops = service.metrics().drops
             return {k: drops.get(k, 0) - at_kill[k] for k in _KILL_DROPS}
 
-        wait_for(lambda: all(kill_drops()[k] >= n for k, n in expected.items()),
-                 EPISODE_TIMEOUT_S + 10, "the dead actor's episodes, groups and credits to expire")
-        time.sleep(0.5)  # nothing more may come: every count is exact, not a lower bound
-        after_kill = kill_drops()
+        after_kill = kill_drops()  # reclaimed as the death was seen, before the loop re-ran
+        time.sleep(EPISODE_TIMEOUT_S + 1)  # nothing of it expires later: the counts are exact
+        assert kill_drops() == after_kill
 
         def reporting() -> bool:  # ActorStats of the new process: it counts from zero again
-            stats = service.metrics().actors["actor-0"]
-            return stats.episodes_done > 0 and stats.tokens_per_s > 0
+            stats = service.metrics().actors.get("actor-0")  # the old one's was reclaimed
+            return stats is not None and stats.episodes_done > 0 and stats.tokens_per_s > 0
 
         wait_for(reporting, 30, "throughput reported by the restarted actor")
         ray.get(actor.stop.remote(), timeout=30)

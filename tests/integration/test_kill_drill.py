@@ -11,12 +11,19 @@ must still finish every update:
 - the learner is restarted from its latest checkpoint: versions continue from it;
 - the actor's process is restarted by Ray and its loop re-run;
 - each restart is one console line, and metrics.jsonl holds each update exactly once.
+
+The freeze drill stops the same three roles with SIGSTOP instead, each for longer than
+`launch.unresponsive_s`, in one launch: a stopped process is alive to Ray, so only the
+launcher's liveness watch (run/processes/supervisor.py) can name it, and it must name exactly
+the stopped one (the lighter representative: test_fault_hung_actor.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -168,3 +175,90 @@ def test_buffer_learner_and_actor_killed_in_one_launch_and_every_update_logged_o
     steps = sorted(p.name for p in ckpts.iterdir() if p.name.startswith("step-"))
     assert len(steps) == 3 and f"step-{TOTAL}" in steps, steps
     assert (run_dir / "buffer" / "buffer.snapshot").stat().st_size > 0
+
+
+FREEZE_TOTAL = 40
+BOUND_S = 10
+FREEZE_S = BOUND_S + 8  # past the bound and the launcher's next look (every 2 s)
+
+
+def _freeze(run_dir: Path, role: str, seconds: float | None, frozen: list[int]) -> int:
+    """SIGSTOP the process that wrote RUN_DIR/<role>.pid; SIGCONT it after `seconds` (None:
+    leave it stopped: the launcher replaces a stopped actor). Its pid."""
+    pid = int((run_dir / f"{role}.pid").read_text())
+    os.kill(pid, signal.SIGSTOP)
+    frozen.append(pid)
+    if seconds is not None:
+        time.sleep(seconds)
+        os.kill(pid, signal.SIGCONT)
+        frozen.remove(pid)
+    return pid
+
+
+def test_buffer_learner_and_actor_frozen_in_one_launch_are_named_and_the_run_finishes(tmp_path):
+    """A frozen buffer or learner (SIGSTOP 90 s) was survived in silence, and a frozen actor
+    stalled the run. In one launch each is stopped in turn for longer than
+    `launch.unresponsive_s` (10 s here): the buffer and the learner are named once and said to
+    be back once they answer, never killed; the actor is named, its credits are reclaimed and
+    its process is killed for Ray to restart. No other role is judged meanwhile (the actors'
+    silence counts only while the buffer listens), and every update is logged exactly once."""
+    proc = _start(tmp_path, "--set", f"learner.total_updates={FREEZE_TOTAL}",
+                  "--set", "learner.checkpoint_every=100",
+                  "--set", f"launch.unresponsive_s={BOUND_S}",
+                  "--set", "env.step_timeout_s=3", "--set", "env.tool_timeout_s=2")
+    out = _Output(proc)
+    metrics = tmp_path / "metrics.jsonl"  # until the run's own exists
+    frozen: list[int] = []
+    marks: dict[str, int] = {}
+    try:
+        metrics = _await_updates(proc, tmp_path, 3)
+        run_dir = metrics.parent
+        pids = {}
+        for role, name in (("buffer", "buffer"), ("learner-rank-0", "learner")):
+            marks[name] = len(out.lines)
+            pids[role] = _freeze(run_dir, role, FREEZE_S, frozen)
+            out.wait_for(proc, f"[launch] {name} responsive again after ", marks[name])
+            metrics = _await_updates(proc, tmp_path, len(_updates(metrics)) + 3)
+        marks["actor"] = len(out.lines)
+        pids["actor-0"] = _freeze(run_dir, "actor-0", None, frozen)
+        out.wait_for(proc, "[launch] actor-0 restarted by Ray", marks["actor"])
+        proc.wait(timeout=400)
+    finally:
+        for pid in frozen:  # only the processes this test stopped, if they still exist
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    stdout = out.text()
+    (metrics.parent / "launch-output.log").write_text(stdout)  # kept for a post-mortem
+    assert proc.returncode == 0, stdout[-5000:]
+    assert "Traceback" not in stdout, stdout[-5000:]
+    lines = stdout.splitlines()
+
+    def said(text: str, after: str) -> list[str]:
+        return [x for x in lines[marks[after]:] if x.startswith(f"[launch] {text}")]
+
+    for name in ("buffer", "learner"):
+        named = [x for x in lines if x.startswith(f"[launch] {name} unresponsive for ")]
+        back = [x for x in lines if x.startswith(f"[launch] {name} responsive again after ")]
+        assert len(named) == 1 and len(back) == 1, (named, back)
+        assert said(f"{name} unresponsive for ", name) == named  # during its own freeze
+        assert BOUND_S <= int(named[0].split(" for ")[1].split()[0]) <= FREEZE_S
+        assert BOUND_S <= int(back[0].split(" after ")[1].split()[0]) <= FREEZE_S + 5
+    assert said("buffer unresponsive for ", "buffer")[0].endswith("/logs/buffer.log")
+    assert "its last answer: " in said("learner unresponsive for ", "learner")[0]
+    # Nothing else was judged: no actor during the buffer's or the learner's freeze.
+    actors = [x for x in lines if re.match(r"\[launch\] actor-\d unresponsive for ", x)]
+    assert len(actors) == 1 and actors == said("actor-0 unresponsive for ", "actor"), actors
+    assert "; reclaimed " in actors[0] and actors[0].endswith(
+        "; killing its process for Ray to restart")
+    assert said("actor-0 died: killed by the launcher: unresponsive for ", "actor")
+    assert said("actor-0 restarted by Ray (1 of 3 restarts); its loop runs again", "actor")
+    # Neither the buffer nor the learner was replaced; the actor was.
+    for role in ("buffer", "learner-rank-0"):
+        assert int((run_dir / f"{role}.pid").read_text()) == pids[role], role
+    assert int((run_dir / "actor-0.pid").read_text()) != pids["actor-0"]
+    assert not any(x.startswith(("[launch] buffer process died", "[launch] learner rank"))
+                   for x in lines)
+    assert _updates(metrics) == list(range(1, FREEZE_TOTAL + 1))

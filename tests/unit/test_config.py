@@ -177,7 +177,8 @@ BAD_CONFIGS: list[tuple[str, dict, str]] = [
     ("collectives without a timeout", {"weights": {"backend": "vllm_gloo", "timeout_s": 0}},
      "weights.timeout_s: must be > 0"),
     ("a native backend's key on zmq", {"weights": {"timeout_s": 5}},
-     "config key `weights.timeout_s`: only weights.backend vllm_gloo or vllm_nccl takes it"),
+     "config key `weights.timeout_s`: only weights.backend vllm_gloo or vllm_nccl or vllm_ipc "
+     "takes it"),
     ("a key no weight backend has", {"weights": {"backend": "vllm_nccl", "port": 5}},
      "unknown config key `weights.port`"),
     ("action budget fills the context", {"model": {"max_model_len": 128},
@@ -216,6 +217,11 @@ BAD_CONFIGS: list[tuple[str, dict, str]] = [
     ("a buffer bound the launch derives", {"buffer": {"max_model_len": 100}},
      "unknown config key `buffer.max_model_len`: no longer a setting; the launch derives it "
      "from `model.max_model_len`"),
+    ("negative liveness bound", {"launch": {"unresponsive_s": -1}},
+     "launch.unresponsive_s: must be >= 0 (0 = never)"),
+    ("liveness bound inside one env step", {"launch": {"unresponsive_s": 30}},
+     "launch.unresponsive_s: (30 s) must exceed env.step_timeout_s + actors.stats_interval_s "
+     "= 65 s: an actor waiting on one slow env step between two reports would count as hung"),
 ]
 
 
@@ -422,6 +428,8 @@ def test_every_shipped_config_is_feasible_here() -> None:
     from agent_r1_async.run.preflight.feasibility import check_feasible
 
     for path in sorted((REPO / "configs").glob("*.yaml")):
+        if path.name.startswith("gpu_"):  # GPU machines: tests/unit/test_gpu_configs.py
+            continue
         check_feasible(load_config(path, ["launch.run_root=/tmp"]))
 
 

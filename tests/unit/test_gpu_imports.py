@@ -21,7 +21,8 @@ MODULES = (
     "agent_r1_async.weights.zmq", "agent_r1_async.wire.zmq",
     "agent_r1_async.actors.engines.vllm", "agent_r1_async.run.launch",
     "gpu_helpers", "bench_learner", "test_learner_cuda", "test_weights_cuda", "test_nccl",
-    "test_vllm_cuda", "test_flash_attn",
+    "test_vllm_cuda", "test_flash_attn", "test_ipc", "ipc_peer",
+    "agent_r1_async.weights.ipc_handles",
 )
 
 PROBE = textwrap.dedent("""

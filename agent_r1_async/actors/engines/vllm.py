@@ -14,12 +14,16 @@ Design choices
   weight-version label is set, and generation resumes. vLLM labels every engine step with
   the weight version it ran under, so per-token versions come from the engine itself and are
   exact: tokens sampled before the pause carry the old version, tokens after it the new one.
-- Native weight transfer (`weights.backend: vllm_gloo | vllm_nccl`): the engine starts with
-  vLLM's `WeightTransferConfig(backend=...)`; `join_weight_transfer` / `receive_weights` /
+- Native weight transfer (`weights.backend: vllm_gloo | vllm_nccl | vllm_ipc`): the engine
+  starts with vLLM's `WeightTransferConfig(backend=...)` naming our worker engine
+  (weights/vllm_plugin.py `ENGINE_FOR_BACKEND`); `join_weight_transfer` / `receive_weights` /
   `leave_weight_transfer` are vLLM's `init_weight_transfer_engine`, `start_weight_update` +
   `update_weights` and `shutdown_weight_transfer_engine`, inside the same pause (keep) →
   reset prefix cache → label (`finish_weight_update(weight_version=...)`) → resume sequence,
-  so per-token versions stay exact on either path. The weight channel (wire/) drives them.
+  so per-token versions stay exact on either path. The weight channel (weights/) drives them.
+  On vllm_ipc the worker opens CUDA IPC handles of the learner's tensors on the GPU the two
+  share; the update info carries them as JSON values (weights/ipc.py), so nothing in this
+  engine changes with the backend.
 - `engine.abort_on_update`: in-flight requests are aborted instead of frozen and resubmitted
   by `generate` itself under the new version (prefix = context + tokens so far, budget = what
   is left), so per-token versions are exact without relying on the engine's labels.
@@ -326,9 +330,9 @@ def _require_plugin() -> None:
 
     if not any(e.value.startswith("agent_r1_async.") for e in entry_points(group="vllm.general_plugins")):
         raise RuntimeError(
-            "weights.backend vllm_gloo/vllm_nccl needs agent-r1-async's vllm.general_plugins "
-            "entry point, which this environment lacks: reinstall the package (`pip install -e .`"
-            ", as scripts/setup.sh does), or set weights.backend=zmq"
+            "weights.backend vllm_gloo/vllm_nccl/vllm_ipc needs agent-r1-async's "
+            "vllm.general_plugins entry point, which this environment lacks: reinstall the "
+            "package (`pip install -e .`, as scripts/setup.sh does), or set weights.backend=zmq"
         )
 
 

@@ -21,6 +21,7 @@ never reaches it: the other processes write to their own files (run/output/logs.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
@@ -63,9 +64,10 @@ class Console:
             self._said.add(key)
         self._print(f"[launch] {text}")
         if self.log_dir is not None:
-            self.log_dir.mkdir(parents=True, exist_ok=True)
-            with open(self.log_dir / "events.log", "a") as f:
-                f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
+            with contextlib.suppress(OSError):  # a full disk: the console line still stands
+                self.log_dir.mkdir(parents=True, exist_ok=True)
+                with open(self.log_dir / "events.log", "a") as f:
+                    f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
         return True
 
     def error(self, text: str, log: str | Path | None = None) -> None:

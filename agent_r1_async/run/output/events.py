@@ -3,6 +3,9 @@
 The supervisor and the launch loop call `Events` at the moments they see something:
 
     actor-1 died: killed by a signal (SIGKILL: `kill -9`, the kernel's OOM killer or a crash); log: RUN_DIR/logs/actor-1.log
+    actor-1 unresponsive for 121 s: last report at v14, 2 episodes in flight, 3 credits held; reclaimed 3 credits and 2 unfinished episodes; killing its process for Ray to restart
+    buffer unresponsive for 121 s: no answer to the launcher since it was at version 14 (groups: 1 ready, 3 in flight); log: RUN_DIR/logs/buffer.log
+    buffer responsive again after 92 s
     actor-1 restarted by Ray (1 of 3 restarts); its loop runs again
     actor-1 rejoined at version 7
     checkpoint written: RUN_DIR/checkpoints/step-10
@@ -10,6 +13,7 @@ The supervisor and the launch loop call `Events` at the moments they see somethi
     wall-clock limit reached (launch.max_wall_time_s = 1500 s) after 33 updates: stopping
     actor-0: tool nap blocked its event loop for 3.0 s in one synchronous stretch: ...
     no progress for 60 s: every episode refused: the buffer refused 812 records ...
+    no progress for 60 s: the learner waits for 2 ready groups; the buffer has 1 ready and 3 in flight (actor-1 holds 3, no progress for 62 s)
 
 A dead process's cause comes from Ray's death report (its worker exit type and detail: the
 memory monitor's OOM kill, a lost connection after a signal, an exception in `__init__`) and
@@ -19,7 +23,9 @@ While the launch waits for an update it calls `Events.watch` with the buffer's s
 few seconds: new env errors, the env's blocking warnings from the actors' logs (said once per
 tool or method; `eval` prints them itself), and, when no group has become ready for
 `STALL_S`, which of "actors dead", "every episode refused" (with the first refusal the
-buffer logged) or "no groups ready" holds (`StallWatch`), said once per stall.
+buffer logged), "no groups ready" or "learner waiting" (for groups the actors hold) holds
+(`StallWatch`), said once per stall. Which role is unresponsive is decided by the supervisor
+(run/processes/supervisor.py `Liveness`) and said here (`unresponsive`, `responsive_again`).
 """
 
 from __future__ import annotations
@@ -148,10 +154,13 @@ def one_line(exc: BaseException) -> str:
     """`Type: first line of the message` (Ray's errors run to dozens of lines). An exception a
     Ray task raised is told as itself (`TimeoutError: no batch ...`), not as Ray's wrapper
     (`RayTaskError(TimeoutError): ray::LearnerHost.update() (pid=...)`); terminal colour
-    codes are dropped."""
+    codes are dropped. An error class with `full_line` (`checkpoint.NoIntactCheckpoint`)
+    wrote its message as one line for the console: it is not cut at 160 characters."""
     cause = getattr(exc, "cause", None)
     if isinstance(cause, BaseException) and cause is not exc:
         return one_line(cause)
+    if getattr(exc, "full_line", False):  # a message written as one line, kept whole
+        return f"{type(exc).__name__}: {_first_line(str(exc), 4000)}"
     return f"{type(exc).__name__}: {_first_line(str(exc))}".rstrip(": ")
 
 
@@ -213,10 +222,14 @@ class StallWatch:
 
     - "actors dead": no actor has reported (ActorStats) within `stall_s`;
     - "every episode refused": the buffer refused records meanwhile (`invalid_record/*`);
-    - "no groups ready": actors ended episodes meanwhile, and none made a group ready.
+    - "no groups ready": actors ended episodes meanwhile, and none made a group ready;
+    - "learner waiting": the learner's sample request waits (`sample_waiting`) for more groups
+      than are ready, and nothing ends: what it waits on is the groups in flight, said with
+      the actors that hold them and how long each has made no progress (a hung actor keeps
+      its credits until `launch.unresponsive_s`).
 
     A learner busy with a long update while the actors wait (admission control) is none of
-    these: nothing ends and nothing is refused, and nothing is said.
+    these: no sample request waits, nothing ends and nothing is refused, and nothing is said.
     """
 
     def __init__(self, stall_s: float = STALL_S, clock: Any = time.monotonic) -> None:
@@ -281,7 +294,24 @@ class StallWatch:
             return "no groups ready", (
                 f"{head}: no groups ready: actors ended {d_ended} episodes ({d_failed} failed"
                 f"{why}) and none made a group ready")
+        waiting = int(buffer.get("sample_waiting", 0))
+        if waiting > int(buffer.get("groups_ready", 0)):
+            self._said = True
+            return "learner waiting", f"{head}: {waiting_on(buffer)}"
         return None
+
+
+def waiting_on(buffer: dict[str, Any]) -> str:
+    """What a learner waiting for data waits on, from the buffer's stats: the groups it asks
+    for, the ready ones, and the groups in flight with the actors that hold them."""
+    credits = {a: int(n) for a, n in buffer.get("actor_credits", {}).items() if int(n) > 0}
+    silence = buffer.get("actor_silence_s", {})
+    holders = "; ".join(
+        f"{a} holds {n}" + (f", no progress for {float(silence[a]):.0f} s" if a in silence else "")
+        for a, n in sorted(credits.items()))
+    return (f"the learner waits for {int(buffer.get('sample_waiting', 0))} ready groups; the "
+            f"buffer has {int(buffer.get('groups_ready', 0))} ready and "
+            f"{int(buffer.get('in_flight_groups', 0))} in flight" + (f" ({holders})" if holders else ""))
 
 
 class Events:
@@ -308,12 +338,25 @@ class Events:
     def actor_log(self, actor_id: str) -> Path:
         return log_file(self.log_dir, actor_id)
 
-    def actor_died(self, actor_id: str, error: BaseException, deaths: int) -> str:
-        """An actor's process (or its loop) ended; returns the cause it said."""
+    def actor_died(self, actor_id: str, error: BaseException, deaths: int,
+                   cause: str | None = None) -> str:
+        """An actor's process (or its loop) ended; returns the cause it said. `cause`: known
+        already (the launcher killed it), instead of Ray's record and the log's."""
         log = self.actor_log(actor_id)
-        cause = process_death(error, log)
+        cause = cause or process_death(error, log)
         self.console.event(f"{actor_id} died: {cause}; log: {log}", key=f"died {actor_id} {deaths}")
         return cause
+
+    def unresponsive(self, role: str, silent_s: float, doing: str, then: str = "") -> None:
+        """`role` showed no progress for `silent_s` (the supervisor decides, once per spell):
+        what it was last doing, and what the launcher does about it."""
+        self.console.event(f"{role} unresponsive for {silent_s:.0f} s: {doing}"
+                           + (f"; {then}" if then else ""),
+                           key=f"unresponsive {role} {time.monotonic()}")
+
+    def responsive_again(self, role: str, after_s: float) -> None:
+        self.console.event(f"{role} responsive again after {after_s:.0f} s",
+                           key=f"responsive {role} {time.monotonic()}")
 
     def actor_restarted(self, actor_id: str, restarts: int, max_restarts: int) -> None:
         self._restarted_at[actor_id] = (time.time(), self._version)

@@ -178,12 +178,18 @@ def descriptors_to(path: str | Path) -> Iterator[None]:
             os.close(d)
 
 
-def log_exception(path: str | Path) -> Path:
-    """Append the exception being handled, with its traceback, to `path`; returns the path."""
+def log_exception(path: str | Path) -> Path | None:
+    """Append the exception being handled, with its traceback, to `path`; returns the path, or
+    None when it could not be written (a full disk): the caller's one line must not point at a
+    log that lacks the traceback, nor fail on it."""
     import traceback
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} launch failed:\n{traceback.format_exc()}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as f:
+            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} launch failed:\n"
+                    f"{traceback.format_exc()}")
+    except OSError:
+        return None
     return path

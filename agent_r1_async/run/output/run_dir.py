@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from agent_r1_async.config import RunConfig, dump_config
+from agent_r1_async.config import ConfigError, RunConfig, dump_config
 
 STAMP = "%Y%m%d-%H%M%S"
 """The run directory's creation time in its name, local time (metrics.jsonl's "time" counts
@@ -13,15 +13,25 @@ from about then)."""
 
 
 def make_run_dir(cfg: RunConfig) -> Path:
+    """A new RUN_ROOT/NAME-STAMP[-n] with its subdirectories and config.yaml. The preflight
+    checked the run root; one that became unwritable since (removed, remounted, full) is the
+    same one-line `ConfigError` naming `launch.run_root`, not a traceback."""
     stamp = time.strftime(STAMP)
     run_dir = Path(cfg.launch.run_root) / f"{cfg.launch.name}-{stamp}"
     n = 1
     while run_dir.exists():
         n += 1
         run_dir = Path(cfg.launch.run_root) / f"{cfg.launch.name}-{stamp}-{n}"
-    for sub in ("checkpoints", "logs", "buffer"):
-        (run_dir / sub).mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(dump_config(cfg))
+    try:
+        for sub in ("checkpoints", "logs", "buffer"):
+            (run_dir / sub).mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(dump_config(cfg))
+    except OSError as e:
+        failed = Path(str(e.filename)) if e.filename else run_dir
+        where = "" if failed.is_relative_to(run_dir) else f" (at {str(failed)!r})"
+        raise ConfigError(
+            f"launch.run_root: cannot make the run directory {str(run_dir)!r}{where}: "
+            f"{e.strerror or e}; choose a writable directory") from None
     return run_dir.resolve()
 
 

@@ -10,12 +10,13 @@ from agent_r1_async.run.processes.ray_cluster import ray_address
 
 
 def preflight(cfg: RunConfig, address: str | None = None, resume: str | None = None, *,
-              memory: bool = False, force: bool = False) -> None:
+              memory: bool = False, force: bool = False, fresh: bool = False) -> None:
     """Fail before Ray starts or a run directory is made: the policy or init checkpoint
     cannot be found, a configured engine backend is not installed, the env cannot be
     imported, configured, built or has no tasks (`env_preflight`), the run cannot fit its
-    buffer, this machine's CPUs/GPUs or its run root (feasibility.py), or, with `memory`,
-    this machine's memory (memory.py; `force` turns its refusal into a warning).
+    buffer, this machine's CPUs/GPUs, its bind host or its run root, or `resume` has no
+    checkpoint and `fresh` does not allow that (feasibility.py), or, with `memory`, this
+    machine's memory (memory.py; `force` turns its refusal into a warning).
 
     Known aliases are prepared later by the processes that load them (cached, once); local
     paths must exist and hold a HF model; a hub id is left to the loader (it needs network).
@@ -40,7 +41,7 @@ def preflight(cfg: RunConfig, address: str | None = None, resume: str | None = N
         except RuntimeError as e:
             raise ConfigError(f"{key}: {e}") from None
     env_preflight(cfg, "launch")
-    check_feasible(cfg, address, resume)
+    check_feasible(cfg, address, resume, fresh)
     if memory:
         memory_preflight(cfg, force=force, joined=ray_address(cfg, address) is not None)
 

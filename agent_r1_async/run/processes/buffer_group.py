@@ -53,6 +53,8 @@ class SupervisedBuffer:
         self._bound: dict[str, str] | None = None
         self._node: str | None = None
         self._start(relaunch=resume)
+        if resume:  # what a corrupt snapshot in RUN_DIR/buffer cost, if it did
+            self._say_snapshot(self.ray.get(self.handle.restored.remote()))
 
     def _start(self, relaunch: bool) -> None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -120,6 +122,13 @@ class SupervisedBuffer:
               f"({restored['groups']} groups ready) on the same endpoints, buffer now at version "
               f"{learner_version if learner_version is not None else restored['version']} "
               f"({self.restarts}/{self.cfg.buffer.max_restarts})", file=sys.stderr, flush=True)
+        self._say_snapshot(restored)
+
+    @staticmethod
+    def _say_snapshot(restored: dict[str, Any]) -> None:
+        """The console's line about a corrupt (skipped) or unverified snapshot, if any."""
+        if restored.get("note"):
+            print(f"[launch] {restored['note']}", file=sys.stderr, flush=True)
 
     def call(self, method: str, *args: Any, timeout: float | None = None,
              learner_version: int | None = None) -> Any:

@@ -15,6 +15,7 @@ import contextlib
 import math
 import os
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -129,13 +130,21 @@ class BufferHost:
         self.service.join()
         return repr(self.service.failure) if self.service.failure is not None else ""
 
-    def restored(self) -> dict[str, int]:
-        """What this process restored from the snapshot: its version and ready groups."""
+    def restored(self) -> dict[str, Any]:
+        """What this process restored from the snapshot: its version and ready groups, and
+        `note`: the console's line when a snapshot was corrupt or unverified ("" if none)."""
         stats = self.service.metrics()
-        return {"version": stats.learner_version, "groups": stats.groups_ready}
+        report = self.service.snapshot_report
+        return {"version": stats.learner_version, "groups": stats.groups_ready,
+                "note": (report.line() if report is not None else None) or ""}
 
     def set_version(self, version: int) -> None:
         self.service.set_version(version)
+
+    def reclaim(self, actor_id: str) -> dict[str, int]:
+        """The launcher replaces `actor_id`'s process: what it held comes back now
+        (`BufferService.reclaim`)."""
+        return self.service.reclaim(actor_id)
 
     def snapshot(self) -> str | None:
         return self.service.snapshot_now()
@@ -158,6 +167,9 @@ class BufferHost:
 
 
 _LEARNER_CLIENT_RETRIES = 12
+_WORK = {"step": "an update", "_start": "loading the model", "_connect": "connecting",
+         "publish": "publishing weights", "save_checkpoint": "a checkpoint"}
+"""What `LearnerHost.progress` calls each of its worker's functions."""
 
 
 class LearnerHost:
@@ -176,11 +188,15 @@ class LearnerHost:
         # the activations' peak resident (10.6 vs 6.7 GB, learner/memory_savers.py). The model, the
         # updates, publishing and checkpoints all run on this one thread instead.
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="learner")
+        self._doing: tuple[str, float] = ("idle", time.monotonic())
+        """What the worker thread runs and since when (`progress`)."""
         self.cfg = cfg
         self.rank = rank
         self.run_dir = run_dir
         self.curve = curve
         self.learner: Any = None
+        self.resume_report: Any = None
+        """What `start` resumed from and skipped (learner/checkpoint.py `ResumeReport`)."""
         self.client: Any = None
         self.publisher: Any = None
         # The launch test (and an operator) finds a rank's process here (when this node sees
@@ -198,7 +214,23 @@ class LearnerHost:
         return host, free_port(host)
 
     def _on_worker(self, fn: Any, *args: Any) -> Any:
-        return self._worker.submit(fn, *args).result()
+        return self._worker.submit(self._doing_while, fn, *args).result()
+
+    def _doing_while(self, fn: Any, *args: Any) -> Any:
+        name = getattr(fn, "__name__", "work")
+        self._doing = (_WORK.get(name, name), time.monotonic())
+        try:
+            return fn(*args)
+        finally:
+            self._doing = ("idle", time.monotonic())
+
+    def progress(self) -> dict[str, Any]:
+        """What this rank's worker thread runs and for how long: {"doing": ..., "for_s": ...}.
+        Answered on Ray's second thread, so a rank that answers is alive however long its
+        update or checkpoint takes (the launcher's liveness, run/processes/supervisor.py);
+        a stopped process, or one holding the GIL for good, does not answer."""
+        doing, since = self._doing
+        return {"doing": doing, "for_s": time.monotonic() - since}
 
     def connect(self, control_endpoint: str) -> None:
         """Rank 0: the buffer client and the bound weight sender, before the model loads, so
@@ -227,7 +259,7 @@ class LearnerHost:
 
     def _start(self, master: tuple[str, int], control_endpoint: str, resume: bool) -> None:
         from agent_r1_async.learner import distributed
-        from agent_r1_async.learner.checkpoint import latest_checkpoint
+        from agent_r1_async.learner.checkpoint import latest_checkpoint, resume_intact
         from agent_r1_async.learner.loop import Learner
         from agent_r1_async.learner.trainer import resolve_device
 
@@ -238,11 +270,19 @@ class LearnerHost:
         self._connect(control_endpoint)
         client = self.client if self.rank == 0 else None
         if resume and latest_checkpoint(self.run_dir) is not None:
-            self.learner = Learner.from_checkpoint(self.cfg, client, self.publisher, self.run_dir)
+            # The newest checkpoint that verifies and loads; a corrupt one is skipped.
+            self.learner, self.resume_report = resume_intact(
+                self.run_dir, lambda ckpt: Learner.from_checkpoint(
+                    self.cfg, client, self.publisher, self.run_dir, checkpoint_dir=ckpt))
         else:
             self.learner = Learner(self.cfg, client, self.publisher, self.run_dir)
         if client is not None:
             client.set_version(self.learner.version)
+
+    def resume_note(self) -> str:
+        """The console's line when `start` skipped a corrupt checkpoint or resumed an
+        unverified one ("" otherwise)."""
+        return (self.resume_report.line() if self.resume_report is not None else None) or ""
 
     def weights_endpoint(self) -> str:
         return advertised(self.publisher.endpoint, self.cfg.launch.bind_host)

@@ -1,9 +1,23 @@
-"""Ray at the edge: start a local Ray or join a cluster, with the env every process gets."""
+"""Ray at the edge: start a local Ray or join a cluster, with the env every process gets.
+
+A local Ray is private to the launch's user:
+- it advertises 127.0.0.1, so every Ray process connects to the others over loopback;
+- its token is fresh for the run and lives only in the environment of the launch's own
+  processes (`/proc/PID/environ` is readable by their user and root), never in
+  `~/.ray/auth_token` (which Ray writes world-readable);
+- its session directory sits under a 0700 directory of the launch's user (Ray makes its own
+  session directories 0777), removed when Ray stops.
+Ray's gRPC servers listen on every interface whatever address they advertise (Ray 2.60 has no
+setting for it): the token is what keeps other hosts out (docs/reliability.md, "Trust").
+"""
 
 from __future__ import annotations
 
 import math
 import os
+import secrets
+import shutil
+import tempfile
 from pathlib import Path
 
 from agent_r1_async.config import RunConfig
@@ -18,13 +32,19 @@ def ray_address(cfg: RunConfig, address: str | None) -> str | None:
     return address or cfg.launch.address or os.environ.get("RAY_ADDRESS") or None
 
 
-def use_cluster_token(address: str | None) -> None:
-    """Ray heads use token auth by default and a driver joining one must opt in to send the
-    token. Ray reads the mode when it is imported: call this before `import ray`."""
-    has_token = os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH") or (
-        Path.home() / ".ray" / "auth_token").exists()
-    if address and has_token and "RAY_AUTH_MODE" not in os.environ:
+def set_ray_auth(address: str | None) -> None:
+    """Ray's token, set before `import ray` (Ray reads the mode when it is imported).
+    Joining a cluster: Ray heads use token auth by default and a joining driver must opt in to
+    send the token it holds. A local Ray: a fresh token for this run, kept in the
+    environment only (module docstring), unless the user set one."""
+    auth = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE")
+    if address:
+        if (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
+                or (Path.home() / ".ray" / "auth_token").exists()) and "RAY_AUTH_MODE" not in os.environ:
+            os.environ["RAY_AUTH_MODE"] = "token"
+    elif not any(k in os.environ for k in auth):
         os.environ["RAY_AUTH_MODE"] = "token"
+        os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
 
 
 ENV = {"TOKENIZERS_PARALLELISM": "false"}
@@ -32,7 +52,7 @@ ENV = {"TOKENIZERS_PARALLELISM": "false"}
 
 def start_ray(cfg: RunConfig, address: str | None) -> None:
     address = ray_address(cfg, address)
-    use_cluster_token(address)
+    set_ray_auth(address)
     import ray
 
     env = {**ENV, "VLLM_CPU_KVCACHE_SPACE": str(cfg.engine.kv_cache_gb)}
@@ -48,7 +68,19 @@ def start_ray(cfg: RunConfig, address: str | None) -> None:
         runtime_env={"env_vars": env},
         log_to_driver=cfg.logging.verbose,
         configure_logging=False,
+        **private_local_ray(),
     )
+
+
+_private_dirs: list[str] = []
+
+
+def private_local_ray() -> dict[str, str]:
+    """The `ray.init` arguments of a local Ray only this user can reach (module docstring;
+    its token: `set_ray_auth`)."""
+    private = tempfile.mkdtemp(prefix="ar1-ray-")  # 0700; short: Ray's socket paths live here
+    _private_dirs.append(private)
+    return {"_temp_dir": os.path.join(private, "ray"), "_node_ip_address": "127.0.0.1"}
 
 
 def stop_ray() -> None:
@@ -56,5 +88,7 @@ def stop_ray() -> None:
 
     if ray.is_initialized():
         ray.shutdown()
+    while _private_dirs:
+        shutil.rmtree(_private_dirs.pop(), ignore_errors=True)
 
 

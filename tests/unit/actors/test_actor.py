@@ -146,3 +146,118 @@ def test_shutdown_flush_is_bounded_when_the_buffer_stops_reading(monkeypatch):
         credits.stop()
     assert actor.sent == 0 and actor._emitter.queued > 0  # nothing reached the pipe
     assert transport.events == ["close"]  # and the pusher was still closed
+
+
+def test_reports_say_how_long_ago_the_actor_made_progress():
+    """A hung engine step keeps the loop reporting: the report's `progress_age_s` grows until
+    an engine or env call returns, an episode ends, or nothing is in flight."""
+    clock = FakeClock(100.0)
+    counters = ActorCounters(in_flight=2)
+    rep = StatsReporter("a0", counters, clock=clock, wall_clock=lambda: 5.0)
+    clock.t = 105.0
+    assert rep.report(0).progress_age_s == 5.0  # nothing returned since the start
+    counters.tokens = 8  # an engine call returned in this window
+    clock.t = 110.0
+    assert rep.report(0).progress_age_s == 0.0
+    clock.t = 115.0
+    assert rep.report(0).progress_age_s == 5.0
+    clock.t = 130.0  # the engine hangs: reports still come, their age grows
+    assert rep.report(0).progress_age_s == 20.0
+    counters.env_time_s = 0.5  # an env call returned
+    clock.t = 131.0
+    assert rep.report(0).progress_age_s == 0.0
+    clock.t = 140.0
+    assert rep.report(0).progress_age_s == 9.0
+    counters.episodes_failed, counters.in_flight = 1, 1  # an episode ended
+    clock.t = 141.0
+    assert rep.report(0).progress_age_s == 0.0
+    counters.in_flight = 0  # idle, waiting on admission: not hung
+    clock.t = 200.0
+    assert rep.report(0).progress_age_s == 0.0
+
+
+def test_a_restarted_actor_generates_nothing_until_its_weights_are_within_the_staleness():
+    """A process Ray restarted mid-run starts from the initial weights (v0). It used to run
+    its first group on them (the buffer then dropped it as stale); it now learns the learner's
+    version when it connects and waits for the next publish before it generates."""
+    import threading
+    import time
+
+    import torch
+
+    from agent_r1_async.models import tiny_model_dir
+    from agent_r1_async.weights.zmq import ZmqWeightSender
+    from agent_r1_async.wire.messages import StepRecord
+    from tests.fakes.engine import FakeEngine
+    from tests.fakes.services import actor_config, buffer_service
+
+    cfg = actor_config("hf")  # buffer.max_staleness 2: v0 is 5 behind v5
+    cfg.model.name_or_path = tiny_model_dir()
+    transport = InProcTransport()
+    sink = transport.puller()
+    credits = buffer_service(transport, algo=cfg.algorithm, start=True)
+    credits.set_version(5)  # the learner is at v5
+    sender = ZmqWeightSender(transport, "inproc://weights")
+    engine = FakeEngine.repeating([28, 29])
+    actor = Actor(cfg, "actor-0", transport, sink.endpoint, credits.control_endpoint,
+                  sender.endpoint, engine)
+    stop = threading.Event()
+    thread = threading.Thread(target=actor.run, args=(stop,), daemon=True)
+    steps: list[StepRecord] = []
+    try:
+        thread.start()
+        deadline = time.monotonic() + 30
+        while actor.learner_version != 5 or not hasattr(actor, "rollout"):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(1.0)  # its loop runs (20 turns at least): nothing may be generated yet
+        assert engine.calls == []
+        sender.publish(5, {"w": torch.zeros(2)})
+        while len(steps) < 4:  # one group of 2 episodes, 2 steps each at most
+            assert time.monotonic() < deadline
+            frames = sink.recv(100)
+            if frames is not None:
+                steps += [m for m in unpack_data(frames) if isinstance(m, StepRecord)]
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        credits.stop()
+    assert engine.loaded == [5]
+    assert {s.policy_version for s in steps} == {5}
+
+
+def test_a_hung_engine_step_shows_as_silence_while_the_reports_still_come():
+    """The heartbeat is the loop's own report, and it carries the last progress: with every
+    engine request hanging the actor's loop keeps reporting, yet the buffer sees it silent
+    (what the launcher judges against launch.unresponsive_s)."""
+    import threading
+    import time
+
+    from agent_r1_async.models import tiny_model_dir
+    from tests.fakes.engine import FakeEngine
+    from tests.fakes.services import actor_config, buffer_service, wait_for
+
+    cfg = actor_config("hf")  # a report every 0.5 s
+    cfg.model.name_or_path = tiny_model_dir()
+    transport = InProcTransport()
+    credits = buffer_service(transport, algo=cfg.algorithm, start=True)
+    engine = FakeEngine.repeating([28, 29], hang_from=0)  # no request ever returns
+    actor = Actor(cfg, "actor-0", transport, credits.data_endpoint, credits.control_endpoint,
+                  None, engine)
+    stop = threading.Event()
+    thread = threading.Thread(target=actor.run, args=(stop,), daemon=True)
+    try:
+        thread.start()
+        wait_for(lambda: credits.metrics().actor_silence_s.get("actor-0", 0.0) >= 2.0, 30,
+                 "the hung actor's silence")
+        first = credits.metrics().actors["actor-0"]
+        time.sleep(1.5)  # three more reports
+        stats = credits.metrics()
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        credits.stop()
+    assert engine.calls and first.episodes_in_flight > 0
+    report = stats.actors["actor-0"]
+    assert report.time > first.time and report.progress_age_s > first.progress_age_s
+    assert stats.actor_silence_s["actor-0"] >= 2.5  # it kept growing

@@ -86,3 +86,71 @@ def test_stats_are_keyed_by_the_authenticated_identity() -> None:
     assert {k: v.tokens_per_s for k, v in buf.actor_stats.items()} == {"actor-0": 120.0}
     buf.ingest(_stats("actor-0", 9e6))  # no CurveZMQ (sender None): the message's word stands
     assert buf.actor_stats["actor-0"].tokens_per_s == 9e6
+
+
+def test_reclaim_gives_back_an_actors_credits_and_half_built_groups_at_once() -> None:
+    """A silent actor's credits starved the healthy one until episode_timeout_s (600 s) in a
+    drill; reclaiming them frees the budget at once. Budget by hand: (max_staleness 3 +
+    version 0 + 1) x batch_groups 1 = 4 credits."""
+    buf = _buffer(max_staleness=3, min_group_episodes=1)
+    g0, g1, g2 = buf.grant("a1", 3).group_ids
+    (g3,) = buf.grant("a0", 4).group_ids  # 4 - 3 held: one left
+    for r in group_records(g0, [1.0, 0.0], actor_id="a1")[:4]:  # e0 whole (2 steps + end)
+        buf.ingest(r)  # ... and e1's first step
+    buf.ingest(step(f"{g1}-e0", g1, 0, actor_id="a1"))  # g1: one open episode, one not begun
+    assert buf.stats().actor_credits == {"a1": 3, "a0": 1}
+    assert buf.grant("a0", 1).groups == 0  # the budget is spent
+
+    assert buf.reclaim("a1") == (3, 2)  # 3 credits; g0-e1 and g1-e0 were open
+    drops = buf.stats().drops
+    assert (drops["reclaimed_credit"], drops["reclaimed_episode"]) == (3, 2)
+    # g0 closes as after group_wait_s: its 1 whole episode >= min_group_episodes 1, ready;
+    # g1 has none: too small; g2 never began.
+    assert drops["group_too_small"] == 1
+    assert [(e.group.group_id, len(e.group.episodes)) for e in buf.store.entries()] == [(g0, 1)]
+    assert buf.admission.accepted == 1 and buf.admission.in_flight == 1  # a0's g3 only
+    # 4 - 1 accepted - 1 in flight = 2 credits for the healthy actor, now rather than later.
+    assert buf.grant("a0", 4).groups == 2
+    assert buf.stats().actor_credits == {"a0": 3} and g3 in buf.admission.held_by("a0")
+    # What the old process still had on the wire is late, never "ungranted".
+    buf.ingest(step(f"{g1}-e0", g1, 1, actor_id="a1"))
+    buf.ingest(step(f"{g2}-e0", g2, 0, actor_id="a1"))
+    assert buf.stats().drops["late_record"] == 2 and buf.drops["invalid_record"] == 0
+    assert buf.reclaim("a1") == (0, 0) and buf.stats().drops["reclaimed_credit"] == 3
+
+
+def _report(actor_id: str, progress_age_s: float) -> ActorStats:
+    return msgspec.structs.replace(_stats(actor_id, 1.0), progress_age_s=progress_age_s)
+
+
+def test_actor_silence_counts_only_the_buffers_listening_time() -> None:
+    """A buffer frozen for 90 s (SIGSTOP in a drill) must not make its actors look silent
+    when it comes back, nor may a report it ingests late move their last progress back."""
+    import pytest
+
+    buf = _buffer()
+    clock = buf._clock
+    assert isinstance(clock, FakeClock)
+    buf.tick()
+    buf.ingest(_report("a1", 0.0))
+    for _ in range(50):  # 10 s of ticks every 0.2 s, as the service ticks
+        clock.advance(0.2)
+        buf.tick()
+    assert buf.stats().actor_silence_s == {"a1": pytest.approx(10.0)}
+    clock.advance(90.0)  # the loop stalled: the gap counts 1 s (_MAX_TICK_GAP_S), not 90
+    assert buf.stats().actor_silence_s == {"a1": pytest.approx(10.0)}  # nor before the tick
+    buf.tick()
+    assert buf.stats().actor_silence_s == {"a1": pytest.approx(11.0)}
+    buf.ingest(_report("a1", 95.0))  # sent while it waited on the stalled buffer
+    assert buf.stats().actor_silence_s == {"a1": pytest.approx(11.0)}
+    buf.ingest(_report("a1", 0.5))  # progress again
+    assert buf.stats().actor_silence_s == {"a1": pytest.approx(0.5)}
+    buf.grant("a2", 1)  # credits before any report: judged from the grant
+    clock.advance(0.2)
+    buf.tick()
+    assert buf.stats().actor_silence_s == {"a1": pytest.approx(0.7), "a2": pytest.approx(0.2)}
+    restored = _buffer()  # a restarted buffer: the credit's actor is judged from the restore
+    restored.restore(buf.state())
+    assert restored.stats().actor_silence_s == {"a2": 0.0}
+    restored.orphan_all()  # a relaunch: those actors are gone
+    assert restored.stats().actor_silence_s == {}

@@ -106,7 +106,7 @@ def test_unknown_name_lists_known_envs():
     msg = str(err.value)
     assert (
         msg.startswith("unknown env 'multihopqa'; known envs: ")
-        and "arithmetic, mcp_tools, multihop_qa, openenv, python_tool" in msg
+        and "arithmetic, blackbox, mcp_tools, multihop_qa, openenv, python_tool" in msg
     )
     assert isinstance(err.value, KeyError)
 

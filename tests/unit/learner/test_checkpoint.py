@@ -112,7 +112,18 @@ def _raise_enospc(*args, **kwargs):
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
-@pytest.mark.parametrize("failure", ["torch_writer", "dcp_enospc"])
+def _raise_dcp_checkpoint_exception(*args, **kwargs):
+    """What DCP's save raises when a shard writer fails: a `CheckpointException` (a
+    BaseException, not an Exception) holding each rank's error."""
+    import traceback
+
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    enospc = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    raise CheckpointException("save failed", {0: (enospc, traceback.StackSummary())})
+
+
+@pytest.mark.parametrize("failure", ["torch_writer", "dcp_enospc", "dcp_checkpoint_exception"])
 def test_a_full_disk_is_reported_as_such_and_the_last_checkpoint_stands(
         tmp_path, micro_model_dir, monkeypatch, failure):
     trainer = _trainer(micro_model_dir, algo="grpo")
@@ -122,7 +133,8 @@ def test_a_full_disk_is_reported_as_such_and_the_last_checkpoint_stands(
     else:  # DCP's shard writer
         import torch.distributed.checkpoint as dcp
 
-        monkeypatch.setattr(dcp, "save", _raise_enospc)
+        monkeypatch.setattr(dcp, "save", _raise_enospc if failure == "dcp_enospc"
+                            else _raise_dcp_checkpoint_exception)
     monkeypatch.setattr(checkpoint_files, "free_bytes", lambda path: 4096)
     with pytest.raises(checkpoint_files.DiskFullError) as err:
         checkpoint.save_checkpoint(str(tmp_path), trainer, {"version": 2, "updates": 2})
@@ -164,8 +176,8 @@ def test_keep_checkpoints_prunes_old_complete_ones_only(tmp_path, micro_model_di
 
 def test_pruning_never_removes_the_checkpoint_latest_names(tmp_path):
     root = tmp_path / "checkpoints"
-    for n in (1, 2, 3):
-        (root / f"step-{n}").mkdir(parents=True)
+    for n in (1, 2, 3):  # as written before checkpoints had manifests
+        (root / f"step-{n}" / "dcp").mkdir(parents=True)
         (root / f"step-{n}" / "learner_state.json").write_text("{}")
     os.symlink("step-1", root / "latest")  # e.g. re-pointed by hand to an older one
     removed = checkpoint_files.prune_checkpoints(root, keep=1, latest=root / "latest")
@@ -309,3 +321,216 @@ def test_a_save_that_raises_in_the_dcp_writer_keeps_latest_and_cleans_up(
     assert sorted(os.listdir(root)) == ["latest", "step-1"]  # the temp dir is gone
     assert os.readlink(root / "latest") == "step-1"
     _resumes_exactly(checkpoint.latest_checkpoint(str(tmp_path)), expected)
+
+
+# ---- manifests, and resuming past a corrupt checkpoint --------------------------------------
+#
+# The three corruptions a drill left in a live run's newest checkpoint (each made `--resume`
+# fail with a truncated Ray traceback and no fallback): half of a DCP shard, half of
+# `model.safetensors`, garbage over `learner_state.json` (the same length here, so only the
+# checksum tells).
+
+def _corrupt(ckpt: Path, how: str) -> tuple[Path, str]:
+    """Corrupt `ckpt` the drill's way; (the file, the reason `verify` must give)."""
+    if how == "learner_state_garbage":
+        path = ckpt / "learner_state.json"
+        path.write_bytes(b"\x9a" * path.stat().st_size)
+        return path, f"{path}: checksum mismatch"
+    path = ckpt / ("dcp/__0_0.distcp" if how == "dcp_shard_half" else "model.safetensors")
+    size = path.stat().st_size
+    os.truncate(path, size // 2)
+    return path, f"{path}: truncated: {size // 2:,} of {size:,} bytes"
+
+
+def _two_checkpoints(run_dir: Path, model: str) -> dict:
+    """step-1 and step-2 of one trainer; step-1's weights and AdamW moments."""
+    trainer = trainer_for(model)
+    take_a_step(trainer)
+    checkpoint.save_checkpoint(str(run_dir), trainer, {"version": 1, "updates": 1})
+    live = trainer.optimizer.state_dict()["state"]
+    expected = {"weights": {k: v.clone() for k, v in trainer.published_state_dict().items()},
+                "optim": {"state": {i: {k: v.clone() for k, v in m.items()}
+                                    for i, m in live.items()}}}
+    take_a_step(trainer)
+    checkpoint.save_checkpoint(str(run_dir), trainer, {"version": 2, "updates": 2})
+    return expected
+
+
+def _load(ckpt: str) -> tuple[PolicyTrainer, dict]:
+    """What `Learner.from_checkpoint` does: HF weights of the checkpoint, then its DCP state."""
+    trainer = trainer_for(ckpt)
+    return trainer, checkpoint.load_trainer_state(ckpt, trainer)
+
+
+def test_every_checkpoint_has_a_manifest_of_its_files_written_last(tmp_path, micro_model_dir):
+    import hashlib
+
+    path = Path(checkpoint.save_checkpoint(str(tmp_path), trainer_for(micro_model_dir),
+                                           {"version": 1, "updates": 1}))
+    doc = json.loads((path / "manifest.json").read_text())
+    on_disk = sorted(p.relative_to(path).as_posix() for p in path.rglob("*")
+                     if p.is_file() and p.name != "manifest.json")
+    assert sorted(doc["files"]) == on_disk
+    assert {"learner_state.json", "model.safetensors", "dcp/.metadata", "dcp/__0_0.distcp",
+            "rng/rank-0.pt"} <= set(on_disk)
+    for name, entry in doc["files"].items():
+        data = (path / name).read_bytes()
+        assert entry == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    assert json.loads((path / "learner_state.json").read_text())["manifest"] is True
+    # Written last: no file of the checkpoint is newer than its manifest.
+    newest = max((path / n).stat().st_mtime_ns for n in on_disk)
+    assert (path / "manifest.json").stat().st_mtime_ns >= newest
+    assert checkpoint_files.verify(path) == checkpoint_files.Verdict()
+
+
+@pytest.mark.parametrize("how", ["dcp_shard_half", "safetensors_half", "learner_state_garbage"])
+def test_resume_skips_a_corrupt_latest_checkpoint_for_the_previous_one(
+        tmp_path, micro_model_dir, how):
+    expected = _two_checkpoints(tmp_path, micro_model_dir)
+    root = (tmp_path / "checkpoints").resolve()
+    _, reason = _corrupt(root / "step-2", how)
+    assert checkpoint_files.verify(root / "step-2").problem == reason
+
+    (trainer, state), report = checkpoint.resume_intact(str(tmp_path), _load)
+    assert report.checkpoint == str(root / "step-1") and report.version == 1
+    assert report.skipped == [(str(root / "step-2"), reason)]
+    assert report.line() == (f"learner: checkpoint {root}/step-2 is corrupt ({reason}); resumed "
+                             f"from the previous one, {root}/step-1 (version 1); update 2 is "
+                             "lost and redone")
+    assert (state["version"], state["updates"]) == (1, 1)
+    weights = trainer.published_state_dict()
+    assert all(torch.equal(weights[k], expected["weights"][k]) for k in expected["weights"])
+    optim = trainer.optimizer.state_dict()["state"]
+    assert all(torch.equal(optim[i]["exp_avg_sq"], m["exp_avg_sq"])
+               for i, m in expected["optim"]["state"].items())
+    # A truncated file is seen by size alone: `latest_checkpoint` already names step-1.
+    if how != "learner_state_garbage":
+        assert checkpoint.latest_checkpoint(str(tmp_path)) == str(root / "step-1")
+
+
+def test_a_load_that_raises_after_verification_falls_back_the_same_way(
+        tmp_path, micro_model_dir):
+    """Bad bytes the writer itself wrote (its manifest matches them): DCP's load raises, and
+    the resume goes on to the previous checkpoint, naming the error."""
+    _two_checkpoints(tmp_path, micro_model_dir)
+    step2 = (tmp_path / "checkpoints" / "step-2").resolve()
+    shard = step2 / "dcp" / "__0_0.distcp"
+    os.truncate(shard, shard.stat().st_size // 2)
+    checkpoint_files.write_manifest(step2)  # the manifest now vouches for the half shard
+    assert checkpoint_files.verify(step2).usable
+
+    (_, state), report = checkpoint.resume_intact(str(tmp_path), _load)
+    assert state["version"] == 1 and report.checkpoint == str(step2.parent / "step-1")
+    ((path, why),) = report.skipped
+    # DCP's CheckpointException (a BaseException, whose text is a traceback per rank) is
+    # told by its rank's own error, on one line.
+    assert path == str(step2) and why.startswith(
+        "loading it failed: CheckpointException on rank 0: RuntimeError: PytorchStreamReader "
+        "failed reading zip archive")
+    assert "\n" not in why and "\x1b" not in why
+
+
+def test_no_intact_checkpoint_is_one_line_naming_the_run_directory(tmp_path, micro_model_dir):
+    from ray.exceptions import RayTaskError
+
+    from agent_r1_async.run.output.events import one_line
+
+    _two_checkpoints(tmp_path, micro_model_dir)
+    root = (tmp_path / "checkpoints").resolve()
+    _, second = _corrupt(root / "step-2", "dcp_shard_half")
+    (root / "step-1" / "manifest.json").unlink()
+    with pytest.raises(checkpoint.NoIntactCheckpoint) as err:
+        checkpoint.resume_intact(str(tmp_path), _load)
+    expected = (f"no intact checkpoint to resume {tmp_path} from: step-2: {second}; step-1: "
+                f"{root}/step-1/manifest.json: missing")
+    assert str(err.value) == expected
+    # What the launch prints, also when Ray's task error carries it: the whole line, as is.
+    wrapped = RayTaskError("LearnerHost.start", "Traceback (most recent call last):\n ...",
+                           err.value).as_instanceof_cause()
+    assert one_line(wrapped) == one_line(err.value) == f"NoIntactCheckpoint: {expected}"
+
+
+def test_a_checkpoint_written_before_manifests_resumes_unverified(tmp_path, micro_model_dir):
+    trainer = trainer_for(micro_model_dir)
+    path = Path(checkpoint.save_checkpoint(str(tmp_path), trainer, {"version": 3, "updates": 3}))
+    (path / "manifest.json").unlink()
+    state = json.loads((path / "learner_state.json").read_text())
+    del state["manifest"]  # what the older writer wrote
+    (path / "learner_state.json").write_text(json.dumps(state))
+
+    (_, loaded), report = checkpoint.resume_intact(str(tmp_path), _load)
+    assert loaded["version"] == 3 and report.skipped == []
+    assert report.line() == (f"learner: resumed from {path.resolve()} (version 3), unverified: "
+                             "no manifest.json: written before checkpoints had one")
+    # Pruning counts it as complete.
+    assert checkpoint_files.complete_checkpoints(path.parent) == [path]
+
+
+def test_pruning_counts_only_checkpoints_that_pass_the_check(tmp_path, micro_model_dir):
+    """keep=2 with step-2 corrupt: the fallback from step-3 is step-1, which stays; step-2 is
+    neither counted nor removed (left for inspection)."""
+    trainer = trainer_for(micro_model_dir)
+    root = tmp_path / "checkpoints"
+    for n in (1, 2):
+        checkpoint.save_checkpoint(str(tmp_path), trainer, {"version": n, "updates": n}, keep=2)
+    _corrupt(root / "step-2", "safetensors_half")
+    checkpoint.save_checkpoint(str(tmp_path), trainer, {"version": 3, "updates": 3}, keep=2)
+    assert sorted(p.name for p in root.iterdir()) == ["latest", "step-1", "step-2", "step-3"]
+    assert [p.name for p in checkpoint_files.complete_checkpoints(root)] == ["step-1", "step-3"]
+    checkpoint.save_checkpoint(str(tmp_path), trainer, {"version": 4, "updates": 4}, keep=2)
+    assert sorted(p.name for p in root.iterdir()) == ["latest", "step-2", "step-3", "step-4"]
+
+
+def _two_rank_resume(rank: int, port: int, run_dir: str, out: str) -> None:
+    """One rank of `test_two_ranks_agree_on_the_checkpoint_they_resume`: a load that raises
+    on rank 1 only, for step-3; which files each rank read to verify."""
+    from agent_r1_async.learner import distributed
+
+    torch.set_num_threads(1)
+    distributed.init_group(rank, 2, "127.0.0.1", port, "gloo", timeout_s=60)
+    hashed: list[str] = []
+    real = checkpoint_files.file_sha256
+    checkpoint_files.file_sha256 = lambda p: (hashed.append(Path(p).parent.name), real(p))[1]
+
+    def load(ckpt: str) -> str:
+        if rank == 1 and ckpt.endswith("step-3"):
+            raise RuntimeError("rank 1 cannot read its shard")
+        return ckpt
+
+    try:
+        loaded, report = checkpoint.resume_intact(run_dir, load)
+        Path(out, f"rank-{rank}.json").write_text(json.dumps({
+            "loaded": Path(loaded).name, "skipped": report.skipped, "hashed": sorted(hashed)}))
+    finally:
+        distributed.destroy_group()
+
+
+def test_two_ranks_agree_on_the_checkpoint_they_resume(tmp_path):
+    """The ranks of a sharded learner go to the next checkpoint together: step-4 fails its
+    check (rank 0 alone reads every byte, and every rank gets its verdict), step-3 fails to
+    load on rank 1 only, and both ranks resume step-2."""
+    import torch.multiprocessing as mp
+
+    from agent_r1_async.learner import distributed
+
+    root = tmp_path / "checkpoints"
+    for n in (2, 3, 4):
+        path = root / f"step-{n}"
+        (path / "dcp").mkdir(parents=True)
+        (path / "dcp" / "__0_0.distcp").write_bytes(b"\x07" * 1000)
+        (path / "learner_state.json").write_text(json.dumps({"version": n, "manifest": True}))
+        checkpoint_files.write_manifest(path)
+    os.symlink("step-4", root / "latest")
+    os.truncate(root / "step-4" / "dcp" / "__0_0.distcp", 10)
+    mp.spawn(_two_rank_resume, args=(distributed.free_port(), str(tmp_path), str(tmp_path)),
+             nprocs=2, join=True)
+    ranks = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in (0, 1)]
+    step4, step3 = (str(root.resolve() / f"step-{n}") for n in (4, 3))
+    truncated = f"{step4}/dcp/__0_0.distcp: truncated: 10 of 1,000 bytes"
+    assert [got["loaded"] for got in ranks] == ["step-2", "step-2"]
+    assert ranks[0]["skipped"] == [[step4, truncated],
+                                   [step3, "loading it failed on another rank"]]
+    assert ranks[1]["skipped"] == [[step4, truncated], [step3, "loading it failed: "
+                                                        "RuntimeError: rank 1 cannot read its shard"]]
+    # Only rank 0 hashed: step-3's and step-2's two files each (step-4 failed on its size).
+    assert ranks[0]["hashed"] == ["dcp", "dcp", "step-2", "step-3"] and ranks[1]["hashed"] == []

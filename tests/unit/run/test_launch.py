@@ -33,10 +33,15 @@ class _Supervisor:
 
 
 class _Logger:
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, fails_at: int | None = None) -> None:
         self.run_dir, self.steps = run_dir, []
+        self.fails_at = fails_at  # the update whose line finds the disk full
+        self.write_failure: str | None = None
 
     def log(self, record: dict, step: int, histograms: dict | None = None) -> None:
+        if step == self.fails_at:
+            self.write_failure = f"disk full: {self.run_dir}/metrics.jsonl (0 bytes free): ..."
+            return
         self.steps.append(step)
         with open(self.run_dir / "metrics.jsonl", "a") as f:
             f.write(json.dumps({"update": step, **record}) + "\n")
@@ -64,6 +69,12 @@ def test_updates_redone_after_a_learner_restart_are_logged_once(tmp_path, capsys
         False, False, False, False, True, True, False, False]
 
 
+def test_a_metrics_write_that_fails_stops_the_loop_at_that_update(tmp_path):
+    logger = _Logger(tmp_path, fails_at=3)
+    assert _run(_cfg(6), _Supervisor(0, [1, 2, 3, 4, 5, 6]), logger) == (3, "metrics write failed")
+    assert logger.steps == [1, 2]
+
+
 def test_resume_after_a_crash_does_not_log_updates_twice(tmp_path):
     # The crashed run logged 1..5 (plus an eval-before record at 0 and a line cut short by
     # the crash); its latest checkpoint is step-3, so the resumed learner starts at 3.
@@ -76,3 +87,22 @@ def test_resume_after_a_crash_does_not_log_updates_twice(tmp_path):
     assert logger.steps == [6, 7]
     assert last_logged_update(tmp_path / "metrics.jsonl") == 7
     assert last_logged_update(tmp_path / "missing.jsonl") == 0
+
+
+def test_a_full_disk_anywhere_is_one_line_naming_the_file_and_the_free_bytes(tmp_path, monkeypatch):
+    import errno
+
+    from agent_r1_async.run import launch as launch_mod
+
+    monkeypatch.setattr(launch_mod, "free_bytes", lambda path: 4096)
+    err = OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "logs" / "learner-0.log"))
+    line = launch_mod.disk_full_line(RuntimeError("wrapped"), tmp_path)
+    assert line is None  # not a full disk
+    wrapped = RuntimeError("remote task failed")
+    wrapped.cause = err  # how Ray's task errors carry the remote exception
+    assert launch_mod.disk_full_line(wrapped, tmp_path) == (
+        f"disk full: {tmp_path}/logs/learner-0.log (4,096 bytes free on that filesystem)")
+    # Without a file name the run directory stands for where it was.
+    bare = OSError(errno.ENOSPC, "No space left on device")
+    assert launch_mod.disk_full_line(bare, tmp_path) == (
+        f"disk full: {tmp_path} (4,096 bytes free on that filesystem)")

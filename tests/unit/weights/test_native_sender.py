@@ -31,6 +31,24 @@ def test_nccl_sends_from_the_named_device_else_the_current_one(
     assert sender_cuda_device("vllm_nccl", requested) == expected
 
 
+@pytest.mark.parametrize(("requested", "expected"), [
+    (None, "cuda:3"), ("cuda:0", "cuda:0"), ("cuda:2", "cuda:2")])
+def test_ipc_exports_from_the_named_device_else_the_current_one(
+    cuda_current_3: None, requested: str | None, expected: str
+) -> None:
+    assert sender_cuda_device("vllm_ipc", requested) == expected
+
+
+def test_ipc_without_cuda_is_refused_before_anything_is_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError) as info:
+        NativeWeightSender("vllm_ipc", "127.0.0.1")
+    assert str(info.value) == ("weights.backend vllm_ipc sends from a CUDA device; this "
+                               "process sees none (use weights.backend zmq or vllm_gloo)")
+
+
 def test_nccl_refuses_a_cpu_device(cuda_current_3: None) -> None:
     with pytest.raises(ValueError, match="sends from a CUDA device, not 'cpu'"):
         sender_cuda_device("vllm_nccl", "cpu")

@@ -61,6 +61,11 @@ STATE_DICTS: dict[str, Callable[[], dict[str, torch.Tensor]]] = {
     ("tied_sharing_storage", "vllm_gloo", [EMBED, UP, NORM, TIED_HEAD]),
     ("untied", "vllm_nccl", [EMBED, UP, NORM, TIED_HEAD]),
     ("untied", "vllm_gloo", [EMBED, UP, NORM, TIED_HEAD]),
+    # vLLM's IPC worker, like its NCCL one, loads only what it is handed (tests/unit/weights/
+    # test_ipc.py runs it): the head's handle opens the embedding's memory
+    ("tied", "vllm_ipc", [EMBED, UP, NORM, TIED_HEAD]),
+    ("tied_sharing_storage", "vllm_ipc", [EMBED, UP, NORM, TIED_HEAD]),
+    ("untied", "vllm_ipc", [EMBED, UP, NORM, TIED_HEAD]),
 ])
 def test_the_stream_each_backend_sends(state: str, backend: str, names: list[str]) -> None:
     sd = STATE_DICTS[state]()

@@ -131,7 +131,7 @@ def test_launch_flags_verbose_and_force(monkeypatch) -> None:
 
     seen = {}
 
-    def fake_launch(cfg, address=None, resume=None, force=False):
+    def fake_launch(cfg, address=None, resume=None, force=False, fresh=False):
         seen.update(verbose=cfg.logging.verbose, force=force)
         return 0
 

@@ -122,6 +122,29 @@ def test_a_learner_busy_with_a_long_update_is_not_a_stall():
     assert _watch(looks) == [None] * 60
 
 
+def test_a_learner_waiting_on_a_hung_actors_groups_says_what_it_waits_on():
+    """The hung-actor drill: ready 1, in flight 3 held by the frozen actor-1, the learner's
+    sample request waiting for 2, the healthy actor-0 idle (no credits): nothing ended and
+    nothing was refused, so nothing was said for 180 s."""
+    def look(i: int) -> dict[str, Any]:
+        b = _buffer(T0 + 10 * i, {"actor-0": _actor(T0 + 10 * i, done=8),
+                                  "actor-1": _actor(T0 - 2, done=5)}, version=14, ready=1,
+                    sampled=28)
+        return {**b, "sample_waiting": 2, "in_flight_groups": 3,
+                "actor_credits": {"actor-0": 0, "actor-1": 3},
+                "actor_silence_s": {"actor-0": 0.4, "actor-1": 2.0 + 10 * i}}
+
+    said = _watch([look(i) for i in range(8)])
+    assert said[:6] == [None] * 6
+    assert said[6] == ("learner waiting",
+                       "no progress for 60 s: the learner waits for 2 ready groups; the buffer "
+                       "has 1 ready and 3 in flight (actor-1 holds 3, no progress for 62 s)")
+    assert said[7] is None
+    # With its sample request answered (the learner in a long update), nothing is said.
+    idle = [{**look(i), "sample_waiting": 0} for i in range(8)]
+    assert _watch(idle) == [None] * 8
+
+
 def test_an_actor_restart_does_not_count_negative_episodes():
     # At 20 s actor-0 restarts: its totals fall from 40 to 0, then grow by 1 per look.
     ended = [30, 35, 0, 1, 2, 3, 4, 5, 6]

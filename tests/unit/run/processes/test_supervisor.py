@@ -123,15 +123,47 @@ class _OrderRay:
         return list(refs), []
 
 
+class _Buffers:
+    """`SupervisedBuffer.call`, noted in `calls`; `reclaim` answers `reclaimed`."""
+
+    def __init__(self, calls: list[str], reclaimed: dict[str, int] | None = None) -> None:
+        self.calls, self.reclaimed = calls, reclaimed or {"credits": 0, "episodes": 0}
+
+    def call(self, method: str, *args, timeout=None, learner_version=None):
+        self.calls.append(" ".join(["buffer." + method, *map(str, args)]))
+        return self.reclaimed if method == "reclaim" else None
+
+
+def _bare_supervisor(tmp_path, calls: list[str], num_actors: int, bound_s: float = 0.0,
+                     clock=None, reclaimed: dict[str, int] | None = None) -> Supervisor:
+    """A Supervisor with `num_actors` recorded actor handles, no processes."""
+    from agent_r1_async.run.processes.supervisor import Liveness
+
+    sup = Supervisor.__new__(Supervisor)
+    sup.ray = _OrderRay()
+    sup.cfg = types.SimpleNamespace(actors=types.SimpleNamespace(max_restarts=3))
+    sup.actors = [_Handle(f"actor-{i}", calls, {}) for i in range(num_actors)]
+    sup.runs, sup.restarts, sup.replacing = {}, [0] * num_actors, {}
+    sup.liveness = Liveness(bound_s, clock) if clock is not None else Liveness(bound_s)
+    sup.buffers, sup.last_version, sup.run_dir = _Buffers(calls, reclaimed), 14, tmp_path
+    sup.endpoints = {"data": "tcp://d", "control": "tcp://c", "weights": "tcp://w"}
+    sup.events = Events(Console(tmp_path / "logs", live=False), tmp_path, num_actors, 1000)
+    return sup
+
+
 def test_the_final_snapshot_is_written_before_the_final_checkpoint(capsys, tmp_path):
     """A final checkpoint that finds the disk full cannot cost the buffer's state: the buffer
     snapshots first; the checkpoint's failure is one line saying the disk is full."""
+    from agent_r1_async.config import config_from_dict
+
     calls: list[str] = []
+    bounds: list[float | None] = []
     full = DiskFullError("disk full: checkpoint step-9 could not be written under /r")
 
     class _Learner:
-        def call(self, method):
+        def call(self, method, timeout_s=None):
             calls.append(f"learner.{method}")
+            bounds.append(timeout_s)
             if method == "save_checkpoint":
                 raise rex.RayTaskError("save_checkpoint", "Traceback ...", full)
 
@@ -139,6 +171,7 @@ def test_the_final_snapshot_is_written_before_the_final_checkpoint(capsys, tmp_p
             calls.append("learner.kill")
 
     sup = Supervisor.__new__(Supervisor)
+    sup.cfg = config_from_dict({"launch": {"stop_timeout_s": 7}})
     sup.ray = _OrderRay()
     sup.actors = [_Handle("actor-0", calls, {})]
     sup.runs = {}
@@ -149,6 +182,8 @@ def test_the_final_snapshot_is_written_before_the_final_checkpoint(capsys, tmp_p
     assert sup.shutdown(checkpoint=True) is None
     assert calls == ["actor-0.stop", "buffer.snapshot", "learner.stop_waiting",
                      "learner.save_checkpoint", "learner.kill", "buffer.stop"]
+    assert bounds == [7, 7]  # every learner call of the stop is bounded by launch.stop_timeout_s
+    assert sup.unsaved == ["the learner checkpoint"]  # the snapshot was saved, the checkpoint not
     assert f"[launch] error: final learner checkpoint failed: {full}" in capsys.readouterr().err
     # ... and the launch exits 1 with it: no periodic checkpoint here, so every update is lost
     assert sup.checkpoint_error == str(full)
@@ -232,15 +267,13 @@ def test_an_actor_restarted_by_ray_gets_the_current_endpoints_before_its_loop_re
     restart the weights are published elsewhere (the kill drill's actor-0 served v0 forever)."""
     calls: list[str] = []
     dead_run = _Handle("actor-0", [], {"run": _Died(_SIGKILLED)}).run.remote()
-    sup = Supervisor.__new__(Supervisor)
-    sup.ray = _OrderRay()
-    sup.cfg = types.SimpleNamespace(actors=types.SimpleNamespace(max_restarts=3))
-    sup.actors = [_Handle("actor-0", calls, {})]
-    sup.runs, sup.restarts = {dead_run: 0}, [0]
+    sup = _bare_supervisor(tmp_path, calls, 1)
+    sup.runs = {dead_run: 0}
     sup.endpoints = {"data": "tcp://d", "control": "tcp://c", "weights": "tcp://new-learner"}
-    sup.events = Events(Console(tmp_path / "logs", live=False), tmp_path, 1, 1000)
     sup.check_actors()
-    assert calls == ["actor-0.pid", "actor-0.set_endpoints", "actor-0.run"]
+    # What the dead process held in the buffer comes back before the new loop runs.
+    assert calls == ["buffer.reclaim actor-0", "actor-0.pid", "actor-0.set_endpoints",
+                     "actor-0.run"]
     assert sup.actors[0].args["set_endpoints"] == (sup.endpoints,)
     assert sup.restarts == [1] and list(sup.runs.values()) == [0]
     assert capsys.readouterr().out.splitlines() == [
@@ -284,6 +317,7 @@ def test_a_learner_restart_first_restarts_a_buffer_the_memory_monitor_took_too(
     sup.ray, sup.run_dir, sup.curve = _Ray(), tmp_path, None
     sup.cfg = types.SimpleNamespace(learner=types.SimpleNamespace(max_restarts=3, world_size=1))
     sup.learner, sup.buffers, sup.actors, sup.runs = _Group(), _Buffers(), [], {}
+    sup.replacing = {}
     sup.endpoints, sup.learner_restarts, sup.last_version = {"control": "tcp://c"}, 0, 7
     sup.events = Events(Console(tmp_path / "logs", live=False), tmp_path, 1, 1000)
     calls.clear()
@@ -338,3 +372,143 @@ def test_a_learner_group_that_never_comes_up_ends_the_launch_at_max_restarts(mon
     with pytest.raises(RuntimeError, match="restarted 3 times"):
         sup._restart_until_up(0, _Died(_SIGKILLED))
     assert sup.learner_restarts == 4  # three tries that died starting, the fourth refused
+
+
+def test_liveness_names_a_silent_role_once_and_says_when_it_answers_again():
+    from agent_r1_async.run.processes.supervisor import Liveness
+    from tests.fakes.clock import FakeClock
+
+    clock = FakeClock(0.0)
+    live = Liveness(30.0, clock)
+    clock.t = 29.0
+    assert live.observe("buffer", 29.0) is None
+    clock.t = 32.0
+    assert live.observe("buffer", 30.0) == ("unresponsive", 30.0)  # silent since t = 2
+    clock.t = 60.0
+    assert live.observe("buffer", 58.0) is None  # said once
+    clock.t = 94.0
+    assert live.observe("buffer", 0.0) == ("back", 92.0)
+    assert live.observe("buffer", 0.0) is None
+    clock.t = 200.0
+    assert live.observe("actor-1", 45.0) == ("unresponsive", 45.0)
+    assert live.observe("actor-1", None) is None  # no report since its loop restarted
+    assert live.observe("actor-1", 10.0) is None  # forgotten: no "back" for a new process
+    assert Liveness(0.0, clock).observe("buffer", 1e6) is None  # 0: never judged
+
+
+class _Pending:
+    """A Ray reference that is ready once `ready` is set."""
+
+    def __init__(self, value, ready: bool) -> None:
+        self.value, self.ready = value, ready
+
+
+class _ProbeRay(_OrderRay):
+    def wait(self, refs, timeout=None, num_returns=1):
+        done = [r for r in refs if not isinstance(r, _Pending) or r.ready]
+        return done, [r for r in refs if r not in done]
+
+    def get(self, ref, timeout=None):
+        return ref.value if isinstance(ref, _Pending) else super().get(ref, timeout)
+
+
+def test_a_frozen_buffer_or_learner_is_named_after_the_bound_and_when_it_answers(
+        tmp_path, capsys):
+    """A buffer or learner frozen for 90 s (SIGSTOP) came back 0.5 s after SIGCONT, with no
+    console line meanwhile. Each is named once after launch.unresponsive_s (30 s here) and
+    again when it answers; neither is killed (the supervisor's docstring says why)."""
+    from agent_r1_async.run.processes.supervisor import _Probe
+    from tests.fakes.clock import FakeClock
+
+    clock = FakeClock(0.0)
+    calls: list[str] = []
+    sup = _bare_supervisor(tmp_path, calls, 0, bound_s=30.0, clock=clock)
+    sup.ray = _ProbeRay()
+    frozen = {"buffer": False, "learner": False}
+    stats = {"learner_version": 14, "groups_ready": 1, "in_flight_groups": 3}
+    refs: dict[str, list[_Pending]] = {"buffer": [], "learner": []}
+
+    def ask(role: str, answer: dict):
+        def call() -> _Pending:
+            refs[role].append(_Pending(answer, not frozen[role]))
+            return refs[role][-1]
+        return call
+
+    sup._buffer_probe = _Probe(sup.ray, ask("buffer", stats), 2.0, clock)
+    sup._last_stats = {}
+    learner = [_Probe(sup.ray, ask("learner", {"doing": "an update", "for_s": 4.0}), 2.0, clock)]
+    sup._learner_seen = {}
+    assert sup.poll_buffer() == stats  # t = 0: answered at once
+    sup._watch_learner(learner)
+    frozen.update(buffer=True, learner=True)
+    for t in (2.0, 31.0):  # a request goes out at t = 2 and stays unanswered
+        clock.t = t
+        assert sup.poll_buffer() is None
+        sup._watch_learner(learner)
+    assert capsys.readouterr().out == ""  # 29 s: not yet
+    clock.t = 32.0
+    sup.poll_buffer()
+    sup._watch_learner(learner)
+    clock.t = 60.0
+    sup.poll_buffer()
+    sup._watch_learner(learner)
+    refs["learner"][-1].ready = True  # SIGCONT the learner at t = 72
+    clock.t = 72.0
+    sup._watch_learner(learner)
+    refs["buffer"][-1].ready = True  # and the buffer at t = 94
+    clock.t = 94.0
+    assert sup.poll_buffer() == stats
+    logs = tmp_path / "logs"
+    assert capsys.readouterr().out.splitlines() == [
+        "[launch] buffer unresponsive for 30 s: no answer to the launcher since it was at "
+        f"version 14 (groups: 1 ready, 3 in flight); log: {logs}/buffer.log",
+        "[launch] learner unresponsive for 30 s: its last answer: an update for 4 s; log: "
+        f"{logs}/learner-0.log",
+        "[launch] learner responsive again after 70 s",
+        "[launch] buffer responsive again after 92 s"]
+    assert calls == []  # nothing killed, nothing reclaimed
+
+
+def test_an_unresponsive_actor_is_reclaimed_then_killed_and_its_loop_rerun(tmp_path, capsys):
+    """A SIGSTOPped actor kept its credits and the healthy actor got none: 0 updates in 180 s.
+    Past the bound the buffer takes its credits back, its process is killed through Ray, and
+    the launcher's death path re-runs the loop of the process Ray starts instead."""
+    from tests.fakes.clock import FakeClock
+
+    clock = FakeClock(0.0)
+    calls: list[str] = []
+    sup = _bare_supervisor(tmp_path, calls, 2, bound_s=30.0, clock=clock,
+                           reclaimed={"credits": 3, "episodes": 2})
+    sup.ray.kill = lambda handle, no_restart: calls.append(f"kill {handle.name} {no_restart}")
+    stats = {"actor_silence_s": {"actor-0": 0.5, "actor-1": 29.9},
+             "actor_credits": {"actor-1": 3},
+             "actors": {"actor-1": {"policy_version": 14, "episodes_in_flight": 2}}}
+    sup.watch_actors(stats)
+    assert calls == []
+    stats["actor_silence_s"]["actor-1"] = 31.0
+    sup.watch_actors(stats)
+    assert calls == ["buffer.reclaim actor-1", "kill actor-1 False"]
+    stats["actor_silence_s"]["actor-1"] = 60.0
+    sup.watch_actors(stats)  # being replaced: not judged again
+    assert len(calls) == 2
+
+    # Ray restarts the process; the old one's loop call fails: the death path re-runs it.
+    sup.runs = {_Handle("actor-1", [], {"run": _Died(_SIGKILLED)}).run.remote(): 1}
+    sup.check_actors()
+    assert calls[2:] == ["buffer.reclaim actor-1", "actor-1.pid", "actor-1.set_endpoints",
+                         "actor-1.run"]
+    assert sup.restarts == [0, 1] and sup.replacing == {}
+    sup.watch_actors({"actor_silence_s": {"actor-0": 0.2}})  # the new one has not reported
+    sup.watch_actors({"actor_silence_s": {"actor-0": 0.2, "actor-1": 2.0}})
+    assert len(calls) == 6
+    logs = tmp_path / "logs"
+    assert capsys.readouterr().out.splitlines() == [
+        "[launch] actor-1 unresponsive for 31 s: last report at v14, 2 episodes in flight, "
+        "3 credits held; reclaimed 3 credits and 2 unfinished episodes; killing its process "
+        "for Ray to restart",
+        f"[launch] actor-1 died: killed by the launcher: unresponsive for 31 s; log: "
+        f"{logs}/actor-1.log",
+        "[launch] actor-1 restarted by Ray (1 of 3 restarts); its loop runs again"]
+    stats["actor_silence_s"]["actor-1"] = 30.0  # hung again: named and replaced again
+    sup.watch_actors(stats)
+    assert calls[6:] == ["buffer.reclaim actor-1", "kill actor-1 False"]

@@ -1,0 +1,34 @@
+"""What the endpoint needs from a black-box env definition (envs/blackbox.py).
+
+Kept apart and light (no engine, no HTTP server) so that an env definition can import it
+without loading the endpoint.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from agent_r1_async.wire.messages import EpisodeStatus
+
+
+class AgentFailed(Exception):
+    """The agent's function failed: one line, the kind it is counted under
+    (`env/errors/<kind>`), and the episode's status (`env_error` or `timeout`)."""
+
+    def __init__(self, message: str, kind: str, status: EpisodeStatus = "env_error") -> None:
+        super().__init__(message)
+        self.message, self.kind, self.status = message, kind, status
+
+
+@runtime_checkable
+class AgentDefinition(Protocol):
+    """An env definition whose episodes are an agent's calls on the actor's endpoint."""
+
+    agent_name: str
+    """The agent as errors name it (`module:function`)."""
+
+    async def run_agent(self, task: Any, base_url: str, api_key: str,
+                        session_id: str) -> float:
+        """Run the agent on `task` against `base_url` (OpenAI clients: their base URL;
+        `api_key` their bearer token); its reward, or `AgentFailed`."""
+        ...

@@ -1,0 +1,203 @@
+"""Episodes of an agent we did not write: one endpoint session each, its calls the steps.
+
+`open_episodes` gives the actor the runner of its env's episodes: our rollout
+(actors/rollout.py) for an ordinary env, or, for an env definition that is an
+`AgentDefinition` (envs/blackbox.py), a `BlackboxEpisodes` with the actor's endpoint started
+on the actor's loop (`endpoint.host`, `endpoint.port` + the actor's index, the actor's token
+beyond loopback: auth.py). Both have `run(task, ids, emit) -> EpisodeEnd`, so the actor's
+groups (`algorithm.group_size` concurrent episodes of one task) run either the same way.
+
+A black-box episode:
+1. opens a session (sessions.py) for the episode, at most `env.max_turns` calls;
+2. awaits the definition's `run_agent(task, base_url, api_key, session_id)`, which runs the
+   user's function on a worker thread under its timeout and returns its reward;
+3. closes the session (later calls get 410), sends the last step and one `EpisodeEnd`.
+
+How it ends (one line in `EpisodeEnd.error`; env failures logged once and counted by kind,
+as a rollout's are):
+- `ok`, outcome = the returned reward, when the agent returned and every call was served;
+- `engine_error` when the engine failed a call, whatever the agent then did;
+- `env_error` when the agent's first context alone filled `model.max_model_len`, when the
+  agent raised or returned something other than a real number (`AgentFailed`), or when it
+  made no call on its session (nothing to train: it must send its requests to its base URL);
+- `timeout` when the agent ran past its timeout (the thread is abandoned; its calls now fail);
+- `truncated`, outcome 0, when a call was refused for `env.max_turns` or for length after the
+  first step (the steps before it stay trainable), even if the agent then raised;
+- `aborted` when the actor stops (the agent's thread is cancelled or abandoned).
+Its metrics: `calls` (generation calls admitted) and `divergences` (segments.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from agent_r1_async.actors.rollout import Emit, EpisodeIds, Rollout
+from agent_r1_async.config import RunConfig
+from agent_r1_async.endpoint.agent import AgentDefinition, AgentFailed
+from agent_r1_async.endpoint.auth import actor_token
+from agent_r1_async.endpoint.params import EngineSampling
+from agent_r1_async.endpoint.recorder import StepRecorder
+from agent_r1_async.endpoint.server import Endpoint
+from agent_r1_async.endpoint.service import GenerationService
+from agent_r1_async.endpoint.sessions import Session, SessionStore
+from agent_r1_async.wire.messages import TRAINABLE_STATUSES, EpisodeEnd, EpisodeStatus
+
+log = logging.getLogger(__name__)
+
+
+class _Spec(Protocol):
+    definition: Any
+
+    def make(self) -> Any: ...
+
+
+class Episodes(Protocol):
+    async def run(self, task: Any, ids: EpisodeIds, emit: Emit) -> EpisodeEnd: ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass
+class RolloutEpisodes:
+    """An ordinary env: our own rollout drives each episode."""
+
+    rollout: Rollout
+    make: Callable[[], Any]
+
+    async def run(self, task: Any, ids: EpisodeIds, emit: Emit) -> EpisodeEnd:
+        return await self.rollout.run(self.make, task, ids, emit)
+
+    async def close(self) -> None:
+        return None
+
+
+@dataclass
+class _Verdict:
+    status: EpisodeStatus = "ok"
+    reason: str = ""
+    outcome: float = 0.0
+    kind: str = ""
+    """Set for an env failure to log and count."""
+    exc: BaseException | None = None
+
+
+class BlackboxEpisodes:
+    """Episodes played by an agent function through the actor's endpoint (module docstring)."""
+
+    def __init__(self, rollout: Rollout, endpoint: Endpoint, agent: AgentDefinition) -> None:
+        self.rollout, self.endpoint, self.agent = rollout, endpoint, agent
+
+    @property
+    def sessions(self) -> SessionStore:
+        return self.endpoint.service.sessions
+
+    async def run(self, task: Any, ids: EpisodeIds, emit: Emit) -> EpisodeEnd:
+        """Play one episode to its end; never raises for the agent's or the engine's failures."""
+        t0 = time.perf_counter()
+        r = self.rollout
+        recorder = StepRecorder(ids, task.task_id, r.actor_id, r.env_name, emit)
+        session = self.sessions.open(
+            Session(SessionStore.new_id(), r.tokenizer, r.max_turns, recorder))
+        r.counters.in_flight += 1
+        try:
+            verdict = await self._play(task, session)
+        except asyncio.CancelledError:
+            await self._end(task, ids, emit, session, _Verdict("aborted", "actor stopped"), t0)
+            raise
+        finally:
+            r.counters.in_flight -= 1
+        return await self._end(task, ids, emit, session, verdict, t0)
+
+    async def _play(self, task: Any, session: Session) -> _Verdict:
+        sid = session.session_id
+        url = self.endpoint.session_url(sid)
+        try:
+            reward = await self.agent.run_agent(task, url, self.endpoint.api_key, sid)
+        except AgentFailed as e:
+            return _Verdict(e.status, e.message, kind=e.kind, exc=e.__cause__ or e)
+        except Exception as e:  # a definition that does not wrap its failures
+            first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
+            return _Verdict("env_error", f"agent {self.agent.agent_name}: {type(e).__name__}: "
+                            f"{first}", kind=type(e).__name__, exc=e)
+        return _Verdict("ok", outcome=float(reward))
+
+    @staticmethod
+    def _settle(verdict: _Verdict, session: Session) -> _Verdict:
+        """The episode's verdict, given how the session's calls went (module docstring): an
+        actor stop wins, then a failed call, then the agent's own result."""
+        if verdict.status == "aborted" or session.cut is None:
+            return verdict
+        status, reason = session.cut
+        return _Verdict(status, reason, kind="context_length" if status == "env_error" else "")
+
+    def _no_calls(self) -> _Verdict:
+        return _Verdict("env_error", f"agent {self.agent.agent_name} made no generation call on "
+                        f"its session (its base URL is {self.endpoint.url}/sessions/ID/v1): the "
+                        "episode has nothing to train", kind="no_calls")
+
+    async def _end(self, task: Any, ids: EpisodeIds, emit: Emit, session: Session,
+                   verdict: _Verdict, t0: float) -> EpisodeEnd:
+        r = self.rollout
+        self.sessions.close(session)
+        r.counters.env_time_s += time.perf_counter() - session.idle_since  # the agent's last stretch
+        verdict = self._settle(verdict, session)
+        assert session.recorder is not None
+        steps = await session.recorder.finish(done=verdict.status in TRAINABLE_STATUSES)
+        if verdict.status == "ok" and steps == 0:
+            verdict = self._no_calls()
+        if verdict.kind:
+            r.errors.record(verdict.kind, "agent", verdict.reason, task.task_id, verdict.exc)
+        r.errors.episode_ended(verdict.status, verdict.reason, task.task_id)
+        if verdict.status in TRAINABLE_STATUSES:
+            r.counters.episodes_done += 1
+        else:
+            r.counters.episodes_failed += 1
+        end = EpisodeEnd(
+            episode_id=ids.episode_id, group_id=ids.group_id, task_id=task.task_id,
+            actor_id=r.actor_id, env_name=r.env_name, num_steps=steps,
+            outcome_reward=verdict.outcome if verdict.status == "ok" else 0.0,
+            status=verdict.status, group_size=ids.group_size,
+            metrics={"calls": float(session.admitted),
+                     "divergences": float(session.segments.divergences)},
+            error=verdict.reason, wall_time_s=time.perf_counter() - t0, created_at=time.time(),
+        )
+        await emit(end)
+        return end
+
+    async def close(self) -> None:
+        await self.endpoint.stop()
+
+
+def _vocab_size(cfg: RunConfig, tokenizer: Any) -> int:
+    from agent_r1_async.models import model_vocab_size
+
+    try:
+        rows = model_vocab_size(cfg.model.start_from)
+    except (OSError, ValueError, KeyError):
+        rows = 0
+    return rows or len(tokenizer)
+
+
+async def open_episodes(cfg: RunConfig, spec: _Spec, rollout: Rollout, transport: Any,
+                        index: int) -> Episodes:
+    """The runner of this actor's episodes (module docstring); a black-box env's endpoint is
+    serving when this returns (close it with `close()`)."""
+    agent = spec.definition
+    if not isinstance(agent, AgentDefinition):
+        return RolloutEpisodes(rollout, spec.make)
+    service = GenerationService(
+        engine=rollout.engine, tokenizer=rollout.tokenizer, builder=rollout.builder,
+        sampling=EngineSampling.from_config(cfg.engine), max_model_len=rollout.max_model_len,
+        vocab_size=_vocab_size(cfg, rollout.tokenizer), model_name=cfg.model.name_or_path,
+        counters=rollout.counters,
+    )
+    port = cfg.endpoint.port + index if cfg.endpoint.port else 0
+    endpoint = Endpoint(service, cfg.endpoint.host, port, actor_token(transport))
+    url = await endpoint.start()
+    log.info("%s: generation endpoint on %s (agent %s)", rollout.actor_id, url, agent.agent_name)
+    return BlackboxEpisodes(rollout, endpoint, agent)

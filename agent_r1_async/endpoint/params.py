@@ -1,0 +1,131 @@
+"""A request's sampling parameters, held against the actor's engine.
+
+The endpoint serves the actor's engine exactly as the run configured it: the learner scores
+every recorded action under the distribution the engine sampled from (`engine.temperature`,
+`engine.top_p`: learner/logprobs.py), so a request may not change that distribution.
+
+- `temperature`, `top_p`: absent, null, or the engine's value; anything else is refused.
+- `stop`: absent, empty, or the engine's `engine.stop` list.
+- Parameters that would reshape the distribution or the output (`n` > 1, `top_k`, `min_p`,
+  penalties, `logit_bias`, `min_tokens`, `ignore_eos`, stop token ids, guided or structured
+  decoding, prompt log-probs) are refused unless neutral.
+- `max_tokens` (`max_completion_tokens` in chat) caps the action; it is itself capped by
+  `engine.max_new_tokens` (the budget the run's memory was planned for), and absent it is
+  that budget. The engine caps it again by the room left in `model.max_model_len`.
+- Everything else (`seed`, `logprobs`, `top_logprobs`, `detokenize`, `skip_special_tokens`,
+  ...) is accepted and does not change what is sampled.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agent_r1_async.config import EngineConfig
+
+NEUTRAL: dict[str, tuple[Any, ...]] = {
+    "n": (1,),
+    "best_of": (1,),
+    "top_k": (-1, 0),
+    "min_p": (0,),
+    "presence_penalty": (0,),
+    "frequency_penalty": (0,),
+    "repetition_penalty": (1,),
+    "logit_bias": ({},),
+    "min_tokens": (0,),
+    "ignore_eos": (False,),
+    "stop_token_ids": ([],),
+    "bad_words": ([],),
+    "allowed_token_ids": (),
+    "prompt_logprobs": (),
+    "structured_outputs": (),
+    "guided_json": (),
+    "guided_regex": (),
+    "guided_choice": (),
+    "guided_grammar": (),
+    "truncate_prompt_tokens": (),
+}
+"""Parameters that must be null or one of these values (the engine cannot honour others)."""
+
+
+class RequestError(Exception):
+    """A request the endpoint refuses or cannot serve, as an HTTP error with one line."""
+
+    def __init__(self, message: str, status: int = 400, kind: str = "invalid_request_error",
+                 code: str | None = None) -> None:
+        super().__init__(message)
+        self.message, self.status, self.kind, self.code = message, status, kind, code
+
+
+@dataclass(frozen=True)
+class EngineSampling:
+    """What the actor's engine samples with (from `engine.*`)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+    stop: tuple[str, ...] = ()
+
+    @classmethod
+    def from_config(cls, cfg: EngineConfig) -> EngineSampling:
+        return cls(cfg.temperature, cfg.top_p, cfg.max_new_tokens, tuple(cfg.stop))
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _check_neutral(params: Mapping[str, Any], prefix: str) -> None:
+    for key, neutral in NEUTRAL.items():
+        value = params.get(key)
+        if value is None or any(type(value) is not bool and value == n for n in neutral):
+            continue
+        allowed = " or ".join(["null", *(repr(n) for n in neutral)])
+        raise RequestError(f"{prefix}{key}={value!r} is not supported: this endpoint samples "
+                           f"exactly as the actor's engine is configured ({allowed} only)")
+
+
+def _check_distribution(params: Mapping[str, Any], engine: EngineSampling, prefix: str) -> None:
+    for key, want in (("temperature", engine.temperature), ("top_p", engine.top_p)):
+        value = params.get(key)
+        if value is None:
+            continue
+        if not _is_number(value) or abs(float(value) - want) > 1e-6:
+            raise RequestError(
+                f"{prefix}{key}={value!r}: the actor samples at engine.{key}={want:g} and the "
+                f"learner scores the log-probs under it; omit {key} or send {want:g}")
+
+
+def _check_stop(params: Mapping[str, Any], engine: EngineSampling, prefix: str) -> None:
+    value = params.get("stop")
+    if value in (None, "", []):
+        return
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list) or stops != list(engine.stop):
+        raise RequestError(f"{prefix}stop={value!r}: the actor's engine stops at engine.stop="
+                           f"{list(engine.stop)!r} only; omit stop or send that list")
+
+
+def _budget(params: Mapping[str, Any], engine: EngineSampling, prefix: str,
+            keys: Iterable[str]) -> int:
+    for key in keys:
+        value = params.get(key)
+        if value is None:
+            continue
+        if type(value) is not int or value < 1:
+            raise RequestError(f"{prefix}{key}={value!r}: must be a whole number >= 1")
+        return min(value, engine.max_new_tokens)
+    return engine.max_new_tokens
+
+
+def check_sampling(params: Mapping[str, Any], engine: EngineSampling, prefix: str = "",
+                   budget_keys: Iterable[str] = ("max_tokens",)) -> int:
+    """Refuse what the engine cannot honour (module docstring); the action's token budget."""
+    if not isinstance(params, Mapping):
+        raise RequestError(f"{prefix.rstrip('.') or 'the request'} must be a JSON object")
+    _check_neutral(params, prefix)
+    _check_distribution(params, engine, prefix)
+    _check_stop(params, engine, prefix)
+    return _budget(params, engine, prefix, budget_keys)

@@ -1,0 +1,70 @@
+"""A recorded session's calls as the episode's `StepRecord`s, credited as a rollout's steps.
+
+Each completed call is one step: `context_ids` the context the engine saw, `action_ids` the
+exact sampled ids, `behavior_logprobs` and `policy_version` / `token_versions` as the engine
+reported them, `process_reward` 0 (the agent's returned reward is the episode's outcome, on
+its `EpisodeEnd`), `env_time_s` the agent's own time before the call, `num_tool_calls` the
+tool calls parsed from a chat answer. Steps are indexed in the order their calls complete.
+
+A step is sent when the next one completes (so the last one can say `done`), and the last
+one when the episode ends: `done` when it ended trainably. After `finish` nothing more is
+recorded: a call still generating when its episode ended gets an error, not a step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from agent_r1_async.actors.rollout import Emit, EpisodeIds
+from agent_r1_async.endpoint.calls import Call
+from agent_r1_async.endpoint.params import RequestError
+from agent_r1_async.wire.messages import LogProbs, StepRecord, TokenIds
+
+
+class StepRecorder:
+    def __init__(self, ids: EpisodeIds, task_id: str, actor_id: str, env_name: str,
+                 emit: Emit) -> None:
+        self.ids, self.task_id = ids, task_id
+        self.actor_id, self.env_name = actor_id, env_name
+        self.emit = emit
+        self.recorded = 0
+        self.finished = False
+        self._held: Call | None = None
+        self._lock = asyncio.Lock()
+
+    async def add(self, call: Call) -> None:
+        """Record a completed call (sets its `step_index`); sends the previous step."""
+        async with self._lock:
+            if self.finished:
+                raise RequestError("this session's episode has ended; the call is not recorded",
+                                   410, "invalid_request_error", "session_ended")
+            call.step_index = self.recorded
+            call.episode_id = self.ids.episode_id
+            self.recorded += 1
+            held, self._held = self._held, call
+            if held is not None:
+                await self.emit(self.record(held, done=False))
+
+    async def finish(self, done: bool) -> int:
+        """Send the last step (`done` when the episode ended trainably); the steps recorded."""
+        async with self._lock:
+            self.finished = True
+            held, self._held = self._held, None
+            if held is not None:
+                await self.emit(self.record(held, done=done))
+            return self.recorded
+
+    def record(self, call: Call, done: bool) -> StepRecord:
+        gen = call.gen
+        assert call.step_index is not None
+        return StepRecord(
+            episode_id=self.ids.episode_id, group_id=self.ids.group_id, task_id=self.task_id,
+            actor_id=self.actor_id, env_name=self.env_name, step_index=call.step_index,
+            context_ids=TokenIds(call.context_ids), action_ids=TokenIds(gen.action_ids),
+            behavior_logprobs=LogProbs(gen.logprobs), policy_version=gen.policy_version,
+            process_reward=0.0, done=done, finish_reason=gen.finish_reason,
+            token_versions=list(gen.token_versions), gen_time_s=gen.gen_time_s,
+            env_time_s=call.agent_s, num_tool_calls=call.num_tool_calls,
+            created_at=time.time(),
+        )

@@ -1,0 +1,198 @@
+"""The `blackbox` env: an agent we did not write, trained through the actor's endpoint.
+
+    env:
+      name: blackbox
+      max_turns: 4                  # generation calls one episode may make
+      step_timeout_s: 30
+      args:
+        agent: examples.openai_agent:run      # run(task, base_url) -> reward
+        tasks: examples.openai_agent:tasks    # tasks(split) -> list of Task (or dicts)
+        agent_args: {}                        # more keyword arguments for run
+        timeout_s: 0                          # 0: env.step_timeout_s x env.max_turns
+
+The agent is any function `run(task, base_url, **kw) -> reward`, sync or async, with its own
+control flow: it calls the model through an OpenAI client (or token-in/token-out) at
+`base_url`, reads what it needs, and returns the episode's reward. It may also declare
+`api_key` (the bearer token to send; required beyond loopback) and `session_id` (for clients
+that send `X-Session-Id` or `user` instead of using the base URL). `task` is the `Task` from
+`tasks(split)` (id, prompt, answer, meta); a mapping with those keys works as a task too.
+
+For each episode the actor opens a session on its endpoint, runs the function off its event
+loop (envs/offload.py; a synchronous one on a thread of its own: a blocking function cannot
+freeze the actor, and its blocking is not reported as a blocked loop), and records the
+session's calls as the episode's steps; the reward becomes the outcome, checked like an env's
+(a finite real number). `algorithm.group_size` episodes of one task run at once, each with a
+session of its own. See agent_r1_async/endpoint/episodes.py for how an episode ends.
+
+The episodes exist only on actors: `make()` gives an env whose `reset` explains that, so
+`eval` and `envs check` fail in one line, and there is no oracle (no warm start).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import msgspec
+
+from agent_r1_async.config import ConfigError, EnvConfig
+from agent_r1_async.endpoint.agent import AgentFailed
+from agent_r1_async.envs.base import EnvError, Observation, StepResult, Task
+from agent_r1_async.envs.contract import EnvContractError, real
+from agent_r1_async.envs.offload import OffloadTimeout, run_offloaded
+from agent_r1_async.envs.registry import register_env
+
+_OPTIONAL = ("api_key", "session_id")
+"""Keywords the actor passes when the agent's function declares them."""
+
+
+class BlackboxArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    agent: str
+    """`module:function`: `run(task, base_url, **kw) -> reward`, sync or async."""
+    tasks: str
+    """`module:function`: `tasks(split) -> list` of `Task` (or mappings with task_id, prompt,
+    answer, meta)."""
+    agent_args: dict[str, Any] = {}
+    """More keyword arguments for the agent's function (each one it must accept)."""
+    timeout_s: float = 0.0
+    """Longest an episode's agent may run (0 = env.step_timeout_s x env.max_turns)."""
+
+    def __post_init__(self) -> None:
+        for key in ("agent", "tasks"):
+            module, _, attr = getattr(self, key).partition(":")
+            if not module or not attr:
+                raise ValueError(f"{key}: must be 'module:function', got {getattr(self, key)!r}")
+        if self.timeout_s < 0:
+            raise ValueError("timeout_s: must be >= 0 (0 = env.step_timeout_s x env.max_turns)")
+        clash = [k for k in _OPTIONAL if k in self.agent_args]
+        if clash:
+            raise ValueError(f"agent_args: {clash[0]!r} is passed by the actor")
+
+
+def import_function(path: str, key: str) -> Callable[..., Any]:
+    """The callable `module:function` names (ConfigError naming `env.args.<key>`)."""
+    module, _, attr = path.partition(":")
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"config key `env.args.{key}`: cannot import {path!r}: {e}") from None
+    if not callable(obj):
+        raise ConfigError(f"config key `env.args.{key}`: {path!r} is not callable")
+    fn: Callable[..., Any] = obj
+    return fn
+
+
+def _keywords(fn: Callable[..., Any], args: BlackboxArgs) -> tuple[str, ...]:
+    """The optional keywords `fn` declares; ConfigError when it cannot take (task, base_url)
+    or an `agent_args` key."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return ()
+    optional: tuple[str, ...]
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values()):
+        optional = _OPTIONAL
+    else:
+        optional = tuple(k for k in _OPTIONAL if k in sig.parameters)
+    keywords = [*args.agent_args, *optional]
+    try:
+        sig.bind(None, "", **dict.fromkeys(keywords))
+    except TypeError as e:
+        raise ConfigError(f"config key `env.args.agent`: {args.agent} cannot be called as "
+                          f"run(task, base_url{''.join(f', {k}=...' for k in keywords)}): "
+                          f"{e}") from None
+    return optional
+
+
+def _task(item: Any, where: str) -> Task:
+    if isinstance(item, Task):
+        return item
+    if isinstance(item, Mapping):
+        try:
+            return Task(str(item["task_id"]), str(item["prompt"]), item.get("answer"),
+                        dict(item.get("meta") or {}))
+        except KeyError as e:
+            raise ValueError(f"{where}: a task mapping needs {e.args[0]!r}") from None
+    raise ValueError(f"{where}: returned a {type(item).__name__}, not a Task or a mapping")
+
+
+class BlackboxEpisode:
+    """What `make()` gives: a black-box episode exists only on an actor, driven by its agent."""
+
+    def __init__(self, definition: BlackboxEnv) -> None:
+        self.d = definition
+
+    def _refuse(self) -> EnvError:
+        return EnvError(f"env 'blackbox' ({self.d.agent_name}) plays its episodes only on the "
+                        "actors of a launch, where its agent calls the actor's generation "
+                        "endpoint; `eval` and `envs check` cannot play them")
+
+    async def reset(self, task: Task) -> Observation:
+        raise self._refuse()
+
+    async def step(self, action: str) -> StepResult:
+        raise self._refuse()
+
+
+@register_env("blackbox")
+class BlackboxEnv:
+    """Agent code you did not write: run(task, base_url) -> reward, its model calls trained."""
+
+    Args = BlackboxArgs
+
+    def __init__(self, args: BlackboxArgs, env_cfg: EnvConfig) -> None:
+        self.args, self.env_cfg = args, env_cfg
+        self.agent_name = args.agent
+        self.fn = import_function(args.agent, "agent")
+        self.tasks_fn = import_function(args.tasks, "tasks")
+        self.optional = _keywords(self.fn, args)
+        self.timeout_s = args.timeout_s or env_cfg.step_timeout_s * env_cfg.max_turns
+        self._timeout_key = ("env.args.timeout_s" if args.timeout_s
+                             else "env.step_timeout_s x env.max_turns")
+        self._tasks: dict[str, list[Task]] = {}
+
+    def make(self) -> BlackboxEpisode:
+        return BlackboxEpisode(self)
+
+    def tasks(self, split: str) -> list[Task]:
+        if split not in self._tasks:
+            where = f"{self.args.tasks}({split!r})"
+            items = self.tasks_fn(split)
+            if not isinstance(items, list | tuple):
+                raise ValueError(f"{where}: returned a {type(items).__name__}, not a list")
+            self._tasks[split] = [_task(item, where) for item in items]
+        return self._tasks[split]
+
+    async def _call(self, task: Task, base_url: str, kwargs: dict[str, Any]) -> Any:
+        """The agent's call, on the offloaded loop. A synchronous function runs on a thread of
+        that loop: blocking is what it is expected to do, so its stretches are not reported
+        as a blocked loop (an async function's still are)."""
+        if inspect.iscoroutinefunction(self.fn):
+            return await self.fn(task, base_url, **kwargs)
+        result = await asyncio.to_thread(self.fn, task, base_url, **kwargs)
+        return await result if inspect.isawaitable(result) else result
+
+    async def run_agent(self, task: Task, base_url: str, api_key: str, session_id: str) -> float:
+        """The agent's reward on `task` (`AgentFailed` naming the agent when it fails)."""
+        given = {"api_key": api_key, "session_id": session_id}
+        kwargs = {**self.args.agent_args, **{k: given[k] for k in self.optional}}
+        name = f"agent {self.agent_name}"
+        try:
+            result = await run_offloaded(lambda: self._call(task, base_url, kwargs),
+                                         self.timeout_s, name)
+        except OffloadTimeout:
+            raise AgentFailed(f"{name} took longer than {self.timeout_s:g} s "
+                              f"({self._timeout_key})", "timeout", "timeout") from None
+        except Exception as e:
+            first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
+            raise AgentFailed(f"{name} raised {type(e).__name__}: {first}",
+                              type(e).__name__) from e
+        try:
+            return real(result, name, "its return value")
+        except EnvContractError as e:
+            raise AgentFailed(str(e), e.kind) from None

@@ -1,0 +1,60 @@
+"""A black-box agent written with the `openai` client (tests/integration/blackbox_agent.py)
+trains end to end in a tiny launch (configs/tiny.yaml with configs/blackbox_example.yaml's
+env): the run finishes its updates, and every step record the buffer holds is a call the
+agent made: its action ids are the ids the endpoint returned to the agent, they decode to
+the text the agent read, its context is the prompt the engine saw, and the second turn's
+context extends the first turn's context and action token for token."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from tests.integration.cli_runs import launch_ok, tiny_config_with_env
+
+
+def test_an_openai_agent_trains_end_to_end_through_the_endpoint(tmp_path: Path):
+    from agent_r1_async.buffers.snapshot import load_snapshot
+    from agent_r1_async.models import load_tokenizer, tiny_model_dir
+
+    config = tiny_config_with_env(tmp_path, "blackbox_example.yaml", "tiny-blackbox")
+    log_dir = tmp_path / "calls"
+    log_dir.mkdir()
+    cfg = yaml.safe_load(config.read_text())
+    cfg["env"]["args"] = {"agent": "tests.integration.blackbox_agent:run",
+                          "tasks": "examples.openai_agent:tasks",
+                          "agent_args": {"log_dir": str(log_dir)}}
+    cfg["actors"]["num_actors"] = 1  # one actor keeps the launch light on a 2-core machine
+    config.write_text(yaml.safe_dump(cfg))
+    run_dir, _ = launch_ok("--config", str(config), timeout=300)
+
+    rows = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in rows] == [1, 2, 3]  # tiny.yaml: learner.total_updates 3
+    for r in rows:
+        assert "reward/env/blackbox" in r and r.get("env/calls") == 2.0
+        assert not r.get("episodes/status/env_error") and not r.get("episodes/status/timeout")
+
+    calls = {}
+    for path in log_dir.glob("calls-*.jsonl"):
+        for line in path.read_text().splitlines():
+            c = json.loads(line)
+            calls[c["episode_id"], c["step_index"]] = c
+    state = load_snapshot(str(run_dir / "buffer"))
+    assert state is not None
+    episodes = [ep for s in state.stored for ep in s.group.episodes]
+    assert episodes and all(s.group.env_name == "blackbox" for s in state.stored)
+    tok = load_tokenizer(tiny_model_dir())
+    for ep in episodes:
+        assert [s.step_index for s in ep.steps] == [0, 1] and ep.end.status == "ok"
+        for step in ep.steps:
+            call = calls[ep.end.episode_id, step.step_index]
+            assert list(step.action_ids) == call["token_ids"]
+            assert list(step.context_ids) == call["prompt_token_ids"]
+            assert list(step.behavior_logprobs) == call["logprobs"]
+            assert tok.decode(list(step.action_ids), skip_special_tokens=True) == call["content"]
+        first, second = ep.steps
+        prefix = [*first.context_ids, *first.action_ids]
+        assert list(second.context_ids[:len(prefix)]) == prefix
+        assert ep.end.outcome_reward == float(len(calls[ep.end.episode_id, 1]["content"]) % 2)
