@@ -16,7 +16,7 @@ memory in place; no weight byte crosses a socket.
   of each tensor on the worker's device and its load) with a same-GPU check before any handle
   is opened and our checksum before anything is loaded.
 
-Handles travel as JSON values (ipc_handles.py: no pickle): the learner's `update_weights`
+Handles travel as JSON values (ipc_handles.py: never pickled): the learner's `update_weights`
 payload carries them as `encoded_handles`, which `ChecksummedIpcUpdateInfo` decodes into
 vLLM's `ipc_handles`; a pickled payload (`ipc_handles_pickled`) is refused.
 

@@ -1,4 +1,4 @@
-"""CUDA IPC handles as plain JSON values (weights.backend: vllm_ipc), torch only, no pickle.
+"""CUDA IPC handles as plain JSON values (weights.backend: vllm_ipc), torch only, never pickled.
 
     args = reduce_tensor(t)[1]                  # learner: torch's export of a CUDA tensor
     wire = encode_handle(args)                  # a dict of str / int / bool / None / list[int]

@@ -42,6 +42,7 @@ def _drill_garbage(data: bytes) -> bytes:
     return data[:at] + b"\x9a" + data[at + 1:]
 
 
+@pytest.mark.slow  # unit level in the default run: test_snapshot.py, the service restoring the previous one
 def test_a_corrupt_snapshot_then_a_buffer_kill_restores_the_previous_snapshot(tmp_path):
     # Snapshots only with learner checkpoints (every 2 updates): after update 4 is logged,
     # buffer.snapshot is version 4's and buffer.snapshot.prev version 2's.
@@ -123,11 +124,8 @@ def _resume(run_dir: Path, *args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=420, env=cli_env(), cwd=ROOT)
 
 
-@pytest.mark.parametrize("kind", [
-    "dcp_shard_half",
-    pytest.param("safetensors_half", marks=pytest.mark.slow),
-    pytest.param("learner_state_garbage", marks=pytest.mark.slow),
-])
+@pytest.mark.slow  # unit level in the default run: test_checkpoint.py, the same three kinds
+@pytest.mark.parametrize("kind", ["dcp_shard_half", "safetensors_half", "learner_state_garbage"])
 def test_resume_skips_a_corrupt_latest_checkpoint_and_finishes(finished_run, tmp_path, kind):
     run_dir = _copy(finished_run, tmp_path)
     ckpts = run_dir / "checkpoints"

@@ -14,8 +14,11 @@ import os
 import re
 import signal
 import stat
+import subprocess
 import time
 from pathlib import Path
+
+import pytest
 
 from tests.integration.test_launch import _await_updates, _start
 
@@ -24,6 +27,17 @@ def _freeze_learner(run_dir: Path) -> int:
     pid = int((run_dir / "learner-rank-0.pid").read_text())
     os.kill(pid, signal.SIGSTOP)
     return pid
+
+
+def _communicate(proc, timeout: float) -> str:
+    """The launch's output once it exits; past `timeout` it is killed and the test fails
+    showing what it printed."""
+    try:
+        return proc.communicate(timeout=timeout)[0]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out = proc.communicate()[0]
+        raise AssertionError(f"the launch did not exit within {timeout:g} s:\n{out[-3000:]}") from None
 
 
 def _end(proc, frozen: int | None) -> None:
@@ -69,7 +83,7 @@ def test_a_second_ctrl_c_during_a_hung_stop_exits_at_once_naming_what_is_unsaved
         assert proc.poll() is None
         start = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
+        out = _communicate(proc, 60)
         took = time.monotonic() - start
     finally:
         _end(proc, frozen)
@@ -83,6 +97,7 @@ def test_a_second_ctrl_c_during_a_hung_stop_exits_at_once_naming_what_is_unsaved
     assert not private.exists()
 
 
+@pytest.mark.slow  # default run: the bound itself (test_learner_group.py, test_supervisor.py)
 def test_a_final_checkpoint_that_never_ends_is_given_up_after_launch_stop_timeout_s(tmp_path: Path):
     proc = _start(tmp_path, "--set", "learner.total_updates=1000",
                   "--set", "learner.checkpoint_every=1000", "--set", "launch.stop_timeout_s=5")
@@ -92,14 +107,15 @@ def test_a_final_checkpoint_that_never_ends_is_given_up_after_launch_stop_timeou
         frozen = _freeze_learner(run_dir)
         start = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=120)
+        out = _communicate(proc, 120)
         took = time.monotonic() - start
     finally:
         _end(proc, frozen)
     # A lost final checkpoint is a failure (rc 1), named with the bound that ended it.
     assert proc.returncode == 1, out[-3000:]
-    assert ("[launch] error: final learner checkpoint failed: learner stop_waiting: no answer "
-            "within 5 s") in out, out[-3000:]
-    assert "agent-r1-async: the final checkpoint failed (learner stop_waiting: no answer within 5 s)" in out
+    assert ("[launch] error: final learner checkpoint failed: TimeoutError: learner stop_waiting: "
+            "no answer within 5 s") in out, out[-3000:]
+    assert ("agent-r1-async: the final checkpoint failed (TimeoutError: learner stop_waiting: no "
+            "answer within 5 s): the updates since the start (no periodic checkpoint) are lost") in out
     assert took < 60.0, took
     assert "Traceback" not in out

@@ -36,13 +36,16 @@ def set_ray_auth(address: str | None) -> None:
     """Ray's token, set before `import ray` (Ray reads the mode when it is imported).
     Joining a cluster: Ray heads use token auth by default and a joining driver must opt in to
     send the token it holds. A local Ray: a fresh token for this run, kept in the
-    environment only (module docstring), unless the user set one."""
-    auth = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE")
+    environment only (module docstring), unless the user gave one (`RAY_AUTH_TOKEN`,
+    `RAY_AUTH_TOKEN_PATH`) or turned auth off (`RAY_AUTH_MODE=disabled`). `RAY_AUTH_MODE=token`
+    alone (which Ray itself sets in a process that started a local Ray) still gets a fresh
+    token: else Ray would use `~/.ray/auth_token`."""
+    given = os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
+    mode = os.environ.get("RAY_AUTH_MODE")
     if address:
-        if (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
-                or (Path.home() / ".ray" / "auth_token").exists()) and "RAY_AUTH_MODE" not in os.environ:
+        if (given or (Path.home() / ".ray" / "auth_token").exists()) and mode is None:
             os.environ["RAY_AUTH_MODE"] = "token"
-    elif not any(k in os.environ for k in auth):
+    elif not given and mode in (None, "token"):
         os.environ["RAY_AUTH_MODE"] = "token"
         os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
 

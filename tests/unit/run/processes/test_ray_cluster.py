@@ -39,6 +39,21 @@ def test_a_token_the_user_set_is_kept(clean_env):
     assert "RAY_AUTH_TOKEN" not in os.environ and "RAY_AUTH_MODE" not in os.environ
 
 
+def test_auth_turned_off_by_the_user_stays_off(clean_env):
+    clean_env.setenv("RAY_AUTH_MODE", "disabled")
+    ray_cluster.set_ray_auth(None)
+    assert "RAY_AUTH_TOKEN" not in os.environ and os.environ["RAY_AUTH_MODE"] == "disabled"
+
+
+def test_token_mode_without_a_token_still_gets_a_fresh_one(clean_env, tmp_path):
+    """Ray sets RAY_AUTH_MODE=token in any process that started a local Ray; a launch from
+    there must not fall back to ~/.ray/auth_token."""
+    clean_env.setenv("HOME", str(tmp_path))
+    clean_env.setenv("RAY_AUTH_MODE", "token")
+    ray_cluster.set_ray_auth(None)
+    assert re.fullmatch(r"[0-9a-f]{64}", os.environ["RAY_AUTH_TOKEN"])
+
+
 def test_joining_a_cluster_sends_the_token_it_holds_and_makes_none(clean_env, tmp_path):
     clean_env.setenv("HOME", str(tmp_path))
     ray_cluster.set_ray_auth("10.0.0.5:6379")
