@@ -263,6 +263,9 @@ def _launch(cfg: RunConfig, run_dir: Path, console: Console, address: str | None
     evals: PeriodicEval | None = None
     ckpt, version, stop_reason, failure = None, 0, "interrupted", ""
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    # SIGINT stops gracefully even where the launch was started with it ignored (a shell
+    # starts `cmd &` so, and Python then installs no KeyboardInterrupt handler of its own).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         # start
         cfg = prepare_start(cfg, run_dir, on_message=stage_messages(console, cfg))

@@ -1,0 +1,147 @@
+"""What a call through an actor's generation endpoint costs over the actor's in-process path.
+
+    .venv/bin/python -m bench.bench_endpoint_overhead                  # 60 calls per arm
+    .venv/bin/python -m bench.bench_endpoint_overhead --calls 200 --max-new 32
+
+One process, one engine (the transformers backend on the tiny model: a fast engine shows the
+overhead most plainly; the overhead does not depend on the engine), three arms on the same
+prompts, alternating call by call so that machine load hits them alike:
+- `in-process`: `await engine.generate(context)`, as the rollout loop calls it;
+- `tito`: `POST /sessions/ID/inference/v1/generate` over loopback HTTP (aiohttp), the token-in
+  token-out route, into a recorded session (each call becomes a step record);
+- `chat`: `POST /sessions/ID/v1/chat/completions` with the conversation so far (a user
+  message, then each answer and a new user message), rendered with the chat template and
+  extended token for token, into a recorded session.
+Each session takes `--turns` calls, then a new one opens. After each chat call the engine
+alone generates from the context the endpoint rendered (`in-process@chat`: a chat context
+grows turn by turn). Printed: each arm's median and p90 milliseconds per call, and the
+endpoint's overhead: the median per-call difference from its in-process reference, and the
+ratio of the medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from typing import Any
+
+N_PROMPTS = 4
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    return sorted(xs)[min(len(xs) - 1, int(q * len(xs)))]
+
+
+async def _run(calls: int, max_new: int, turns: int) -> dict[str, list[float]]:
+    import aiohttp
+
+    from agent_r1_async.actors.context import FullContext
+    from agent_r1_async.actors.engines.base import SamplingSettings
+    from agent_r1_async.actors.engines.hf import HFEngine
+    from agent_r1_async.actors.rollout import EpisodeIds
+    from agent_r1_async.config import EngineConfig
+    from agent_r1_async.endpoint.params import EngineSampling
+    from agent_r1_async.endpoint.recorder import StepRecorder
+    from agent_r1_async.endpoint.server import Endpoint
+    from agent_r1_async.endpoint.service import GenerationService
+    from agent_r1_async.endpoint.sessions import Session, SessionStore
+    from agent_r1_async.models import load_tokenizer, tiny_model_dir
+
+    path = tiny_model_dir()
+    tok = load_tokenizer(path)
+    cfg = EngineConfig(backend="hf", dtype="float32", max_new_tokens=max_new, temperature=1.0)
+    engine = HFEngine(cfg, path, SamplingSettings.from_config(cfg, seed=0), 2048)
+    service = GenerationService(
+        engine=engine, tokenizer=tok, builder=FullContext(),
+        sampling=EngineSampling(max_new_tokens=max_new, temperature=1.0),
+        max_model_len=2048, vocab_size=len(tok), model_name="tiny")
+    questions = [f"Question {i}: what is {i} plus {i + 3}?" for i in range(N_PROMPTS)]
+    prompts = [list(tok.apply_chat_template([{"role": "user", "content": q}], tokenize=True,
+                                            add_generation_prompt=True, return_dict=False))
+               for q in questions]
+    sent = 0
+
+    async def emit(msg: Any) -> None:
+        nonlocal sent
+        sent += 1
+
+    def new_session(n: int) -> Session:
+        recorder = StepRecorder(EpisodeIds(f"ep-{n}", f"g-{n}", 1), f"task-{n}", "actor-0",
+                                "blackbox", emit)
+        return service.sessions.open(Session(SessionStore.new_id(), tok, None, recorder))
+
+    endpoint = Endpoint(service, "127.0.0.1", 0, None)
+    await endpoint.start()
+    times: dict[str, list[float]] = {"in-process": [], "tito": [], "chat": [],
+                                     "in-process@chat": []}
+    try:
+        async with aiohttp.ClientSession() as http:
+            tito = chat = None
+            history: list[dict[str, str]] = []
+            for i in range(calls + 3):  # 3 warm-up rounds, not timed
+                if i % turns == 0:
+                    tito, chat = new_session(2 * i), new_session(2 * i + 1)
+                    history = [{"role": "user", "content": questions[i % N_PROMPTS]}]
+                prompt = prompts[i % N_PROMPTS]
+                t0 = time.perf_counter()
+                await engine.generate(prompt, max_new)
+                t1 = time.perf_counter()
+                async with http.post(
+                        f"{endpoint.session_url(tito.session_id)}/inference/v1/generate",
+                        json={"token_ids": prompt, "sampling_params": {
+                            "max_tokens": max_new, "temperature": 1.0}}) as r:
+                    assert r.status == 200, await r.text()
+                    await r.json()
+                t2 = time.perf_counter()
+                async with http.post(
+                        f"{endpoint.session_url(chat.session_id)}/v1/chat/completions",
+                        json={"model": "tiny", "messages": history, "max_tokens": max_new,
+                              "temperature": 1.0}) as r:
+                    assert r.status == 200, await r.text()
+                    body = await r.json()
+                t3 = time.perf_counter()
+                answer = body["choices"][0]["message"]["content"]
+                await engine.generate(body["prompt_token_ids"], max_new)  # chat's own context
+                t4 = time.perf_counter()
+                history += [{"role": "assistant", "content": answer},
+                            {"role": "user", "content": "And then?"}]
+                if i >= 3:
+                    times["in-process"].append(1e3 * (t1 - t0))
+                    times["tito"].append(1e3 * (t2 - t1))
+                    times["chat"].append(1e3 * (t3 - t2))
+                    times["in-process@chat"].append(1e3 * (t4 - t3))
+    finally:
+        await endpoint.stop()
+        await engine.close()
+    return times
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=60, help="timed calls per arm")
+    ap.add_argument("--max-new", type=int, default=16, help="tokens generated per call")
+    ap.add_argument("--turns", type=int, default=4, help="calls per session")
+    args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    times = asyncio.run(_run(args.calls, args.max_new, args.turns))
+    print(f"{args.calls} calls per arm, {args.max_new} new tokens each, {args.turns} calls "
+          "per session, tiny model on the transformers engine, 1 thread")
+    print(f"{'arm':<16} {'median ms':>10} {'p90 ms':>8} {'vs':<16} {'overhead ms':>12} "
+          f"{'ratio':>6}")
+    for arm, ref in (("in-process", ""), ("tito", "in-process"),
+                     ("in-process@chat", ""), ("chat", "in-process@chat")):
+        med = statistics.median(times[arm])
+        line = f"{arm:<16} {med:10.2f} {_quantile(times[arm], 0.9):8.2f}"
+        if ref:  # paired per call: the same context on the engine alone
+            extra = [a - b for a, b in zip(times[arm], times[ref], strict=True)]
+            line += (f" {ref:<16} {statistics.median(extra):12.2f} "
+                     f"{med / statistics.median(times[ref]):6.2f}")
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
