@@ -89,14 +89,14 @@ async def _run(calls: int, max_new: int, turns: int) -> dict[str, list[float]]:
                 await engine.generate(prompt, max_new)
                 t1 = time.perf_counter()
                 async with http.post(
-                        f"{endpoint.session_url(tito.session_id)}/inference/v1/generate",
+                        f"{endpoint.session_url(tito.session_id).removesuffix('/v1')}/inference/v1/generate",
                         json={"token_ids": prompt, "sampling_params": {
                             "max_tokens": max_new, "temperature": 1.0}}) as r:
                     assert r.status == 200, await r.text()
                     await r.json()
                 t2 = time.perf_counter()
                 async with http.post(
-                        f"{endpoint.session_url(chat.session_id)}/v1/chat/completions",
+                        f"{endpoint.session_url(chat.session_id)}/chat/completions",
                         json={"model": "tiny", "messages": history, "max_tokens": max_new,
                               "temperature": 1.0}) as r:
                     assert r.status == 200, await r.text()
