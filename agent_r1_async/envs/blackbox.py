@@ -31,7 +31,6 @@ The episodes exist only on actors: `make()` gives an env whose `reset` explains 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -43,7 +42,7 @@ from agent_r1_async.endpoint.agent import AgentFailed
 from agent_r1_async.envs.base import EnvError, Observation, StepResult, Task
 from agent_r1_async.envs.contract import EnvContractError, real
 from agent_r1_async.envs.offload import OffloadTimeout, run_offloaded
-from agent_r1_async.envs.registry import register_env
+from agent_r1_async.envs.registry import import_callable, register_env
 
 _OPTIONAL = ("api_key", "session_id")
 """Keywords the actor passes when the agent's function declares them."""
@@ -70,21 +69,6 @@ class BlackboxArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         clash = [k for k in _OPTIONAL if k in self.agent_args]
         if clash:
             raise ValueError(f"agent_args: {clash[0]!r} is passed by the actor")
-
-
-def import_function(path: str, key: str) -> Callable[..., Any]:
-    """The callable `module:function` names (ConfigError naming `env.args.<key>`)."""
-    module, _, attr = path.partition(":")
-    try:
-        obj: Any = importlib.import_module(module)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as e:
-        raise ConfigError(f"config key `env.args.{key}`: cannot import {path!r}: {e}") from None
-    if not callable(obj):
-        raise ConfigError(f"config key `env.args.{key}`: {path!r} is not callable")
-    fn: Callable[..., Any] = obj
-    return fn
 
 
 def _keywords(fn: Callable[..., Any], args: BlackboxArgs) -> tuple[str, ...]:
@@ -148,8 +132,8 @@ class BlackboxEnv:
     def __init__(self, args: BlackboxArgs, env_cfg: EnvConfig) -> None:
         self.args, self.env_cfg = args, env_cfg
         self.agent_name = args.agent
-        self.fn = import_function(args.agent, "agent")
-        self.tasks_fn = import_function(args.tasks, "tasks")
+        self.fn = import_callable(args.agent, "agent")
+        self.tasks_fn = import_callable(args.tasks, "tasks")
         self.optional = _keywords(self.fn, args)
         self.timeout_s = args.timeout_s or env_cfg.step_timeout_s * env_cfg.max_turns
         self._timeout_key = ("env.args.timeout_s" if args.timeout_s

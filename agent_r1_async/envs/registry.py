@@ -91,12 +91,32 @@ def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
     return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
 
 
-def _import_path(path: str) -> type:
+def _lookup(path: str) -> Any:
+    """The object `module:attr` (or `module:attr.sub`) names; ImportError or AttributeError
+    when there is none."""
     module, _, attr = path.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def import_callable(path: str, key: str) -> Callable[..., Any]:
+    """The callable `module:function` names, for `env.args.<key>` (a ConfigError naming that
+    key when it cannot be imported or is not callable)."""
     try:
-        obj: Any = importlib.import_module(module)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
+        obj = _lookup(path)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"config key `env.args.{key}`: cannot import {path!r}: {e}") from None
+    if not callable(obj):
+        raise ConfigError(f"config key `env.args.{key}`: {path!r} is not callable")
+    fn: Callable[..., Any] = obj
+    return fn
+
+
+def _import_path(path: str) -> type:
+    try:
+        obj = _lookup(path)
     except (ImportError, AttributeError) as e:
         raise ConfigError(f"env.name: cannot import {path!r}: {e}") from None
     if not isinstance(obj, type):

@@ -14,7 +14,6 @@ fails that episode with `EnvError`, and the next episode connects again.
 
 from __future__ import annotations
 
-import importlib
 import math
 import re
 from collections.abc import Sequence
@@ -26,7 +25,7 @@ from agent_r1_async.envs.base import EnvError, Observation, StepResult, Task, To
 from agent_r1_async.envs.mcp.args import McpToolsArgs
 from agent_r1_async.envs.mcp.server import McpServer
 from agent_r1_async.envs.mcp.tools import Episode, McpTool
-from agent_r1_async.envs.registry import register_env
+from agent_r1_async.envs.registry import import_callable, register_env
 from agent_r1_async.envs.rewards import exact_match
 from agent_r1_async.envs.toolenv import Score, Shaping, ToolCall, ToolEnv, tool_call_text
 
@@ -104,17 +103,6 @@ def _task(item: Any, split: str, i: int) -> Task:
     return Task(str(item.get("id", f"{split}-{i}")), item["prompt"], item.get("answer"), meta)
 
 
-def _import_fn(path: str) -> Any:
-    module, _, attr = path.partition(":")
-    try:
-        fn = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as e:
-        raise ConfigError(f"config key `env.args.tasks`: cannot import {path!r}: {e}") from None
-    if not callable(fn):
-        raise ConfigError(f"config key `env.args.tasks`: {path!r} is not callable")
-    return fn
-
-
 @register_env("mcp_tools")
 class McpToolsEnv:
     """Tools from MCP servers (stdio or streamable HTTP) on tasks from a Python function."""
@@ -130,7 +118,7 @@ class McpToolsEnv:
             if s.url:
                 s.headers()  # a missing variable fails here, naming it
         self.args, self.env_cfg = args, env_cfg
-        self.task_fn = _import_fn(args.tasks)
+        self.task_fn = import_callable(args.tasks, "tasks")
         self.servers = [McpServer(s) for s in args.servers]
         self.specs: list[tuple[McpServer, Any, str]] = []
         seen: dict[str, str] = {}

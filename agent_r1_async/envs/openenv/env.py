@@ -17,11 +17,9 @@ WebSocket session of its own (see the package docstring for the config and the b
 from __future__ import annotations
 
 import functools
-import importlib
 import json
 import threading
 import weakref
-from collections.abc import Callable
 from typing import Any
 
 from agent_r1_async.config import ConfigError, EnvConfig
@@ -38,7 +36,7 @@ from agent_r1_async.envs.openenv.session import (
     SessionRefused,
     SessionTimeout,
 )
-from agent_r1_async.envs.registry import register_env
+from agent_r1_async.envs.registry import import_callable, register_env
 
 CAPACITY_HINT = (
     "raise the server's max_concurrent_envs (create_app(..., max_concurrent_envs=N), with "
@@ -196,17 +194,6 @@ class OpenEnvEpisode:
         return out
 
 
-def _import_oracle(path: str) -> Callable[[dict[str, Any]], Any]:
-    module, _, attr = path.partition(":")
-    try:
-        fn: Callable[[dict[str, Any]], Any] = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as e:
-        raise ConfigError(f"config key `env.args.oracle`: cannot import {path!r}: {e}") from None
-    if not callable(fn):
-        raise ConfigError(f"config key `env.args.oracle`: {path!r} is not callable")
-    return fn
-
-
 async def _close(pool: SessionPool, server: OpenEnvServer) -> None:
     await pool.close_all()
     await server.aclose()
@@ -230,7 +217,7 @@ class OpenEnvEnv:
                                   f"env.step_timeout_s ({env_cfg.step_timeout_s:g})")
         args.headers()  # a missing variable fails here, naming it
         self.args, self.env_cfg = args, env_cfg
-        self.oracle_fn = _import_oracle(args.oracle) if args.oracle else None
+        self.oracle_fn = import_callable(args.oracle, "oracle") if args.oracle else None
         self.server = OpenEnvServer(args)
         self.pool = SessionPool(self.server, args)
         budget = 2 * args.start_timeout_s + 3 * args.connect_timeout_s + 10.0
