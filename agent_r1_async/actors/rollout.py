@@ -284,17 +284,25 @@ class Rollout:
     async def _end(
         self, task: Task, ids: EpisodeIds, emit: Emit, st: _State, t0: float
     ) -> EpisodeEnd:
-        self.errors.episode_ended(st.status, st.reason, task.task_id)
-        if st.status in TRAINABLE_STATUSES:
+        return await self.end_episode(task, ids, emit, st.status, st.steps, st.outcome,
+                                      st.reason, dict(st.metrics), t0)
+
+    async def end_episode(
+        self, task: Task, ids: EpisodeIds, emit: Emit, status: EpisodeStatus, steps: int,
+        outcome: float, reason: str, metrics: dict[str, float], t0: float,
+    ) -> EpisodeEnd:
+        """An episode's one end record, counted and sent (this rollout's and a black-box
+        episode's, endpoint/episodes.py)."""
+        self.errors.episode_ended(status, reason, task.task_id)
+        if status in TRAINABLE_STATUSES:
             self.counters.episodes_done += 1
         else:
             self.counters.episodes_failed += 1
         end = EpisodeEnd(
             episode_id=ids.episode_id, group_id=ids.group_id, task_id=task.task_id,
-            actor_id=self.actor_id, env_name=self.env_name, num_steps=st.steps,
-            outcome_reward=st.outcome, status=st.status,
-            group_size=ids.group_size, metrics=dict(st.metrics),
-            error=st.reason, wall_time_s=time.perf_counter() - t0, created_at=time.time(),
+            actor_id=self.actor_id, env_name=self.env_name, num_steps=steps,
+            outcome_reward=outcome, status=status, group_size=ids.group_size, metrics=metrics,
+            error=reason, wall_time_s=time.perf_counter() - t0, created_at=time.time(),
         )
         await emit(end)
         return end

@@ -152,22 +152,11 @@ class BlackboxEpisodes:
             verdict = self._no_calls()
         if verdict.kind:
             r.errors.record(verdict.kind, "agent", verdict.reason, task.task_id, verdict.exc)
-        r.errors.episode_ended(verdict.status, verdict.reason, task.task_id)
-        if verdict.status in TRAINABLE_STATUSES:
-            r.counters.episodes_done += 1
-        else:
-            r.counters.episodes_failed += 1
-        end = EpisodeEnd(
-            episode_id=ids.episode_id, group_id=ids.group_id, task_id=task.task_id,
-            actor_id=r.actor_id, env_name=r.env_name, num_steps=steps,
-            outcome_reward=verdict.outcome if verdict.status == "ok" else 0.0,
-            status=verdict.status, group_size=ids.group_size,
-            metrics={"calls": float(session.admitted),
-                     "divergences": float(session.segments.divergences)},
-            error=verdict.reason, wall_time_s=time.perf_counter() - t0, created_at=time.time(),
-        )
-        await emit(end)
-        return end
+        return await r.end_episode(
+            task, ids, emit, verdict.status, steps,
+            verdict.outcome if verdict.status == "ok" else 0.0, verdict.reason,
+            {"calls": float(session.admitted), "divergences": float(session.segments.divergences)},
+            t0)
 
     async def close(self) -> None:
         await self.endpoint.stop()
