@@ -106,20 +106,25 @@ def disk_full_error(exc: BaseException, what: str, directory: Path, free: int,
         "(learner.keep_checkpoints).")
 
 
-def disk_full_message(exc: BaseException) -> str | None:
-    """The message of a `DiskFullError` behind `exc` (raised in another process: Ray's task
-    error keeps it as `.cause`), or None."""
-    seen: set[int] = set()
+def error_chain(exc: BaseException) -> list[BaseException]:
+    """`exc` and every exception behind it, each once: its `__cause__` and `__context__`, and
+    the `.cause` Ray's task errors keep of the exception raised in another process."""
+    chain: list[BaseException] = []
     todo: list[BaseException | None] = [exc]
     while todo:
         e = todo.pop()
-        if e is None or id(e) in seen:
+        if e is None or any(e is c for c in chain):
             continue
-        seen.add(id(e))
-        if isinstance(e, DiskFullError) and str(e).startswith("disk full"):
-            return str(e)
+        chain.append(e)
         todo += [getattr(e, "cause", None), e.__cause__, e.__context__]
-    return None
+    return chain
+
+
+def disk_full_message(exc: BaseException) -> str | None:
+    """The message of a `DiskFullError` behind `exc` (also one raised in another process),
+    or None."""
+    return next((str(e) for e in error_chain(exc)
+                 if isinstance(e, DiskFullError) and str(e).startswith("disk full")), None)
 
 
 def dir_bytes(path: Path) -> int:

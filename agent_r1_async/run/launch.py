@@ -29,7 +29,12 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from agent_r1_async.config import RunConfig, dump_config
-from agent_r1_async.learner.checkpoint_files import disk_full, disk_full_message, free_bytes
+from agent_r1_async.learner.checkpoint_files import (
+    disk_full,
+    disk_full_message,
+    error_chain,
+    free_bytes,
+)
 from agent_r1_async.models import attention_implementation
 from agent_r1_async.precision import describe as describe_precision
 from agent_r1_async.run.evaluate import held_out
@@ -142,13 +147,7 @@ def disk_full_line(exc: BaseException, run_dir: Path) -> str | None:
     full = disk_full_message(exc)
     if full:
         return full
-    chain: list[BaseException] = []
-    todo: list[BaseException | None] = [exc]  # Ray's task errors keep the remote exception as `.cause`
-    while todo:
-        e = todo.pop()
-        if e is not None and all(e is not c for c in chain):
-            chain.append(e)
-            todo += [getattr(e, "cause", None), e.__cause__, e.__context__]
+    chain = error_chain(exc)
     path = next((Path(str(e.filename)) for e in chain if isinstance(e, OSError) and e.filename),
                 run_dir)
     free = free_bytes(path)
