@@ -56,6 +56,22 @@ def _require_seed(seed: int, key: str, count: int = 1) -> None:
              f"{last} must be in [0, 2**32): torch, vLLM and numpy take 32-bit seeds")
 
 
+RAY_BUILTIN_RESOURCES = frozenset({"CPU", "GPU", "memory", "object_store_memory"})
+"""Resources with keys of their own (`num_cpus`, `num_gpus`): a role's `resources` holds only
+custom ones."""
+
+
+def _require_resources(resources: dict[str, float], key: str) -> None:
+    """A role's custom Ray resources: names a node advertises (`ray start --resources`) and
+    positive amounts."""
+    for name, amount in resources.items():
+        _require(bool(name) and name not in RAY_BUILTIN_RESOURCES, key,
+                 f"{name!r} is not a custom resource name (CPU and GPU have num_cpus and "
+                 "num_gpus)")
+        _require(isinstance(amount, int | float) and amount > 0, key,
+                 f"{name}: {amount!r} must be a positive amount")
+
+
 # --------------------------------------------------------------------------------------
 # Sections
 # --------------------------------------------------------------------------------------
@@ -169,6 +185,8 @@ class ActorsConfig(_Section):
     """CPUs Ray reserves for each actor."""
     num_gpus: float = 0.0
     """GPUs Ray reserves for each actor."""
+    resources: dict[str, float] = {}
+    """Custom Ray resources each actor asks for, e.g. {"actor": 1}: actors go only to nodes that advertise them (`ray start --resources '{"actor": 2}'`), spread over those nodes, and a restarted actor goes to any of them (README "Clusters")."""
     stats_interval_s: float = 5.0
     """How often an actor sends an ActorStats message."""
     max_restarts: int = 3
@@ -187,6 +205,7 @@ class ActorsConfig(_Section):
         _require(self.stats_interval_s > 0, "actors.stats_interval_s", "must be > 0")
         _require(self.num_gpus >= 0, "actors.num_gpus", "must be >= 0")
         _require(self.max_restarts >= 0, "actors.max_restarts", "must be >= 0")
+        _require_resources(self.resources, "actors.resources")
 
 
 class BufferConfig(_Section):
@@ -225,6 +244,8 @@ class BufferConfig(_Section):
     on learner checkpoints)."""
     max_restarts: int = 3
     """`launch`: times a buffer process that died is restarted from its latest snapshot."""
+    resources: dict[str, float] = {}
+    """Custom Ray resources the buffer process asks for, e.g. {"buffer": 1}: it goes only to a node that advertises them. A buffer whose node is lost restarts on another such node from its latest snapshot (README "Clusters")."""
     max_frame_bytes: int = 67_108_864
     """Largest accepted frame; larger ones are rejected by the socket (64 KiB to buffer.max_bytes)."""
     step_grace_s: float = 5.0
@@ -251,6 +272,7 @@ class BufferConfig(_Section):
         _require(self.group_wait_s > 0, "buffer.group_wait_s", "must be > 0")
         _require(self.snapshot_interval_s >= 0, "buffer.snapshot_interval_s", "must be >= 0 (0 = at shutdown only)")
         _require(self.max_restarts >= 0, "buffer.max_restarts", "must be >= 0")
+        _require_resources(self.resources, "buffer.resources")
         _require(
             self.max_frame_bytes >= 1 << 16,
             "buffer.max_frame_bytes",
@@ -399,6 +421,8 @@ class LearnerConfig(_Section):
     """CPUs Ray reserves for the learner."""
     num_gpus: float = 0.0
     """GPUs Ray reserves for the learner."""
+    resources: dict[str, float] = {}
+    """Custom Ray resources each learner rank's placement bundle asks for, e.g. {"learner": 1}: the ranks go only to nodes that advertise them; a group whose node is lost restarts on such a node from the last checkpoint (README "Clusters")."""
     sample_timeout_s: float = 600.0
     """How long the learner waits for a batch before giving up."""
     republish_s: float = 10.0
@@ -445,6 +469,7 @@ class LearnerConfig(_Section):
         _require(self.republish_s > 0, "learner.republish_s", "must be > 0")
         _require(self.sample_timeout_s > 0, "learner.sample_timeout_s", "must be > 0")
         _require(self.num_gpus >= 0, "learner.num_gpus", "must be >= 0")
+        _require_resources(self.resources, "learner.resources")
         self._check_device()
 
     def _check_device(self) -> None:
@@ -512,7 +537,7 @@ class LaunchConfig(_Section):
     name: str = "run"
     """Run name (prefix of the run directory and the W&B run)."""
     bind_host: str = "127.0.0.1"
-    """Host the ZeroMQ sockets bind to (loopback unless a cluster needs more)."""
+    """Host the ZeroMQ sockets bind to (loopback unless a cluster needs more). `node`: each process binds its own Ray node's address (what a cluster of several nodes needs; `launch` refuses loopback on one)."""
     curve: bool = True
     """Authenticate (and encrypt) every ZeroMQ socket with CurveZMQ keys that `launch` generates for the run, one client key pair per process (wire/curve.py), so that only the run's own processes connect and each has its role (wire/roles.py). false = explicit opt-out on one machine: any local process that reaches the sockets is then trusted."""
     num_cpus: int = 0

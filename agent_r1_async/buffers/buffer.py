@@ -356,6 +356,7 @@ class TrajectoryBuffer:
             actor_silence_s=self.silence(),
             actor_credits=self.admission.per_actor(),
             sample_waiting=sample_waiting,
+            records=self.records,
         )
 
     def state(self) -> BufferState:

@@ -45,6 +45,7 @@ from agent_r1_async.run.output.metrics import ActorRates, MetricsLogger, merge_m
 from agent_r1_async.run.output.run_dir import make_run_dir
 from agent_r1_async.run.output.startup import StartupClock
 from agent_r1_async.run.preflight.checks import preflight
+from agent_r1_async.run.preflight.feasibility import cluster_fits
 from agent_r1_async.run.processes.periodic_eval import PeriodicEval, log_result
 from agent_r1_async.run.processes.ray_cluster import (
     ray_address,
@@ -276,6 +277,10 @@ def _launch(cfg: RunConfig, run_dir: Path, console: Console, address: str | None
         with contextlib.nullcontext() if cfg.logging.verbose else descriptors_to(
                 run_dir / "logs" / "launch.log"):
             start_ray(cfg, address)
+        if ray_address(cfg, address):  # a cluster: its nodes are known now
+            import ray
+
+            cluster_fits(cfg, ray.nodes())
         clock.mark("ray")
         signal.signal(signal.SIGTERM, _raise_interrupt)  # ray.init installed its own handler
         # Keys travel to the processes as Ray task arguments; they never touch a ZMQ socket.

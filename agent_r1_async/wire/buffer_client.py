@@ -15,6 +15,7 @@ reply of the wrong type -> `RuntimeError` naming it; a schema mismatch on `conne
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from typing import Literal, TypeVar, get_args
@@ -45,6 +46,9 @@ class BufferClient:
         self.retries, self.backoff_s = retries, backoff_s
         self.timeouts = 0
         """Requests that got no reply in time (each one retried or raised)."""
+        self._moved_to: str | None = None
+        """Where `retarget` says the buffer is now; applied by the thread that calls."""
+        self._moved_lock = threading.Lock()
         # A unique socket identity: two clients with the same peer_id must not collide.
         self._client = transport.client(control_endpoint, f"{peer_id}-{uuid.uuid4().hex[:8]}")
 
@@ -73,12 +77,23 @@ class BufferClient:
     def stats(self) -> m.BufferStats:
         return self._call(m.StatsRequest(), m.BufferStats, self.timeout_s)
 
+    def retarget(self, control_endpoint: str) -> None:
+        """From any thread: the buffer now listens at `control_endpoint` (restarted on another
+        node). The next request goes there, and so does the next try of a request waiting now
+        (after its timeout); the socket itself is only touched by the thread that calls."""
+        with self._moved_lock:
+            self._moved_to = control_endpoint
+
     def close(self) -> None:
         self._client.close()
 
     def _call(self, req: m.ControlMessage, reply_type: type[_R], timeout_s: float) -> _R:
         frame = m.encode(req)
         for attempt in range(self.retries + 1):
+            with self._moved_lock:
+                moved, self._moved_to = self._moved_to, None
+            if moved is not None:
+                self._client.reconnect(moved)
             frames = self._client.request([frame], timeout_ms=int(timeout_s * 1000))
             if frames is not None:
                 break

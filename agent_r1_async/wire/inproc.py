@@ -137,11 +137,14 @@ class InProcServer(_InProcReceiver[_Request]):
 
 class InProcClient:
     def __init__(self, hub: _Hub, endpoint: str, identity: str | None = None) -> None:
-        self.endpoint = endpoint
         self._identity = (identity or uuid.uuid4().hex).encode()
-        self._server_queue = hub.servers[endpoint].queue
         self._replies: queue.Queue[_Message] = queue.Queue()
         self._hub = hub
+        self.reconnect(endpoint)
+
+    def reconnect(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self._server_queue = self._hub.servers[endpoint].queue
 
     def request(self, frames: Frames, timeout_ms: int) -> list[bytes] | None:
         # Fresh reply queue per request: a late reply to an earlier one is never read.

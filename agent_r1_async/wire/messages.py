@@ -367,6 +367,9 @@ class BufferStats(_Wire, tag="buffer_stats"):
     """Credits each actor holds (groups granted and not yet complete), by actor id."""
     sample_waiting: int = 0
     """Groups the learner's waiting SampleRequest asks for (0: no request waits)."""
+    records: int = 0
+    """Data messages received since the run began (kept in the buffer's snapshots): what a
+    restarted buffer lacks of it against its predecessor's last count was lost with it."""
 
 
 class ErrorReply(_Wire, tag="error"):

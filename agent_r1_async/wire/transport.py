@@ -83,6 +83,9 @@ class Client(Protocol):
     endpoint: str
 
     def request(self, frames: Frames, timeout_ms: int) -> list[bytes] | None: ...
+    def reconnect(self, endpoint: str) -> None:
+        """From now on talk to the server at `endpoint` (the same identity)."""
+        ...
     def close(self) -> None: ...
 
 

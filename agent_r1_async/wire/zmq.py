@@ -187,12 +187,18 @@ class ZmqClient(_ZmqSocket):
         self._sock.send_multipart(frames, copy=False)
         if self._poll(timeout_ms):
             return self._sock.recv_multipart()
-        # Lazy pirate: drop the socket so a late reply cannot answer the next request.
+        self._renew()  # lazy pirate: a late reply cannot answer the next request
+        return None
+
+    def reconnect(self, endpoint: str) -> None:
+        self._target = endpoint
+        self._renew()
+
+    def _renew(self) -> None:
         self._sock.close(linger=0)
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._setup()  # re-applies the curve keys in _connect
-        return None
 
 
 class ZmqServer(_ZmqSocket):

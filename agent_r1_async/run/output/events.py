@@ -371,6 +371,12 @@ class Events:
                            f"restarting the learner group ({world_size} ranks) from {source} "
                            f"({restarts} of {max_restarts} restarts)", key=f"learner {restarts}")
 
+    def node_lost(self, ip: str, roles: list[str]) -> None:
+        ran = ", ".join(roles) if roles else "none of this run's processes"
+        then = "; each restarts on a node that has its resources" if roles else ""
+        self.console.event(f"node {ip} lost (Ray marks it dead): {ran} ran there{then}",
+                           key=f"node {ip}")
+
     def wall_clock(self, limit_s: float, version: int) -> None:
         self.console.event(f"wall-clock limit reached (launch.max_wall_time_s = {limit_s:.0f} s) "
                            f"after {version} updates: stopping")

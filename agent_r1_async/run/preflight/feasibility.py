@@ -23,7 +23,9 @@ traceback, and raises a one-line `ConfigError` naming the key and what would fit
   machine may put them on different GPUs or nodes (`vllm_nccl` is named instead).
 
 On a cluster (`--address`) the nodes' resources are not known before Ray starts, so only the
-machine-independent checks run (for `launch.bind_host`: its form, not a bind on this machine).
+machine-independent checks run (for `launch.bind_host`: its form, not a bind on this machine);
+once Ray is up, `cluster_fits` checks the cluster's nodes: each role's resources on some node,
+and a bind host every node can reach.
 """
 
 from __future__ import annotations
@@ -36,9 +38,10 @@ import os
 import re
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from agent_r1_async.buffers.assembly import max_episode_nbytes
-from agent_r1_async.config import ConfigError, RunConfig
+from agent_r1_async.config import LOOPBACK_HOSTS, ConfigError, RunConfig
 from agent_r1_async.learner.checkpoint_files import complete_checkpoints, step_dirs, verify
 from agent_r1_async.run.preflight.memory import buffer_fits_memory
 from agent_r1_async.run.processes.ray_cluster import _cpus_needed, ray_address
@@ -323,7 +326,7 @@ def bind_host_bindable(host: str, joined: bool) -> None:
     Joining a cluster (`joined`), the buffer and the learner may run on other nodes, whose
     addresses this machine need not have: the bind is skipped there and only the host's form
     is checked, which no node could bind otherwise."""
-    if host in _ANY_HOST:
+    if host in _ANY_HOST or host == "node":  # node: each process's own node's address
         return
     if joined:
         if not _bindable_form(host):
@@ -365,3 +368,37 @@ def _zmq_bind_error(host: str) -> str | None:
         return reason
     finally:
         transport.close()
+
+
+def cluster_fits(cfg: RunConfig, nodes: list[dict[str, Any]]) -> None:
+    """Once Ray is up on a cluster (`nodes`: `ray.nodes()`): each role's custom resources are
+    advertised by some live node (else its process would wait for placement for good), and
+    with several nodes the sockets bind an address the other nodes reach."""
+    alive = [n for n in nodes if n.get("Alive")]
+    if len(alive) > 1 and cfg.launch.bind_host in LOOPBACK_HOSTS:
+        raise ConfigError(
+            f"launch.bind_host: {cfg.launch.bind_host!r} is reachable only from its own node, "
+            f"and this cluster has {len(alive)}: use node (each process binds its own node's "
+            "address) or 0.0.0.0")
+    roles = (("buffer.resources", {"CPU": 0.5, **cfg.buffer.resources}),
+             ("learner.resources", {"CPU": cfg.learner.num_cpus, "GPU": cfg.learner.num_gpus,
+                                    **cfg.learner.resources}),
+             ("actors.resources", {"CPU": cfg.actors.num_cpus, "GPU": cfg.actors.num_gpus,
+                                   **cfg.actors.resources}))
+    for key, need in roles:
+        if any(all(n["Resources"].get(r, 0.0) >= a for r, a in need.items() if a > 0)
+               for n in alive):
+            continue
+        custom = {r: a for r, a in need.items() if r not in ("CPU", "GPU")}
+        shown = "; ".join(f"{n['NodeManagerAddress']}: {_resources(n['Resources'])}"
+                          for n in alive)
+        raise ConfigError(f"{key}: no live node of this cluster has {_resources(need)} for one "
+                          f"process{' (' + _resources(custom) + ' from this key)' if custom else ''}; "
+                          f"nodes: {shown}")
+
+
+def _resources(resources: dict[str, float]) -> str:
+    """CPU, GPU and custom resources, without Ray's per-node and memory entries."""
+    shown = {r: a for r, a in resources.items()
+             if a and not r.startswith("node:") and "memory" not in r}
+    return "{" + ", ".join(f"{r}: {a:g}" for r, a in sorted(shown.items())) + "}"

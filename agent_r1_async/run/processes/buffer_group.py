@@ -9,10 +9,15 @@ starts a new `BufferHost`:
   keeps its address: the actors' PUSH sockets and DEALERs and the learner's DEALER reconnect
   by themselves (ZeroMQ), records pushed meanwhile wait in their queues, and a control request
   lost with the old process is sent again by `BufferClient`'s retries;
+- or, when its node is lost (Ray marks it dead), on another node that has `buffer.resources`,
+  with new endpoints: `moved` says so, and the supervisor points the learner and the actors
+  there;
 - from the latest snapshot in `RUN_DIR/buffer` (written every `buffer.snapshot_interval_s`, on
   every learner checkpoint, and first thing at shutdown), with the actors' credits kept (the
   same actors go on), told the learner's current version;
-- at most `buffer.max_restarts` times per run, each one console line.
+- at most `buffer.max_restarts` times per run, each one console line, which also says how
+  many records the old process had received after its snapshot (lost with it: counted from
+  the launcher's last look at its stats, `seen`, so at least that many).
 
 The host writes its pid to `RUN_DIR/buffer.pid` (the kill drill and an operator find it there).
 
@@ -31,6 +36,7 @@ from agent_r1_async.buffers.validate import RecordBounds
 from agent_r1_async.config import RunConfig
 from agent_r1_async.run.output.events import death_cause, process_death
 from agent_r1_async.run.output.logs import log_file
+from agent_r1_async.run.processes.nodes import alive_nodes
 from agent_r1_async.wire.zmq import CurveKeys
 
 
@@ -52,6 +58,12 @@ class SupervisedBuffer:
         self.restarts = 0
         self._bound: dict[str, str] | None = None
         self._node: str | None = None
+        self.where: dict[str, str] = {}
+        """The buffer's node (hosts.where)."""
+        self.moved = False
+        """True after a restart on another node (new endpoints) until the supervisor has
+        pointed the clients there."""
+        self._records_seen: int | None = None
         self._start(relaunch=resume)
         if resume:  # what a corrupt snapshot in RUN_DIR/buffer cost, if it did
             self._say_snapshot(self.ray.get(self.handle.restored.remote()))
@@ -61,7 +73,7 @@ class SupervisedBuffer:
 
         from agent_r1_async.run.processes.hosts import BufferHost
 
-        options: dict[str, Any] = {}
+        options: dict[str, Any] = {"resources": dict(self.cfg.buffer.resources)}
         if self._node is not None:  # its endpoints are on this node's addresses
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(self._node, soft=False)
         cls = self.ray.remote(num_cpus=0.5, max_concurrency=4)(BufferHost)
@@ -70,7 +82,8 @@ class SupervisedBuffer:
             bind=self._bound, pid_file=str(self.run_dir / "buffer.pid"),
             log_dir=str(self.run_dir / "logs"))
         self.endpoints: dict[str, str] = self.ray.get(self.handle.endpoints.remote())
-        self._bound, self._node = self.ray.get(self.handle.placement.remote())
+        self._bound, self.where = self.ray.get(self.handle.placement.remote())
+        self._node = self.where["node_id"]
         self._watch = self.handle.serve.remote()
 
     def dead(self) -> BaseException | None:
@@ -101,10 +114,24 @@ class SupervisedBuffer:
         except (self.ray.exceptions.RayActorError, self.ray.exceptions.OutOfMemoryError) as e:
             self.restart(self.dead() or e, learner_version)
 
+    def _node_lost(self) -> bool:
+        """Ray marks the buffer's node dead: its endpoints went with it, so the next start
+        binds anew on whichever node `buffer.resources` finds."""
+        if self._node is None or self._node in alive_nodes(self.ray.nodes()):
+            return False
+        self._node = self._bound = None
+        return True
+
+    def seen(self, stats: dict[str, Any]) -> None:
+        """The launcher's latest look at the buffer's stats (what a restart reports lost)."""
+        self._records_seen = int(stats.get("records", 0))
+
     def restart(self, error: BaseException, learner_version: int | None) -> None:
         self.restarts += 1
         log = log_file(self.run_dir / "logs", "buffer")
-        why = f"buffer process died: {process_death(error, log)}; log: {log}"
+        node_lost = self._node_lost()
+        why = (f"buffer lost with its node {self.where.get('ip', '?')}" if node_lost
+               else f"buffer process died: {process_death(error, log)}; log: {log}")
         if self.restarts > self.cfg.buffer.max_restarts:
             raise RuntimeError(f"{why}; restarted {self.cfg.buffer.max_restarts} times "
                                "(buffer.max_restarts)") from error
@@ -112,17 +139,34 @@ class SupervisedBuffer:
             self.ray.kill(self.handle, no_restart=True)
         try:
             self._start(relaunch=False)  # the same actors go on: their credits stand
-        except Exception as e:  # e.g. its port was taken meanwhile: say which, end the launch
-            cause = death_cause(e) if isinstance(e, self.ray.exceptions.RayError) else repr(e)
-            raise RuntimeError(f"{why}; restarting it on {self._bound} failed: {cause}") from e
+        except Exception as e:
+            if node_lost or not self._node_lost():  # e.g. its port was taken meanwhile
+                cause = death_cause(e) if isinstance(e, self.ray.exceptions.RayError) else repr(e)
+                raise RuntimeError(f"{why}; restarting it on {self._bound} failed: {cause}") from e
+            # Ray marked its node dead only now (its health checks lag a process's death)
+            node_lost, why = True, f"buffer lost with its node {self.where.get('ip', '?')}"
+            self._start(relaunch=False)
         restored = self.ray.get(self.handle.restored.remote())
         if learner_version is not None:
             self.ray.get(self.handle.set_version.remote(learner_version))
+        self.moved = node_lost
+        where = (f"on node {self.where['ip']} with new endpoints" if node_lost
+                 else "on the same endpoints")
         print(f"[launch] {why}; restarted from its snapshot of version {restored['version']} "
-              f"({restored['groups']} groups ready) on the same endpoints, buffer now at version "
-              f"{learner_version if learner_version is not None else restored['version']} "
+              f"({restored['groups']} groups ready) {where}, buffer now at version "
+              f"{learner_version if learner_version is not None else restored['version']}; "
+              f"{self._lost(int(restored.get('records', 0)))} "
               f"({self.restarts}/{self.cfg.buffer.max_restarts})", file=sys.stderr, flush=True)
+        self._records_seen = None
         self._say_snapshot(restored)
+
+    def _lost(self, restored_records: int) -> str:
+        """What the old process had received after its snapshot, as far as the launcher saw."""
+        if self._records_seen is None:
+            return "records received after the snapshot: unknown (no stats seen)"
+        lost = max(0, self._records_seen - restored_records)
+        return (f"lost with it: {lost} records received after the snapshot (at least: counted "
+                "at the launcher's last look)")
 
     @staticmethod
     def _say_snapshot(restored: dict[str, Any]) -> None:

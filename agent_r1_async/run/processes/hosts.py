@@ -53,6 +53,23 @@ def advertised(endpoint: str, bind_host: str) -> str:
     return f"tcp://{node_ip()}:{endpoint.rsplit(':', 1)[1]}"
 
 
+def on_this_node(cfg: RunConfig) -> RunConfig:
+    """`cfg` as this process uses it: `launch.bind_host: node` becomes this node's address,
+    so every socket it binds is on its own node (a cluster of several nodes)."""
+    if cfg.launch.bind_host != "node":
+        return cfg
+    launch = msgspec.structs.replace(cfg.launch, bind_host=node_ip())
+    return msgspec.structs.replace(cfg, launch=launch)
+
+
+def where() -> dict[str, str]:
+    """This process's Ray node: {"node_id": ..., "ip": ...} (the launch's placement line and
+    its node-loss events)."""
+    import ray
+
+    return {"node_id": ray.get_runtime_context().get_node_id(), "ip": node_ip()}
+
+
 def node_ip() -> str:
     """This node's address as the other nodes of the Ray cluster reach it."""
     import socket
@@ -84,7 +101,17 @@ def own_log(cfg: RunConfig, log_dir: str | None, role: str, index: int | None = 
         redirect_output(log_file(log_dir, role, index))
 
 
-class BufferHost:
+class _Host:
+    """What the launcher asks every process: its pid (RUN_DIR/*.pid, drills) and its node."""
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def where(self) -> dict[str, str]:
+        return where()
+
+
+class BufferHost(_Host):
     """`bounds`: the run's record bounds, built once by the launch (`SupervisedBuffer`,
     run/processes/buffer_group.py) and the same for every restart. `bind`: the endpoints to
     bind (a restarted buffer takes its predecessor's); default: free ports on
@@ -97,6 +124,8 @@ class BufferHost:
     ) -> None:
         own_log(cfg, log_dir, "buffer")
         from agent_r1_async.buffers.service import BufferService
+
+        cfg = on_this_node(cfg)
 
         self.cfg = cfg
         self.transport = ZmqTransport(curve=curve)
@@ -117,12 +146,11 @@ class BufferHost:
             with contextlib.suppress(OSError):
                 Path(pid_file).write_text(str(os.getpid()))
 
-    def placement(self) -> tuple[dict[str, str], str]:
-        """The endpoints as bound, and this node's Ray id: where a restart must bind again."""
-        import ray
-
+    def placement(self) -> tuple[dict[str, str], dict[str, str]]:
+        """The endpoints as bound, and this node (`where`): where a restart binds again while
+        the node lives."""
         bound = {"data": self.service.data_endpoint, "control": self.service.control_endpoint}
-        return bound, ray.get_runtime_context().get_node_id()
+        return bound, where()
 
     def serve(self) -> str:
         """Returns when the service loop ends (its failure, or "" after `stop`): the launcher
@@ -131,11 +159,12 @@ class BufferHost:
         return repr(self.service.failure) if self.service.failure is not None else ""
 
     def restored(self) -> dict[str, Any]:
-        """What this process restored from the snapshot: its version and ready groups, and
-        `note`: the console's line when a snapshot was corrupt or unverified ("" if none)."""
+        """What this process restored from the snapshot: its version, ready groups and records
+        received (`BufferStats.records`), and `note`: the console's line when a snapshot was corrupt or unverified ("" if none)."""
         stats = self.service.metrics()
         report = self.service.snapshot_report
         return {"version": stats.learner_version, "groups": stats.groups_ready,
+                "records": stats.records,
                 "note": (report.line() if report is not None else None) or ""}
 
     def set_version(self, version: int) -> None:
@@ -148,9 +177,6 @@ class BufferHost:
 
     def snapshot(self) -> str | None:
         return self.service.snapshot_now()
-
-    def pid(self) -> int:
-        return os.getpid()
 
     def endpoints(self) -> dict[str, str]:
         host = self.cfg.launch.bind_host
@@ -172,7 +198,7 @@ _WORK = {"step": "an update", "_start": "loading the model", "_connect": "connec
 """What `LearnerHost.progress` calls each of its worker's functions."""
 
 
-class LearnerHost:
+class LearnerHost(_Host):
     """One learner rank. `learner.world_size` of them form a group (supervisor.LearnerGroup):
     built cheap, then `start` on all ranks at once joins the process group at rank 0's
     `rendezvous` address (FSDP2 from there on, learner/trainer.py) and builds the Learner.
@@ -182,6 +208,7 @@ class LearnerHost:
         from concurrent.futures import ThreadPoolExecutor
 
         own_log(cfg, str(Path(run_dir) / "logs"), "learner", rank)
+        cfg = on_this_node(cfg)
         _pin_threads(cfg.learner.num_cpus)
         # Ray runs this actor's calls on a pool of max_concurrency threads, and glibc gives
         # each thread its own malloc arena: updates on alternating threads each kept a copy of
@@ -299,6 +326,12 @@ class LearnerHost:
         metrics = self._on_worker(self.learner.step)
         return {"metrics": metrics, "staleness_hist": self.learner.last_staleness_hist}
 
+    def set_buffer(self, control_endpoint: str) -> None:
+        """Runs on Ray's second thread: the buffer restarted on another node; rank 0's client
+        talks to it from its next try on (`BufferClient.retarget`)."""
+        if self.client is not None:
+            self.client.retarget(control_endpoint)
+
     def stop_waiting(self) -> None:
         """Runs on Ray's second thread while an update may hold the worker: an update waiting
         for data ends (`Learner.stop_waiting`), so a final checkpoint can run."""
@@ -307,9 +340,6 @@ class LearnerHost:
 
     def save_checkpoint(self) -> str:
         return str(self._on_worker(self.learner.save_checkpoint))
-
-    def pid(self) -> int:
-        return os.getpid()
 
 
 def log_to(path: str) -> None:
@@ -335,7 +365,7 @@ def log_to(path: str) -> None:
         pkg.addHandler(console)
 
 
-class ActorHost:
+class ActorHost(_Host):
     def __init__(
         self, cfg: RunConfig, actor_id: str, endpoints: dict[str, str], curve: CurveKeys | None,
         log_dir: str | None = None,
@@ -373,9 +403,6 @@ class ActorHost:
         )
         actor.run(stop=self._stop)
         return self.actor_id
-
-    def pid(self) -> int:
-        return os.getpid()
 
     def stop(self) -> None:
         self._stop.set()

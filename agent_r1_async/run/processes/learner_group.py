@@ -39,7 +39,8 @@ class LearnerGroup:
         lc = cfg.learner
         self.ray = ray
         self.resume = resume
-        bundle = {"CPU": lc.num_cpus, **({"GPU": lc.num_gpus} if lc.num_gpus else {})}
+        bundle = {"CPU": lc.num_cpus, **({"GPU": lc.num_gpus} if lc.num_gpus else {}),
+                  **lc.resources}
         self.pg = placement_group([dict(bundle) for _ in range(lc.world_size)], strategy="PACK")
         ray.get(self.pg.ready())
         cls = ray.remote(num_cpus=lc.num_cpus, num_gpus=lc.num_gpus, max_concurrency=2)(LearnerHost)

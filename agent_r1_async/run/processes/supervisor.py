@@ -63,6 +63,7 @@ from agent_r1_async.run.output.console import Console
 from agent_r1_async.run.output.events import Events, one_line
 from agent_r1_async.run.processes.buffer_group import SupervisedBuffer
 from agent_r1_async.run.processes.learner_group import LearnerGroup
+from agent_r1_async.run.processes.nodes import NodeWatch, placement_line
 from agent_r1_async.wire.curve import RunKeys, keys_for
 
 
@@ -195,8 +196,10 @@ class Supervisor:
         actor_cls = ray.remote(
             num_cpus=cfg.actors.num_cpus,
             num_gpus=cfg.actors.num_gpus,
+            resources=dict(cfg.actors.resources),
             max_restarts=cfg.actors.max_restarts,
             max_concurrency=2,
+            scheduling_strategy="SPREAD",  # over the nodes that can host one
         )(ActorHost)
         self.actors = [  # each actor with its own client key and no server secret
             actor_cls.remote(cfg, a, self.endpoints, keys_for(curve, a), str(run_dir / "logs"))
@@ -213,8 +216,21 @@ class Supervisor:
         self.learner.wait_started()
         self.last_version = self.version()
         """The learner's version after its last update (a restarted buffer is told it)."""
+        self.nodes = NodeWatch(ray.nodes)
+        """Each process's node (`placement_line`, node-loss events)."""
+        self.nodes.place("buffer", self.buffers.where)
+        self._locate_learner()
+        for i, a in enumerate(self.actors):
+            self.nodes.place(f"actor-{i}", ray.get(a.where.remote()))
+        if len(self.nodes.alive) > 1:
+            self.events.console.say(f"placement: {placement_line(self.nodes.where)}")
         if resume:
             self.learner.call("publish")
+
+    def _locate_learner(self) -> None:
+        ranks = self.ray.get([r.where.remote() for r in self.learner.ranks])
+        for rank, w in enumerate(ranks):
+            self.nodes.place(_learner_role(rank, len(ranks)), w)
 
     @property
     def buffer(self) -> Any:
@@ -244,6 +260,7 @@ class Supervisor:
             # Ray re-ran its constructor with the endpoints of launch time; a learner restarted
             # since then publishes weights elsewhere.
             self.ray.get(self.actors[i].set_endpoints.remote(self.endpoints))
+            self.nodes.place(actor_id, self.ray.get(self.actors[i].where.remote()))
             self.events.actor_restarted(actor_id, self.restarts[i], self.cfg.actors.max_restarts)
             self.liveness.forget(actor_id)
             self.runs[self.actors[i].run.remote()] = i
@@ -314,6 +331,7 @@ class Supervisor:
         if not answered:
             return None
         self._last_stats = stats
+        self.buffers.seen(stats)
         self.watch_actors(stats)
         return stats
 
@@ -374,12 +392,32 @@ class Supervisor:
                 continue
             if len(ready) == len(refs):
                 return self._updated(self.ray.get(refs[0]))
+            self._watch_nodes()
             self.buffers.check(self.last_version)
+            self._follow_buffer()
             self.check_actors()
             self._watch_learner(probes)
             stats = self.poll_buffer()
             if stats is not None:  # with every episode failing no update comes
                 self.check_failures(stats)
+
+    def _watch_nodes(self) -> None:
+        """One line per node lost, naming what ran there (each role's supervision restarts
+        its own processes)."""
+        for ip, roles in self.nodes.lost():
+            self.events.node_lost(ip, roles)
+
+    def _follow_buffer(self) -> None:
+        """After the buffer restarted on another node: the learner's client and the actors'
+        loops go to its new endpoints."""
+        if not self.buffers.moved:
+            return
+        self.endpoints.update(self.buffers.endpoints)
+        self.nodes.place("buffer", self.buffers.where)
+        for rank in self.learner.ranks:
+            self.ray.get(rank.set_buffer.remote(self.endpoints["control"]), timeout=30)
+        self._restart_actor_loops()
+        self.buffers.moved = False
 
     def _updated(self, result: dict[str, Any]) -> dict[str, Any]:
         """After an update: its version; on a checkpoint, a buffer snapshot too, taken before
@@ -464,6 +502,7 @@ class Supervisor:
             f"{ckpt or 'the initial weights (no checkpoint yet)'} (version {self.last_version}"
             f"{redo})", self.learner_restarts, self.cfg.learner.max_restarts)
         self.endpoints["weights"] = self.ray.get(self.learner.leader.weights_endpoint.remote())
+        self._locate_learner()
         self._restart_actor_loops()
         self.learner.call("publish")
 
@@ -476,8 +515,9 @@ class Supervisor:
         for i, a in enumerate(self.actors):  # one that Ray is restarting answers once back
             self.reclaim(f"actor-{i}")  # the old loop's leftovers; judged again once it reports
             self.liveness.forget(f"actor-{i}")
-            self._wait_restarted(i, f"actor-{i} (restarting its loop for the new learner)")
+            self._wait_restarted(i, f"actor-{i} (restarting its loop against new endpoints)")
             self.ray.get(a.set_endpoints.remote(self.endpoints))
+            self.nodes.place(f"actor-{i}", self.ray.get(a.where.remote()))
         self.runs = {a.run.remote(): i for i, a in enumerate(self.actors)}
 
     def buffer_stats(self) -> dict[str, Any]:

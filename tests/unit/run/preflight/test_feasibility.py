@@ -322,3 +322,58 @@ def test_resume_with_a_checkpoint_passes_and_fresh_is_refused_there(tmp_path: Pa
     assert str(info.value) == (
         f"--fresh: {run} has a checkpoint (step-2) and would resume from it, not start from "
         "scratch: drop --fresh to resume it, or start a new run without --resume")
+
+
+def _ray_node(ip: str, alive: bool = True, **resources: float) -> dict:
+    return {"NodeManagerAddress": ip, "Alive": alive,
+            "Resources": {"memory": 1e9, f"node:{ip}": 1.0, **resources}}
+
+
+_THREE = [_ray_node("127.0.0.2", CPU=1, buffer=1), _ray_node("127.0.0.3", CPU=2, learner=1, actor=1),
+          _ray_node("127.0.0.4", CPU=1, actor=1)]
+_PLACED = {"launch": {"bind_host": "node"}, "buffer": {"resources": {"buffer": 1}},
+           "learner": {"resources": {"learner": 1}}, "actors": {"resources": {"actor": 1}}}
+
+
+def test_a_cluster_whose_nodes_hold_each_roles_resources_fits() -> None:
+    feasibility.cluster_fits(config_from_dict(_PLACED), _THREE)
+
+
+def test_a_role_no_live_node_can_host_is_refused_naming_its_key_and_the_nodes() -> None:
+    nodes = [*_THREE[:2], _ray_node("127.0.0.4", alive=False, CPU=1, actor=1)]
+    cfg = config_from_dict({**_PLACED, "actors": {"resources": {"actor": 2}}})
+    with pytest.raises(ConfigError) as e:
+        feasibility.cluster_fits(cfg, nodes)
+    assert str(e.value) == (
+        "actors.resources: no live node of this cluster has {CPU: 1, actor: 2} for one process "
+        "({actor: 2} from this key); nodes: 127.0.0.2: {CPU: 1, buffer: 1}; "
+        "127.0.0.3: {CPU: 2, actor: 1, learner: 1}")
+
+
+def test_a_resource_no_node_advertises_is_refused() -> None:
+    cfg = config_from_dict({**_PLACED, "buffer": {"resources": {"bufer": 1}}})
+    with pytest.raises(ConfigError, match=r"^buffer\.resources: no live node of this cluster "
+                                          r"has \{CPU: 0\.5, bufer: 1\}"):
+        feasibility.cluster_fits(cfg, _THREE)
+
+
+def test_loopback_sockets_on_a_cluster_of_several_nodes_are_refused() -> None:
+    cfg = config_from_dict({k: v for k, v in _PLACED.items() if k != "launch"})
+    with pytest.raises(ConfigError) as e:
+        feasibility.cluster_fits(cfg, _THREE)
+    assert str(e.value) == (
+        "launch.bind_host: '127.0.0.1' is reachable only from its own node, and this cluster "
+        "has 3: use node (each process binds its own node's address) or 0.0.0.0")
+    one_live = [_ray_node("127.0.0.2", CPU=4, buffer=1, learner=1, actor=1),
+                _ray_node("127.0.0.3", alive=False)]
+    feasibility.cluster_fits(cfg, one_live)  # one live node: loopback reaches every process
+
+
+@pytest.mark.parametrize("key", ["buffer", "learner", "actors"])
+@pytest.mark.parametrize(("resources", "why"), [
+    ({"CPU": 1}, r"'CPU' is not a custom resource name"),
+    ({"gpu_node": 0}, r"gpu_node: 0\.0 must be a positive amount"),
+    ({"gpu_node": -1}, r"gpu_node: -1\.0 must be a positive amount")])
+def test_a_roles_resources_must_be_custom_and_positive(key, resources, why) -> None:
+    with pytest.raises(ValueError, match=rf"^{key}\.resources: {why}"):
+        config_from_dict({key: {"resources": resources}})

@@ -13,6 +13,7 @@ from agent_r1_async.learner.checkpoint_files import DiskFullError, disk_full_mes
 from agent_r1_async.run.launch import lost_final_checkpoint
 from agent_r1_async.run.output.console import Console
 from agent_r1_async.run.output.events import Events, death_cause
+from agent_r1_async.run.processes.nodes import NodeWatch
 from agent_r1_async.run.processes.supervisor import Supervisor
 
 _SIGKILLED = ("The actor died unexpectedly before finishing this task.\n\tclass_name: LearnerHost"
@@ -104,6 +105,8 @@ class _Handle:
         def run():
             if method in self.fail:
                 raise self.fail[method]
+            if method == "where":
+                return {"node_id": "n0", "ip": "127.0.0.1"}
             return f"{self.name}.{method}"
 
         def remote(*args):
@@ -133,6 +136,9 @@ class _Buffers:
         self.calls.append(" ".join(["buffer." + method, *map(str, args)]))
         return self.reclaimed if method == "reclaim" else None
 
+    def seen(self, stats) -> None:
+        pass
+
 
 def _bare_supervisor(tmp_path, calls: list[str], num_actors: int, bound_s: float = 0.0,
                      clock=None, reclaimed: dict[str, int] | None = None) -> Supervisor:
@@ -148,6 +154,7 @@ def _bare_supervisor(tmp_path, calls: list[str], num_actors: int, bound_s: float
     sup.buffers, sup.last_version, sup.run_dir = _Buffers(calls, reclaimed), 14, tmp_path
     sup.endpoints = {"data": "tcp://d", "control": "tcp://c", "weights": "tcp://w"}
     sup.events = Events(Console(tmp_path / "logs", live=False), tmp_path, num_actors, 1000)
+    sup.nodes = NodeWatch(lambda: [])
     return sup
 
 
@@ -200,6 +207,7 @@ def test_a_buffer_that_keeps_dying_ends_the_launch_after_max_restarts(tmp_path):
     buffers.cfg = config_from_dict({"buffer": {"max_restarts": 0}})
     buffers.restarts = 0
     buffers.run_dir = tmp_path
+    buffers._node, buffers.where = None, {}  # placed nowhere known: a process death, not a node's
     log = tmp_path / "logs" / "buffer.log"
     with pytest.raises(RuntimeError, match=r"^buffer process died: killed by a signal \(SIGKILL: "
                        r"`kill -9`, the kernel's OOM killer or a crash\); log: "
@@ -239,8 +247,8 @@ def test_every_buffer_host_gets_the_record_bounds_derived_once(monkeypatch, tmp_
         def remote(self, *args, **kwargs):
             started.append((args, kwargs))
             bound = {"data": "tcp://127.0.0.1:1", "control": "tcp://127.0.0.1:2"}
-            node = "ab" * 28  # a node id as Ray spells it (28 bytes in hex)
-            return types.SimpleNamespace(endpoints=_Call(bound), placement=_Call((bound, node)),
+            where = {"node_id": "ab" * 28, "ip": "127.0.0.1"}  # Ray's node id: 28 bytes in hex
+            return types.SimpleNamespace(endpoints=_Call(bound), placement=_Call((bound, where)),
                                          serve=_Call("watch"))
 
     monkeypatch.setattr(ray, "remote", lambda **kw: lambda cls: _HostClass())
@@ -273,7 +281,7 @@ def test_an_actor_restarted_by_ray_gets_the_current_endpoints_before_its_loop_re
     sup.check_actors()
     # What the dead process held in the buffer comes back before the new loop runs.
     assert calls == ["buffer.reclaim actor-0", "actor-0.pid", "actor-0.set_endpoints",
-                     "actor-0.run"]
+                     "actor-0.where", "actor-0.run"]
     assert sup.actors[0].args["set_endpoints"] == (sup.endpoints,)
     assert sup.restarts == [1] and list(sup.runs.values()) == [0]
     assert capsys.readouterr().out.splitlines() == [
@@ -294,6 +302,7 @@ def test_a_learner_restart_first_restarts_a_buffer_the_memory_monitor_took_too(
         def __init__(self, *args, **kwargs) -> None:
             calls.append("learner.start")
             self.leader = _Handle("learner", calls, {})
+            self.ranks = [self.leader]
 
         def call(self, method: str) -> None:
             calls.append(f"learner.{method}")
@@ -319,11 +328,13 @@ def test_a_learner_restart_first_restarts_a_buffer_the_memory_monitor_took_too(
     sup.learner, sup.buffers, sup.actors, sup.runs = _Group(), _Buffers(), [], {}
     sup.replacing = {}
     sup.endpoints, sup.learner_restarts, sup.last_version = {"control": "tcp://c"}, 0, 7
+    sup.nodes = NodeWatch(lambda: [])
     sup.events = Events(Console(tmp_path / "logs", live=False), tmp_path, 1, 1000)
     calls.clear()
     sup.restart_learner(0, rex.OutOfMemoryError(_OOM))
     assert calls == ["learner.kill", "buffer.ensure_alive(v7)", "learner.start",
-                     "learner.version", "learner.weights_endpoint", "learner.publish"]
+                     "learner.version", "learner.weights_endpoint", "learner.where",
+                     "learner.publish"]
     line = capsys.readouterr().out
     assert line == ("[launch] learner rank 0 failed: out of memory (Ray's memory monitor killed "
                     f"it, node memory 22.5GB of 23.4GB); log: {tmp_path}/logs/learner-0.log; "
@@ -496,11 +507,11 @@ def test_an_unresponsive_actor_is_reclaimed_then_killed_and_its_loop_rerun(tmp_p
     sup.runs = {_Handle("actor-1", [], {"run": _Died(_SIGKILLED)}).run.remote(): 1}
     sup.check_actors()
     assert calls[2:] == ["buffer.reclaim actor-1", "actor-1.pid", "actor-1.set_endpoints",
-                         "actor-1.run"]
+                         "actor-1.where", "actor-1.run"]
     assert sup.restarts == [0, 1] and sup.replacing == {}
     sup.watch_actors({"actor_silence_s": {"actor-0": 0.2}})  # the new one has not reported
     sup.watch_actors({"actor_silence_s": {"actor-0": 0.2, "actor-1": 2.0}})
-    assert len(calls) == 6
+    assert len(calls) == 7
     logs = tmp_path / "logs"
     assert capsys.readouterr().out.splitlines() == [
         "[launch] actor-1 unresponsive for 31 s: last report at v14, 2 episodes in flight, "
@@ -511,4 +522,83 @@ def test_an_unresponsive_actor_is_reclaimed_then_killed_and_its_loop_rerun(tmp_p
         "[launch] actor-1 restarted by Ray (1 of 3 restarts); its loop runs again"]
     stats["actor_silence_s"]["actor-1"] = 30.0  # hung again: named and replaced again
     sup.watch_actors(stats)
-    assert calls[6:] == ["buffer.reclaim actor-1", "kill actor-1 False"]
+    assert calls[7:] == ["buffer.reclaim actor-1", "kill actor-1 False"]
+
+
+def test_a_buffer_whose_node_is_lost_restarts_elsewhere_with_new_endpoints(
+        monkeypatch, tmp_path, capsys):
+    """Its old endpoints went with the node: the new buffer is placed by buffer.resources
+    alone (no node affinity, no old ports), `moved` says the clients must follow, and the line
+    counts what the old one had received after its snapshot."""
+    import ray
+
+    from agent_r1_async.config import config_from_dict
+    from agent_r1_async.run.processes.buffer_group import SupervisedBuffer
+
+    class _Call:
+        def __init__(self, value):
+            self.value = value
+
+        def remote(self, *args):
+            return self.value
+
+    started: list[tuple[dict, dict]] = []
+    nodes = {"n2": "127.0.0.2", "n3": "127.0.0.3"}
+
+    class _HostClass:
+        def options(self, **options):
+            self.options_ = options
+            return self
+
+        def remote(self, *args, **kwargs):
+            node = "n2" if not started else "n3"
+            started.append((self.options_, kwargs))
+            bound = {"data": f"tcp://{nodes[node]}:1{len(started)}",
+                     "control": f"tcp://{nodes[node]}:2{len(started)}"}
+            return types.SimpleNamespace(
+                endpoints=_Call(bound), serve=_Call("watch"),
+                placement=_Call((bound, {"node_id": node, "ip": nodes[node]})),
+                restored=_Call({"version": 4, "groups": 3, "records": 120, "note": ""}),
+                set_version=_Call(None))
+
+    alive = {"n2": True, "n3": True}
+    monkeypatch.setattr(ray, "remote", lambda **kw: lambda cls: _HostClass())
+    monkeypatch.setattr(ray, "get", lambda ref, timeout=None: ref)
+    monkeypatch.setattr(ray, "kill", lambda handle, no_restart: None)
+    monkeypatch.setattr(ray, "nodes", lambda: [
+        {"NodeID": n, "NodeManagerAddress": ip, "Alive": alive[n]} for n, ip in nodes.items()])
+    cfg = config_from_dict({"buffer": {"resources": {"buffer": 1}}})
+    buffers = SupervisedBuffer(cfg, tmp_path, None, resume=False)
+    assert buffers.endpoints["control"] == "tcp://127.0.0.2:21" and not buffers.moved
+    buffers.seen({"records": 157})
+    alive["n2"] = False
+    buffers.restart(_Died(_SIGKILLED), learner_version=6)
+    (first, _), (second, kwargs) = started
+    assert first == second == {"resources": {"buffer": 1}}  # no affinity to the lost node
+    assert kwargs["bind"] is None  # new ports on the new node
+    assert buffers.moved and buffers.endpoints["control"] == "tcp://127.0.0.3:22"
+    assert buffers.where == {"node_id": "n3", "ip": "127.0.0.3"}
+    assert capsys.readouterr().err == (
+        "[launch] buffer lost with its node 127.0.0.2; restarted from its snapshot of version 4 "
+        "(3 groups ready) on node 127.0.0.3 with new endpoints, buffer now at version 6; lost "
+        "with it: 37 records received after the snapshot (at least: counted at the launcher's "
+        "last look) (1/3)\n")
+
+
+def test_after_the_buffer_moved_the_learner_and_the_actors_follow_it(tmp_path):
+    calls: list[str] = []
+    sup = _bare_supervisor(tmp_path, calls, 2)
+    sup.buffers.moved = True
+    sup.buffers.endpoints = {"data": "tcp://new:1", "control": "tcp://new:2"}
+    sup.buffers.where = {"node_id": "n3", "ip": "127.0.0.3"}
+    sup.learner = types.SimpleNamespace(ranks=[_Handle("learner", calls, {})])
+    sup._follow_buffer()
+    assert sup.endpoints == {"data": "tcp://new:1", "control": "tcp://new:2",
+                             "weights": "tcp://w"}
+    assert sup.learner.ranks[0].args["set_buffer"] == ("tcp://new:2",)
+    assert calls[:3] == ["learner.set_buffer", "actor-0.stop", "actor-1.stop"]
+    assert [c for c in calls if c.endswith(("set_endpoints", ".run"))] == [
+        "actor-0.set_endpoints", "actor-1.set_endpoints", "actor-0.run", "actor-1.run"]
+    assert not sup.buffers.moved and sup.nodes.where["buffer"]["ip"] == "127.0.0.3"
+    sup._follow_buffer()  # followed once
+    assert calls.count("learner.set_buffer") == 1
