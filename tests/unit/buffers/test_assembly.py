@@ -138,3 +138,31 @@ def test_approx_nbytes_counts_packed_arrays_at_their_item_size() -> None:
     lists = msgspec.structs.replace(packed, context_ids=list(range(100)),
                                     action_ids=list(range(10)), behavior_logprobs=[-0.5] * 10)
     assert approx_nbytes(lists) == 400 + 40 * 110 + 32 * 10
+
+
+def test_the_bytes_assembling_are_the_open_groups_bytes_through_every_change() -> None:
+    """`nbytes` is a running total (every credit grant reads it): it must equal the records
+    the open groups hold after adds, a dropped episode, a completed group, a reclaim, an
+    expiry and a restore, and be 0 once nothing assembles."""
+    from agent_r1_async.buffers.assembly import approx_nbytes
+
+    asm, clock = _asm(min_eps=2, timeout=600.0)
+    s0, s1, e0 = step("a0", "ga", 0), step("a0", "ga", 1), end("a0", "ga", 2, group_size=3)
+    _feed(asm, clock, [s0, s1, e0])
+    per_episode = approx_nbytes(s0) + approx_nbytes(s1) + approx_nbytes(e0)
+    assert asm.nbytes == per_episode
+    _feed(asm, clock, episode_records("a1", "ga", group_size=3, status="env_error"))
+    assert asm.nbytes == per_episode  # the failed episode's bytes left with it
+    _feed(asm, clock, episode_records("b0", "gb", group_size=2))
+    assert asm.nbytes == 2 * per_episode
+    _feed(asm, clock, episode_records("b1", "gb", group_size=2))
+    assert asm.nbytes == per_episode  # gb completed: ready, no longer assembling
+    asm.add(step("c0", "gc", 0), clock())
+    assert asm.nbytes == per_episode + approx_nbytes(s0)
+    assert asm.reclaim("gc", clock()) == 1 and asm.nbytes == per_episode
+    fresh, clock2 = _asm()
+    fresh.restore(asm.export(), clock2())
+    assert fresh.nbytes == per_episode
+    clock.advance(600.0)
+    asm.poll(clock())  # ga's last episode never comes: the group expires
+    assert asm.nbytes == 0 and asm.groups_assembling == 0
