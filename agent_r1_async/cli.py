@@ -172,7 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="every process's own output on the console too (logging.verbose); "
                         "otherwise it is in RUN_DIR/logs/")
     p.add_argument("--force", action="store_true",
-                   help="launch even when the memory check says the run does not fit")
+                   help="launch even when the memory check says the run does not fit, or "
+                        "(joining a cluster) no node up now has a role's resources")
     p.set_defaults(func=cmd_launch)
 
     p = sub.add_parser("eval", help="evaluate a model on held-out tasks (exits 1 when every "

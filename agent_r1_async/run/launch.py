@@ -229,7 +229,8 @@ def lost_final_checkpoint(error: str, run_dir: Path) -> str:
 def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None,
            force: bool = False, fresh: bool = False) -> int:
     """The whole run (module docstring); `force`: go on when the memory check says the run
-    does not fit this machine; `fresh`: `resume` has no checkpoint yet, train it from update 0."""
+    does not fit this machine, or when no node up now can host a role (an autoscaler may add
+    one); `fresh`: `resume` has no checkpoint yet, train it from update 0."""
     clock = StartupClock()
     logging.raiseExceptions = False  # a log write on a full disk: no "Logging error" traceback
     preflight(cfg, address, resume, memory=True, force=force, fresh=fresh)
@@ -241,13 +242,13 @@ def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None
     if not cfg.logging.verbose:
         quiet_driver(run_dir / "logs" / "launch.log")
     try:
-        return _launch(cfg, run_dir, console, address, resume, clock)
+        return _launch(cfg, run_dir, console, address, resume, clock, force)
     finally:
         console.close()
 
 
 def _launch(cfg: RunConfig, run_dir: Path, console: Console, address: str | None,
-            resume: str | None, clock: StartupClock) -> int:
+            resume: str | None, clock: StartupClock, force: bool = False) -> int:
     console.say(f"run directory: {run_dir}")
     if not cfg.logging.verbose:
         console.say(f"logs of every process: {run_dir / 'logs'}/ (--verbose: here too)")
@@ -277,10 +278,10 @@ def _launch(cfg: RunConfig, run_dir: Path, console: Console, address: str | None
         with contextlib.nullcontext() if cfg.logging.verbose else descriptors_to(
                 run_dir / "logs" / "launch.log"):
             start_ray(cfg, address)
-        if ray_address(cfg, address):  # a cluster: its nodes are known now
+        if ray_address(cfg, address) and not force:  # a cluster: its nodes are known now
             import ray
 
-            cluster_fits(cfg, ray.nodes())
+            cluster_fits(cfg, ray.nodes())  # --force: nodes an autoscaler adds later
         clock.mark("ray")
         signal.signal(signal.SIGTERM, _raise_interrupt)  # ray.init installed its own handler
         # Keys travel to the processes as Ray task arguments; they never touch a ZMQ socket.
