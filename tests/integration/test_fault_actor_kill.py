@@ -115,6 +115,7 @@ def _supervisor(cfg: RunConfig, ray, actor, run_ref, endpoints, run_dir: Path,
     """The launcher's Supervisor, holding just this actor (its restart logic is under test)."""
     from agent_r1_async.run.output.console import Console
     from agent_r1_async.run.output.events import Events
+    from agent_r1_async.run.processes.nodes import NodeWatch
     from agent_r1_async.run.processes.supervisor import Liveness, Supervisor
 
     sup = Supervisor.__new__(Supervisor)
@@ -123,6 +124,7 @@ def _supervisor(cfg: RunConfig, ray, actor, run_ref, endpoints, run_dir: Path,
     sup.replacing, sup.liveness = {}, Liveness(cfg.launch.unresponsive_s)
     sup.buffers, sup.last_version, sup.run_dir = _Buffers(service), 0, run_dir
     sup.events = Events(Console(run_dir / "logs", live=False), run_dir, 1, 1000)
+    sup.nodes = NodeWatch(lambda: [])
     return sup
 
 

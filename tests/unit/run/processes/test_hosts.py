@@ -33,3 +33,18 @@ def test_a_learner_rank_says_what_its_worker_runs_while_it_runs():
     host._worker.shutdown()
     assert during["doing"] == "an update" and during["for_s"] >= 0.0
     assert seen == [{"result": "updated"}] and after["doing"] == "idle"
+
+
+def test_bind_host_node_becomes_this_nodes_address_and_others_stay(monkeypatch):
+    """`launch.bind_host: node`: each process binds its own Ray node's address, so a buffer
+    on 127.0.0.3 binds there (the multi-node tests run it on a loopback cluster)."""
+    from agent_r1_async.config import config_from_dict
+    from agent_r1_async.run.processes import hosts
+
+    monkeypatch.setattr(hosts, "node_ip", lambda: "127.0.0.3")
+    cfg = config_from_dict({"launch": {"bind_host": "node"}})
+    resolved = hosts.on_this_node(cfg)
+    assert resolved.launch.bind_host == "127.0.0.3" and cfg.launch.bind_host == "node"
+    assert resolved.buffer == cfg.buffer and resolved.launch.curve
+    plain = config_from_dict({"launch": {"bind_host": "127.0.0.1"}})
+    assert hosts.on_this_node(plain) is plain
