@@ -287,7 +287,7 @@ def _launch(cfg: RunConfig, run_dir: Path, console: Console, address: str | None
         # Keys travel to the processes as Ray task arguments; they never touch a ZMQ socket.
         curve = run_keys(cfg, address)
         sup = Supervisor(cfg, run_dir, resume=bool(resume), curve=curve, events=events)
-        (run_dir / "endpoints.json").write_text(json.dumps(sup.endpoints))  # for operators
+        sup.write_endpoints()
         clock.mark("processes")
         if cfg.eval.every_updates:  # eval.every_updates: an evaluation actor (periodic_eval.py)
             evals = PeriodicEval(cfg, sup.endpoints["weights"], keys_for(curve, EVALUATOR),

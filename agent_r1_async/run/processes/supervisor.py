@@ -52,6 +52,7 @@ Only small control values cross Ray (endpoints, metric dicts); data moves over Z
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -401,6 +402,11 @@ class Supervisor:
             if stats is not None:  # with every episode failing no update comes
                 self.check_failures(stats)
 
+    def write_endpoints(self) -> None:
+        """RUN_DIR/endpoints.json: the run's sockets now, for operators (rewritten when the
+        buffer moves or the learner restarts)."""
+        (self.run_dir / "endpoints.json").write_text(json.dumps(self.endpoints))
+
     def _watch_nodes(self) -> None:
         """One line per node lost, naming what ran there (each role's supervision restarts
         its own processes)."""
@@ -413,6 +419,7 @@ class Supervisor:
         if not self.buffers.moved:
             return
         self.endpoints.update(self.buffers.endpoints)
+        self.write_endpoints()
         self.nodes.place("buffer", self.buffers.where)
         for rank in self.learner.ranks:
             self.ray.get(rank.set_buffer.remote(self.endpoints["control"]), timeout=30)
@@ -502,6 +509,7 @@ class Supervisor:
             f"{ckpt or 'the initial weights (no checkpoint yet)'} (version {self.last_version}"
             f"{redo})", self.learner_restarts, self.cfg.learner.max_restarts)
         self.endpoints["weights"] = self.ray.get(self.learner.leader.weights_endpoint.remote())
+        self.write_endpoints()
         self._locate_learner()
         self._restart_actor_loops()
         self.learner.call("publish")

@@ -17,8 +17,11 @@ _AUTH = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE")
 
 @pytest.fixture
 def clean_env(monkeypatch):
+    """No Ray auth variables, and whatever `set_ray_auth` writes is undone after the test
+    (`delenv` of an absent key records nothing to undo: set it first)."""
     for key in _AUTH:
-        monkeypatch.delenv(key, raising=False)
+        monkeypatch.setenv(key, "")
+        monkeypatch.delenv(key)
     return monkeypatch
 
 

@@ -3,6 +3,7 @@ restart the group), what the one restart line says, and a full disk behind Ray's
 
 from __future__ import annotations
 
+import json
 import re
 import types
 
@@ -600,5 +601,6 @@ def test_after_the_buffer_moved_the_learner_and_the_actors_follow_it(tmp_path):
     assert [c for c in calls if c.endswith(("set_endpoints", ".run"))] == [
         "actor-0.set_endpoints", "actor-1.set_endpoints", "actor-0.run", "actor-1.run"]
     assert not sup.buffers.moved and sup.nodes.where["buffer"]["ip"] == "127.0.0.3"
+    assert json.loads((tmp_path / "endpoints.json").read_text()) == sup.endpoints  # operators
     sup._follow_buffer()  # followed once
     assert calls.count("learner.set_buffer") == 1
