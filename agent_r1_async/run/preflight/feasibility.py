@@ -44,7 +44,7 @@ from agent_r1_async.buffers.assembly import max_episode_nbytes
 from agent_r1_async.config import LOOPBACK_HOSTS, ConfigError, RunConfig
 from agent_r1_async.learner.checkpoint_files import complete_checkpoints, step_dirs, verify
 from agent_r1_async.run.preflight.memory import buffer_fits_memory
-from agent_r1_async.run.processes.ray_cluster import _cpus_needed, ray_address
+from agent_r1_async.run.processes.ray_cluster import BUFFER_NUM_CPUS, _cpus_needed, ray_address
 
 _GIB = 1 << 30
 
@@ -380,7 +380,7 @@ def cluster_fits(cfg: RunConfig, nodes: list[dict[str, Any]]) -> None:
             f"launch.bind_host: {cfg.launch.bind_host!r} is reachable only from its own node, "
             f"and this cluster has {len(alive)}: use node (each process binds its own node's "
             "address) or 0.0.0.0")
-    roles = (("buffer.resources", {"CPU": 0.5, **cfg.buffer.resources}),
+    roles = (("buffer.resources", {"CPU": BUFFER_NUM_CPUS, **cfg.buffer.resources}),
              ("learner.resources", {"CPU": cfg.learner.num_cpus, "GPU": cfg.learner.num_gpus,
                                     **cfg.learner.resources}),
              ("actors.resources", {"CPU": cfg.actors.num_cpus, "GPU": cfg.actors.num_gpus,

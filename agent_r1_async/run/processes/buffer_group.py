@@ -37,6 +37,7 @@ from agent_r1_async.config import RunConfig
 from agent_r1_async.run.output.events import death_cause, process_death
 from agent_r1_async.run.output.logs import log_file
 from agent_r1_async.run.processes.nodes import alive_nodes
+from agent_r1_async.run.processes.ray_cluster import BUFFER_NUM_CPUS
 from agent_r1_async.wire.zmq import CurveKeys
 
 
@@ -76,7 +77,7 @@ class SupervisedBuffer:
         options: dict[str, Any] = {"resources": dict(self.cfg.buffer.resources)}
         if self._node is not None:  # its endpoints are on this node's addresses
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(self._node, soft=False)
-        cls = self.ray.remote(num_cpus=0.5, max_concurrency=4)(BufferHost)
+        cls = self.ray.remote(num_cpus=BUFFER_NUM_CPUS, max_concurrency=4)(BufferHost)
         self.handle = cls.options(**options).remote(
             self.cfg, self.bounds, str(self.run_dir / "buffer"), self.curve, relaunch,
             bind=self._bound, pid_file=str(self.run_dir / "buffer.pid"),

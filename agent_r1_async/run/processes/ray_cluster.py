@@ -22,10 +22,13 @@ from pathlib import Path
 
 from agent_r1_async.config import RunConfig
 
+BUFFER_NUM_CPUS = 0.5
+"""CPUs Ray reserves for the buffer process (run/processes/buffer_group.py)."""
+
 
 def _cpus_needed(cfg: RunConfig) -> float:
     return (cfg.learner.world_size * cfg.learner.num_cpus
-            + cfg.actors.num_actors * cfg.actors.num_cpus + 0.5)
+            + cfg.actors.num_actors * cfg.actors.num_cpus + BUFFER_NUM_CPUS)
 
 
 def ray_address(cfg: RunConfig, address: str | None) -> str | None:
