@@ -160,7 +160,8 @@ class BufferHost(_Host):
 
     def restored(self) -> dict[str, Any]:
         """What this process restored from the snapshot: its version, ready groups and records
-        received (`BufferStats.records`), and `note`: the console's line when a snapshot was corrupt or unverified ("" if none)."""
+        received (`BufferStats.records`), and `note`: the console's line when a snapshot was
+        corrupt or unverified ("" if none)."""
         stats = self.service.metrics()
         report = self.service.snapshot_report
         return {"version": stats.learner_version, "groups": stats.groups_ready,

@@ -221,8 +221,8 @@ class Supervisor:
         """Each process's node (`placement_line`, node-loss events)."""
         self.nodes.place("buffer", self.buffers.where)
         self._locate_learner()
-        for i, a in enumerate(self.actors):
-            self.nodes.place(f"actor-{i}", ray.get(a.where.remote()))
+        for i, w in enumerate(ray.get([a.where.remote() for a in self.actors])):
+            self.nodes.place(f"actor-{i}", w)
         if len(self.nodes.alive) > 1:
             self.events.console.say(f"placement: {placement_line(self.nodes.where)}")
         if resume:
