@@ -117,6 +117,16 @@ class _Handle:
         return types.SimpleNamespace(remote=remote)
 
 
+class _Call:
+    """A Ray actor method whose `.remote()` is its answer (with `ray.get` patched to identity)."""
+
+    def __init__(self, value) -> None:
+        self.value = value
+
+    def remote(self, *args):
+        return self.value
+
+
 class _OrderRay:
     exceptions = rex
 
@@ -231,13 +241,6 @@ def test_every_buffer_host_gets_the_record_bounds_derived_once(monkeypatch, tmp_
     from agent_r1_async.config import config_from_dict
     from agent_r1_async.run.processes.buffer_group import SupervisedBuffer
     from agent_r1_async.run.processes.hosts import BufferHost
-
-    class _Call:
-        def __init__(self, value):
-            self.value = value
-
-        def remote(self, *args):
-            return self.value
 
     started: list[tuple[tuple, dict]] = []
 
@@ -535,13 +538,6 @@ def test_a_buffer_whose_node_is_lost_restarts_elsewhere_with_new_endpoints(
 
     from agent_r1_async.config import config_from_dict
     from agent_r1_async.run.processes.buffer_group import SupervisedBuffer
-
-    class _Call:
-        def __init__(self, value):
-            self.value = value
-
-        def remote(self, *args):
-            return self.value
 
     started: list[tuple[dict, dict]] = []
     nodes = {"n2": "127.0.0.2", "n3": "127.0.0.3"}
