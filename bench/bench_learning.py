@@ -3,6 +3,7 @@
     .venv/bin/python -m bench.bench_learning                       # 3 seeds, ~20 min each here
     .venv/bin/python -m bench.bench_learning --seeds 0 --set learner.total_updates=5
     .venv/bin/python -m bench.bench_learning --runs runs/learn-s0-* runs/learn-s1-*  # summarize
+    .venv/bin/python -m bench.bench_learning --config configs/mcp_example.yaml  # another config
     .venv/bin/python -m bench.bench_learning --precision-parity --set learner.total_updates=12 \
         --set eval.num_tasks=100                                   # fp32 vs bf16, 3 seeds each
 
@@ -12,7 +13,7 @@ that alternates by seed; each arm trains its own warm start in its own precision
 It prints each arm's held-out success after RL (mean ± 95 % t interval over seeds), the
 paired difference bf16 − fp32 per seed, and the seconds per update of each arm.
 
-Each seed is one `agent-r1-async launch` of `configs/default.yaml` (plus any `--set`) with
+Each seed is one `agent-r1-async launch` of `configs/default.yaml` (or `--config`, plus any `--set`) with
 `actors.seed` and `buffer.seed` set to the seed, so the episodes sampled differ between seeds;
 the supervised warm start is trained by the first launch and reused by the others (its cache
 key does not include those seeds). Every launch evaluates the warm-started policy (version 0)
@@ -41,9 +42,12 @@ ARMS = {"fp32": ["engine.dtype=float32", "learner.bf16=false"],
         "bf16": ["engine.dtype=bfloat16", "learner.bf16=true"]}
 
 
-def run_seed(seed: int, overrides: list[str], name: str = "learn") -> Path:
+def run_seed(seed: int, overrides: list[str], name: str = "learn",
+             config: Path | None = None) -> Path:
     cmd = [str(ROOT / ".venv/bin/agent-r1-async"), "launch", "--set", f"launch.name={name}-s{seed}",
            "--set", f"actors.seed={seed}", "--set", f"buffer.seed={seed}"]
+    if config is not None:
+        cmd[2:2] = ["--config", str(config)]
     for o in overrides:
         cmd += ["--set", o]
     print("$", " ".join(cmd), flush=True)
@@ -108,6 +112,7 @@ def plot(results: list[dict[str, Any]], metric: str, path: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--config", type=Path, help="launch this config instead of the default one")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--runs", nargs="+", type=Path, help="summarize these finished runs instead")
     ap.add_argument("--metric", default="success", help="held-out metric (eval.json key)")
@@ -118,9 +123,11 @@ def main() -> None:
     if args.precision_parity:
         parity(args)
         return
-    runs = args.runs or [run_seed(s, args.overrides) for s in args.seeds]
+    name = args.config.stem if args.config else "learn"
+    runs = args.runs or [run_seed(s, args.overrides, name, args.config) for s in args.seeds]
     results = [summarize(r, args.metric) for r in runs]
-    print(f"\n## Held-out {args.metric} before/after RL (default config)")
+    print(f"\n## Held-out {args.metric} before/after RL ({args.config or 'default config'}"
+          f"{', ' + ', '.join(args.overrides) if args.overrides else ''})")
     print(f"{'run':<34} {'before':>7} {'after':>7} {'gain':>7} {'updates':>8} {'RL min':>7}")
     for r in results:
         print(f"{r['run']:<34} {r['before']:7.3f} {r['after']:7.3f} {r['gain']:+7.3f} "
@@ -129,6 +136,9 @@ def main() -> None:
     mean, spread = mean_sd(gains)
     print(f"mean gain {mean:+.3f} (std over seeds {spread:.3f}, "
           f"min {min(gains):+.3f}); mean before {statistics.fmean(r['before'] for r in results):.3f}")
+    if len(gains) > 1:
+        print(f"gain {fmt_ci(gains)} (95 % t); after {fmt_ci([r['after'] for r in results])}, "
+              f"before {fmt_ci([r['before'] for r in results])}")
     plot(results, args.metric, args.plot)
     print(f"plot: {args.plot}")
 
