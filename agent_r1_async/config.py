@@ -389,6 +389,17 @@ class LearnerConfig(_Section):
     bf16: bool | Literal["auto"] = "auto"
     """bf16 autocast for forward/backward (fp32 master weights and AdamW state); auto: on
     where `learner.device` multiplies bf16 natively, as `engine.dtype: auto` (precision.py)."""
+    bf16_copy: bool = True
+    """With bf16 on and one learner process (no LoRA): forward and backward run on a bf16 copy
+    of the weights, refreshed after each optimizer step, whose gradients accumulate into the
+    fp32 master weights; casts the weights once per step instead of in every layer call
+    (learner/bf16_copy.py). false: plain autocast over the fp32 weights."""
+    compile: bool = False
+    """torch.compile (inductor, dynamic shapes) every decoder layer of the model the learner
+    runs forward and backward on: fused elementwise kernels, fewer passes over memory. The
+    first forward and backward compile (tens of seconds; inductor caches them on disk for the
+    next run). On a CPU inductor needs a C++ compiler (g++, c++ or clang++ on PATH, or $CXX).
+    One learner process without LoRA."""
     gradient_checkpointing: bool = False
     """Recompute each decoder layer's activations in backward (non-reentrant
     torch.utils.checkpoint; FSDP2 needs that variant): a micro-batch keeps one layer's
@@ -451,6 +462,10 @@ class LearnerConfig(_Section):
                  "nccl needs CUDA devices; learner.device is cpu (use gloo or auto)")
         _require(not (self.world_size > 1 and self.lora.enabled), "learner.world_size",
                  "LoRA (learner.lora.enabled) trains with one learner process only; set 1")
+        _require(not (self.compile and (self.world_size > 1 or self.lora.enabled)),
+                 "learner.compile", "compiles one learner process without LoRA; "
+                 f"learner.world_size is {self.world_size}, learner.lora.enabled "
+                 f"{self.lora.enabled}")
         _require(self.lr > 0, "learner.lr", "must be > 0")
         _require(len(self.betas) == 2, "learner.betas", "must be two numbers [beta1, beta2]")
         _require(all(0 <= b < 1 for b in self.betas), "learner.betas",

@@ -7,11 +7,13 @@ in the same run, fp32 vs bf16 autocast, with the update's time broken down by ph
 
 Method (one process, `--threads` torch threads; a launch's learner runs on 1, the default):
 - peak: the best of 5 one-second runs of 2048 × 2048 matmuls, bf16 and fp32 (2·n³ FLOPs each);
-- the learner: `PolicyTrainer` from `--config` twice, `learner.bf16` false and true (fp32
-  master weights both), on one synthetic batch of `--rows` steps of `--context` + `--action`
+- the learner: `PolicyTrainer` from `--config` three times: `fp32` (`learner.bf16` false),
+  `bf16` (true: forward and backward on the bf16 working copy of the weights, the default) and
+  `autocast` (true with `learner.bf16_copy` false: plain autocast over the fp32 weights); fp32
+  master weights and AdamW state in all three; on one synthetic batch of `--rows` steps of `--context` + `--action`
   tokens (random ids: the cost does not depend on them), micro-batched as the config says.
-  The two arms alternate for `--steps` updates after a warm-up, the order flipping each step,
-  so machine load hits both.
+  The arms alternate for `--steps` updates after a warm-up, the order flipping each step, so
+  machine load hits all of them.
 - phases of an update: packing (`make_micro_batches`), forward and backward (the trainer's own
   clock, `time_forward_s` / `time_backward_s`; forward includes the loss), optimizer (clip +
   AdamW), publish (`published_state_dict` in the engines' dtype); the LM head alone (head +
@@ -23,7 +25,7 @@ Method (one process, `--threads` torch threads; a launch's learner runs on 1, th
   not counted, as MFU conventionally does.
 - MFU = model FLOPs / (forward + backward seconds) / peak bf16 FLOP/s; "update MFU" divides by
   the whole update (packing + forward + backward + optimizer) instead.
-Medians over the timed steps; the ratio line is bf16 over fp32, per step.
+Medians over the timed steps; the ratio lines are per step: fp32 over bf16, autocast over bf16.
 """
 
 from __future__ import annotations
@@ -63,7 +65,8 @@ def matmul_peak(dtype: Any, n: int = 2048, seconds: float = 1.0, repeats: int = 
 class Arm:
     """One precision: a trainer and the per-step phase seconds measured on it."""
 
-    def __init__(self, name: str, bf16: bool, args: argparse.Namespace, model_path: str) -> None:
+    def __init__(self, name: str, bf16: bool, args: argparse.Namespace, model_path: str,
+                 extra: tuple[str, ...] = ()) -> None:
         import torch
 
         from agent_r1_async.config import load_config
@@ -72,7 +75,7 @@ class Arm:
         self.name = name
         torch.manual_seed(0)
         overrides = [f"learner.bf16={str(bf16).lower()}", "learner.device=cpu",
-                     f"engine.dtype={'bfloat16' if bf16 else 'float32'}", *args.overrides]
+                     f"engine.dtype={'bfloat16' if bf16 else 'float32'}", *extra, *args.overrides]
         self.cfg = load_config(args.config, overrides)
         self.trainer = PolicyTrainer(self.cfg, model_path)
         self.seconds: dict[str, list[float]] = {p: [] for p in PHASES}
@@ -144,7 +147,8 @@ def main() -> None:
     model_path = resolve_model(MODEL)
     peak_bf16 = matmul_peak(torch.bfloat16)
     peak_fp32 = matmul_peak(torch.float32)
-    arms = [Arm("fp32", False, args, model_path), Arm("bf16", True, args, model_path)]
+    arms = [Arm("fp32", False, args, model_path), Arm("bf16", True, args, model_path),
+            Arm("autocast", True, args, model_path, ("learner.bf16_copy=false",))]
     lm = arms[0].trainer._causal_lm()
     rows = synthetic_rows(args.rows, args.context, args.action, lm.config.vocab_size)
     n_all = flops_params(lm)
@@ -160,15 +164,17 @@ def main() -> None:
     print(f"matmul peak ({args.threads} thread(s), 2048²): bf16 {peak_bf16 / 1e9:.0f} GFLOP/s, "
           f"fp32 {peak_fp32 / 1e9:.0f} GFLOP/s ({peak_bf16 / peak_fp32:.1f}×)")
     print(f"model FLOPs per update: {flops / 1e9:.1f} GFLOP (6·N·tokens, head on action tokens)")
-    print(f"{'arm':5} " + " ".join(f"{p + ' s':>11}" for p in PHASES)
+    print(f"{'arm':8} " + " ".join(f"{p + ' s':>11}" for p in PHASES)
           + f" {'fwd+bwd GF/s':>12} {'MFU':>6} {'update MFU':>10}")
     for arm in arms:
         fb, upd = statistics.median(arm.fb()), statistics.median(arm.update())
-        print(f"{arm.name:5} " + " ".join(f"{arm.median(p):11.3f}" for p in PHASES)
+        print(f"{arm.name:8} " + " ".join(f"{arm.median(p):11.3f}" for p in PHASES)
               + f" {flops / fb / 1e9:12.0f} {flops / fb / peak_bf16:6.1%} "
               f"{flops / upd / peak_bf16:10.1%}")
-    ratios = [a / b for a, b in zip(arms[0].fb(), arms[1].fb(), strict=True)]
-    print(f"bf16 speed-up, forward+backward (fp32 s / bf16 s per step): {fmt_spread(ratios, unit='×')}")
+    for other in (arms[0], arms[2]):
+        ratios = [a / b for a, b in zip(other.fb(), arms[1].fb(), strict=True)]
+        print(f"bf16 speed-up, forward+backward ({other.name} s / bf16 s per step): "
+              f"{fmt_spread(ratios, unit='×')}")
     for arm in arms:
         print(f"{arm.name} forward+backward seconds: {fmt_spread(arm.fb())}")
 

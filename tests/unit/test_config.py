@@ -83,6 +83,8 @@ def test_defaults_and_overrides():
          "learner.backend: nccl needs CUDA devices; learner.device is cpu"),
         ({}, ["learner.world_size=2", "learner.lora.enabled=true"],
          "learner.world_size: LoRA (learner.lora.enabled) trains with one learner process only"),
+        ({}, ["learner.compile=true", "learner.world_size=2"],
+         "learner.compile: compiles one learner process without LoRA; learner.world_size is 2"),
     ],
 )
 def test_bad_configs_name_the_key(data, overrides, message):

@@ -36,6 +36,7 @@ import ipaddress
 import math
 import os
 import re
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,7 @@ def check_feasible(cfg: RunConfig, address: str | None = None, resume: str | Non
     if resume:
         resume_has_checkpoint(resume, fresh)
     batch_fits_buffer(cfg)
+    compiler_present(cfg)
     joined = ray_address(cfg, address) is not None
     if not joined:
         cpus_fit(cfg)
@@ -89,6 +91,20 @@ def batch_fits_buffer(cfg: RunConfig) -> None:
         f"({cfg.buffer.max_bytes / _GIB:.3g} GiB): the buffer would stop granting credits "
         f"before a batch is complete; at most {cfg.buffer.max_bytes // group} groups fit "
         "(or raise buffer.max_bytes)")
+
+
+def compiler_present(cfg: RunConfig) -> None:
+    """`learner.compile`: inductor builds C++ kernels on a CPU (and Triton's launchers on a GPU)
+    with the machine's compiler; without one it fails only inside the learner's first update."""
+    if not cfg.learner.compile:
+        return
+    names = [os.environ["CXX"]] if os.environ.get("CXX") else ["g++", "c++", "clang++"]
+    if any(shutil.which(n) for n in names):
+        return
+    raise ConfigError(
+        f"learner.compile: inductor builds the learner's kernels with a C++ compiler, and "
+        f"none is on PATH ({' '.join(names)}): install g++ (Debian/Ubuntu: apt-get install g++) "
+        "or set learner.compile false")
 
 
 def cpus_fit(cfg: RunConfig) -> None:

@@ -377,3 +377,21 @@ def test_loopback_sockets_on_a_cluster_of_several_nodes_are_refused() -> None:
 def test_a_roles_resources_must_be_custom_and_positive(key, resources, why) -> None:
     with pytest.raises(ValueError, match=rf"^{key}\.resources: {why}"):
         config_from_dict({key: {"resources": resources}})
+
+
+def test_learner_compile_needs_a_cpp_compiler_on_path(monkeypatch, tmp_path):
+    cfg = config_from_dict({"learner": {"compile": True}})
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty directory: no compiler at all
+    with pytest.raises(ConfigError) as e:
+        feasibility.compiler_present(cfg)
+    assert str(e.value).startswith("learner.compile: inductor builds the learner's kernels")
+    assert "(g++ c++ clang++)" in str(e.value) and "learner.compile false" in str(e.value)
+    fake = tmp_path / "clang++"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    feasibility.compiler_present(cfg)  # any one of them will do
+    monkeypatch.setenv("CXX", "my-cxx")  # $CXX is the only one inductor then tries
+    with pytest.raises(ConfigError, match=r"none is on PATH \(my-cxx\)"):
+        feasibility.compiler_present(cfg)
+    feasibility.compiler_present(config_from_dict({}))  # off: nothing checked
