@@ -8,8 +8,8 @@ that uses them, so each process decides for the hardware it runs on:
   torch emulates bf16 through fp32 and gains nothing.
 
 bf16 means: the engine holds bf16 weights and computes in bf16; the learner keeps fp32 master
-weights and AdamW state (`model.dtype`) and runs forward and backward under bf16 autocast;
-weights are published in the engine's dtype. The two sides then round differently, so the
+weights and AdamW state (`model.dtype`) and runs forward and backward under bf16 autocast on a
+bf16 working copy of the weights (`learner.bf16_copy`, learner/bf16_copy.py); weights are published in the engine's dtype. The two sides then round differently, so the
 behavior log-probs (engine) and the proximal ones (learner) differ a little even for fresh
 tokens: decoupled PPO's importance weight w = exp(proximal − behavior) corrects exactly that,
 and the learner logs its size per update (learner/mismatch.py).
@@ -106,7 +106,9 @@ def describe(engine: EngineConfig, learner: LearnerConfig,
     dtype = engine_dtype(engine, flags=flags)
     bf16 = learner_bf16(learner, flags=flags)
     ok, why = bf16_support(learner.device, flags)
-    learner_side = "bf16 autocast, fp32 master weights" if bf16 else "fp32"
+    copy = " on a bf16 copy" if learner.bf16_copy and learner.world_size == 1 \
+        and not learner.lora.enabled else ""
+    learner_side = f"bf16 autocast{copy}, fp32 master weights" if bf16 else "fp32"
     auto = engine.dtype == "auto" or learner.bf16 == "auto"
     reason = f" ({why})" if auto else " (as configured)"
     if auto and not ok:

@@ -76,6 +76,7 @@ def main() -> None:
     ap.add_argument("--separate", action="store_true",
                     help="CPU: each side in its own process (own peak memory), not interleaved")
     ap.add_argument("--bf16", action="store_true", help="CPU interleaved: bf16 autocast too")
+    ap.set_defaults(bf16_copy=True)
     ap.add_argument("--peak-tflops", type=float, default=0.0)
     ap.add_argument("--quick", action="store_true", help="4 rows, 1 timed step, fp32 only")
     ap.add_argument("--world-size", default="", help="comma-separated learner world sizes")
@@ -138,7 +139,14 @@ def main() -> None:
             plain = run_config("plain", bf16, args, model_path)
             ours = run_config("ours", bf16, args, model_path)
             prec = "bf16 autocast" if bf16 else "fp32"
-            for label, r in ((f"plain HF step, {prec}", plain), (f"PolicyTrainer, {prec}", ours)):
+            rows = [(f"plain HF step, {prec}", plain),
+                    (f"PolicyTrainer, {'bf16 copy' if bf16 else prec}", ours)]
+            if bf16:  # the trainer's default bf16 copy (above) against autocast alone
+                args.bf16_copy = False
+                rows.append(("PolicyTrainer, autocast only", run_config("ours", bf16, args,
+                                                                        model_path)))
+                args.bf16_copy = True
+            for label, r in rows:
                 ratio = r["tok_s"] / plain["tok_s"]
                 line = (f"{label:28} {r['tok_s']:>9.1f} {r['step_s']:>7.2f} "
                         f"{r['proximal_s']:>10.2f} {r['peak_mb']:>8.0f} "

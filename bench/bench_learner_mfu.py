@@ -9,8 +9,9 @@ Method (one process, `--threads` torch threads; a launch's learner runs on 1, th
 - peak: the best of 5 one-second runs of 2048 × 2048 matmuls, bf16 and fp32 (2·n³ FLOPs each);
 - the learner: `PolicyTrainer` from `--config` three times: `fp32` (`learner.bf16` false),
   `bf16` (true: forward and backward on the bf16 working copy of the weights, the default) and
-  `autocast` (true with `learner.bf16_copy` false: plain autocast over the fp32 weights); fp32
-  master weights and AdamW state in all three; on one synthetic batch of `--rows` steps of `--context` + `--action`
+  `autocast` (true with `learner.bf16_copy` false: plain autocast over the fp32 weights), and
+  `compiled` (`bf16` with `learner.compile`: inductor-compiled decoder layers; its compile
+  falls in the warm-up); fp32 master weights and AdamW state in all four; on one synthetic batch of `--rows` steps of `--context` + `--action`
   tokens (random ids: the cost does not depend on them), micro-batched as the config says.
   The arms alternate for `--steps` updates after a warm-up, the order flipping each step, so
   machine load hits all of them.
@@ -25,7 +26,8 @@ Method (one process, `--threads` torch threads; a launch's learner runs on 1, th
   not counted, as MFU conventionally does.
 - MFU = model FLOPs / (forward + backward seconds) / peak bf16 FLOP/s; "update MFU" divides by
   the whole update (packing + forward + backward + optimizer) instead.
-Medians over the timed steps; the ratio lines are per step: fp32 over bf16, autocast over bf16.
+Medians over the timed steps; the ratio lines are per step: fp32, autocast and bf16 each over
+bf16 or compiled.
 """
 
 from __future__ import annotations
@@ -148,7 +150,8 @@ def main() -> None:
     peak_bf16 = matmul_peak(torch.bfloat16)
     peak_fp32 = matmul_peak(torch.float32)
     arms = [Arm("fp32", False, args, model_path), Arm("bf16", True, args, model_path),
-            Arm("autocast", True, args, model_path, ("learner.bf16_copy=false",))]
+            Arm("autocast", True, args, model_path, ("learner.bf16_copy=false",)),
+            Arm("compiled", True, args, model_path, ("learner.compile=true",))]
     lm = arms[0].trainer._causal_lm()
     rows = synthetic_rows(args.rows, args.context, args.action, lm.config.vocab_size)
     n_all = flops_params(lm)
@@ -171,9 +174,9 @@ def main() -> None:
         print(f"{arm.name:8} " + " ".join(f"{arm.median(p):11.3f}" for p in PHASES)
               + f" {flops / fb / 1e9:12.0f} {flops / fb / peak_bf16:6.1%} "
               f"{flops / upd / peak_bf16:10.1%}")
-    for other in (arms[0], arms[2]):
-        ratios = [a / b for a, b in zip(other.fb(), arms[1].fb(), strict=True)]
-        print(f"bf16 speed-up, forward+backward ({other.name} s / bf16 s per step): "
+    for slow, fast in ((0, 1), (2, 1), (1, 3), (2, 3)):
+        ratios = [a / b for a, b in zip(arms[slow].fb(), arms[fast].fb(), strict=True)]
+        print(f"speed-up, forward+backward ({arms[slow].name} s / {arms[fast].name} s per step): "
               f"{fmt_spread(ratios, unit='×')}")
     for arm in arms:
         print(f"{arm.name} forward+backward seconds: {fmt_spread(arm.fb())}")

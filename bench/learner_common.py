@@ -70,6 +70,7 @@ def bench_config(bf16: bool, args: Any, overrides: list[str] | None) -> Any:
         return load_config(DEFAULT_CONFIG, [f"learner.device={args.device}", *overrides])
     return RunConfig(algorithm=AlgorithmConfig(name="grpo"),
                      learner=LearnerConfig(lr=1e-6, bf16=bf16, device=args.device,
+                                           bf16_copy=getattr(args, "bf16_copy", True),
                                            micro_batch_tokens=args.micro_batch_tokens,
                                            flash_attention=True))
 

@@ -156,13 +156,13 @@ step "wheels from $WHEELS into $SITE" 20 bash -c "ls $WHEELS/*.whl && { $PY -m p
 --no-index --no-deps --disable-pip-version-check --target $SITE $WHEELS/*.whl || $PY -c \
 'import sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) for w in sys.argv[2:]]' \
 $SITE $WHEELS/*.whl; }"
-step "pytest -m \"$MARK\" tests/gpu" 200 "$PY" -m pytest -m "$MARK" tests/gpu \
+step "pytest -m \"$MARK\" tests/gpu" 120 "$PY" -m pytest -m "$MARK" tests/gpu \
   --ignore=tests/gpu/test_ipc.py -v -rs -p no:cacheprovider
-step "CUDA IPC between two processes" 90 "$PY" -m pytest -m "$MARK" tests/gpu/test_ipc.py \
+step "CUDA IPC between two processes" 60 "$PY" -m pytest -m "$MARK" tests/gpu/test_ipc.py \
   -v -rs -p no:cacheprovider
 if [ "$CUDA" = yes ]; then
-  step "learner bench 0.5b" 100 "$PY" -m bench.bench_learner --device cuda --model-size 0.5b
-  step "learner bench 1.5b" 130 "$PY" -m bench.bench_learner --device cuda --model-size 1.5b
+  step "learner bench 0.5b" 140 "$PY" -m bench.bench_learner --device cuda --model-size 0.5b
+  step "learner bench 1.5b" 200 "$PY" -m bench.bench_learner --device cuda --model-size 1.5b
 fi
 
 if [ "$DRY" = 0 ]; then

@@ -37,8 +37,11 @@ def test_auto_resolves_per_hardware_and_explicit_values_stay():
 def test_describe_is_one_line_that_says_why():
     e, lc = EngineConfig(), LearnerConfig(device="cpu")
     assert precision.describe(e, lc, AMX) == (
-        "precision: engine bfloat16, learner bf16 autocast, fp32 master weights "
+        "precision: engine bfloat16, learner bf16 autocast on a bf16 copy, fp32 master weights "
         "(the CPU has AMX-BF16)")
+    plain = precision.describe(e, LearnerConfig(device="cpu", bf16_copy=False), AMX)
+    assert plain == ("precision: engine bfloat16, learner bf16 autocast, fp32 master weights "
+                     "(the CPU has AMX-BF16)")
     line = precision.describe(e, lc, PLAIN)
     assert line.startswith("precision: engine float32, learner fp32 (fp32 because the CPU has "
                            "neither AMX-BF16 nor AVX512-BF16")

@@ -11,7 +11,7 @@ The estimate, per process (bytes; P = parameters of `model.name_or_path`'s archi
 
     learner   (PROCESS + 16 P / world_size        fp32 weights, gradients, AdamW m and v
                + 2 P x engine dtype bytes         the published state dict and its frame
-               + 2 P / world_size with bf16       autocast's bf16 copies of the weights
+               + 2 P / world_size with bf16       bf16 copies of the weights (working copy or autocast's)
                + FRAG x (activations + head)) per rank
               activations = micro_batch_tokens x layers x (12 hidden + 3 intermediate) x 4
                             (x 0.5 with bf16; with gradient_checkpointing only each layer's
@@ -103,7 +103,7 @@ def learner_parts(cfg: RunConfig, d: ModelDims) -> dict[str, float]:
         "activations": FRAG * lc.micro_batch_tokens * per_token,
         "LM head": FRAG * head_tokens * d.vocab * 12,
     }
-    if bf16:  # autocast's bf16 copy of every weight, kept for the forward and its backward
+    if bf16:  # the bf16 working copy (learner/bf16_copy.py), or autocast's casts of the weights
         parts["bf16 weight copies"] = 2 * d.params / lc.world_size
     return parts
 
