@@ -218,7 +218,9 @@ class PolicyTrainer:
             self.bf16_copy = Bf16Copy(self.net)
         if self.lcfg.compile:  # in place: module names, state dicts and checkpoints unchanged
             trained = self.bf16_copy.module if self.bf16_copy is not None else self.net
-            for layer in trained.lm.get_decoder().layers:
+            lm: Any = trained.lm
+            layers: nn.ModuleList = lm.get_decoder().layers
+            for layer in layers:
                 layer.compile(dynamic=True)
         self.optimizer = torch.optim.AdamW(
             self.trainable_parameters(), lr=self.lcfg.lr, betas=tuple(self.lcfg.betas),
