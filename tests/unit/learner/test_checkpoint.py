@@ -534,3 +534,23 @@ def test_two_ranks_agree_on_the_checkpoint_they_resume(tmp_path):
                                                         "RuntimeError: rank 1 cannot read its shard"]]
     # Only rank 0 hashed: step-3's and step-2's two files each (step-4 failed on its size).
     assert ranks[0]["hashed"] == ["dcp", "dcp", "step-2", "step-3"] and ranks[1]["hashed"] == []
+
+
+def test_a_restore_reaches_the_bf16_working_copy(tmp_path, micro_model_dir):
+    """Restoring writes the master weights in place, so the bf16 copy the next forward runs on
+    is refreshed from them: every copied tensor equals the restored master rounded to bf16."""
+    trainer = _trainer(micro_model_dir)
+    _take_a_step(trainer)
+    first = checkpoint.save_checkpoint(str(tmp_path), trainer, {"version": 1, "updates": 1})
+    _take_a_step(trainer)
+    second = checkpoint.save_checkpoint(str(tmp_path), trainer, {"version": 2, "updates": 2})
+    restored = _trainer(first)
+    if restored.bf16_copy is None:
+        pytest.skip("this CPU resolves learner.bf16 auto to fp32 (no AMX-BF16 / AVX512-BF16)")
+    checkpoint.load_trainer_state(second, restored)
+    assert restored.bf16_copy.refresh() > 0
+    masters = dict(restored.net.named_parameters())
+    for name, work in restored.bf16_copy.module.named_parameters():
+        assert torch.equal(work, masters[name].detach().to(torch.bfloat16)), name
+    mine = dict(trainer.net.named_parameters())
+    assert all(torch.equal(masters[n], mine[n]) for n in masters)  # it is the second step's
