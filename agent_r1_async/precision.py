@@ -9,8 +9,8 @@ that uses them, so each process decides for the hardware it runs on:
 
 bf16 means: the engine holds bf16 weights and computes in bf16; the learner keeps fp32 master
 weights and AdamW state (`model.dtype`) and runs forward and backward under bf16 autocast on a
-bf16 working copy of the weights (`learner.bf16_copy`, learner/bf16_copy.py); weights are published in the engine's dtype. The two sides then round differently, so the
-behavior log-probs (engine) and the proximal ones (learner) differ a little even for fresh
+bf16 working copy of the weights (`learner.bf16_copy`, learner/bf16_copy.py); weights are
+published in the engine's dtype. The two sides then round differently, so the behavior log-probs (engine) and the proximal ones (learner) differ a little even for fresh
 tokens: decoupled PPO's importance weight w = exp(proximal − behavior) corrects exactly that,
 and the learner logs its size per update (learner/mismatch.py).
 
@@ -100,14 +100,20 @@ def learner_bf16(cfg: LearnerConfig, device: str | torch.device | None = None,
     return bf16_support(cfg.device if device is None else device, flags)[0]
 
 
+def bf16_copy_allowed(cfg: LearnerConfig) -> bool:
+    """Whether the config lets a bf16 learner train on its bf16 working copy: `learner.bf16_copy`
+    on one process (FSDP2 ranks keep autocast over their shards, or bf16 gathers on CUDA) without
+    LoRA (whose frozen base autocast casts anyway)."""
+    return cfg.bf16_copy and cfg.world_size == 1 and not cfg.lora.enabled
+
+
 def describe(engine: EngineConfig, learner: LearnerConfig,
              flags: frozenset[str] | None = None) -> str:
     """One console line: the formats this machine resolves the config to, and why."""
     dtype = engine_dtype(engine, flags=flags)
     bf16 = learner_bf16(learner, flags=flags)
     ok, why = bf16_support(learner.device, flags)
-    copy = " on a bf16 copy" if learner.bf16_copy and learner.world_size == 1 \
-        and not learner.lora.enabled else ""
+    copy = " on a bf16 copy" if bf16_copy_allowed(learner) else ""
     learner_side = f"bf16 autocast{copy}, fp32 master weights" if bf16 else "fp32"
     auto = engine.dtype == "auto" or learner.bf16 == "auto"
     reason = f" ({why})" if auto else " (as configured)"

@@ -37,9 +37,8 @@ class Bf16Copy:
     """`module`: bf16 working copy of `master`; gradients flow back into `master`'s fp32 `.grad`."""
 
     def __init__(self, master: nn.Module) -> None:
-        self.master = master
         self.module = copy.deepcopy(master)
-        self._pairs: list[tuple[str, nn.Parameter, nn.Parameter]] = []
+        self._pairs: list[tuple[nn.Parameter, nn.Parameter]] = []  # (master, working)
         masters = dict(master.named_parameters())  # tied parameters once, same names in both
         for name, work in self.module.named_parameters():
             main = masters[name]
@@ -47,15 +46,15 @@ class Bf16Copy:
                 work.data = work.data.to(torch.bfloat16)
             if main.requires_grad:
                 work.register_post_accumulate_grad_hook(_into_master(main))
-            self._pairs.append((name, main, work))
-        self._seen = [main._version for _, main, _ in self._pairs]
+            self._pairs.append((main, work))
+        self._seen = [main._version for main, _ in self._pairs]
 
     def refresh(self) -> int:
         """Copy each master parameter changed since the last copy into the working copy;
         returns how many were copied."""
         copied = 0
         with torch.no_grad():
-            for i, (_, main, work) in enumerate(self._pairs):
+            for i, (main, work) in enumerate(self._pairs):
                 if main._version != self._seen[i]:
                     work.copy_(main)
                     self._seen[i] = main._version
@@ -64,7 +63,7 @@ class Bf16Copy:
 
     def nbytes(self) -> int:
         """Bytes the working copy's parameters hold."""
-        return sum(w.numel() * w.element_size() for _, _, w in self._pairs)
+        return sum(w.numel() * w.element_size() for _, w in self._pairs)
 
 
 def _into_master(main: nn.Parameter) -> Callable[[torch.Tensor], None]:

@@ -212,9 +212,9 @@ class PolicyTrainer:
         elif self.lcfg.cpu_offload:
             raise ValueError("learner.cpu_offload needs the FSDP2 path (a process group)")
         self.bf16_copy: Bf16Copy | None = None
-        """bf16 working copy for forward/backward (`learner.bf16_copy`; learner/bf16_copy.py):
-        with bf16 on one process, not with LoRA (whose frozen base autocast casts anyway)."""
-        if self.bf16 and self.lcfg.bf16_copy and not self.sharded and not self.lora:
+        """bf16 working copy for forward/backward (learner/bf16_copy.py), where bf16 is on and
+        `precision.bf16_copy_allowed`; never inside a process group (the master is sharded)."""
+        if self.bf16 and precision.bf16_copy_allowed(self.lcfg) and not self.sharded:
             self.bf16_copy = Bf16Copy(self.net)
         if self.lcfg.compile:  # in place: module names, state dicts and checkpoints unchanged
             trained = self.bf16_copy.module if self.bf16_copy is not None else self.net
