@@ -7,12 +7,13 @@ in the same run, fp32 vs bf16 autocast, with the update's time broken down by ph
 
 Method (one process, `--threads` torch threads; a launch's learner runs on 1, the default):
 - peak: the best of 5 one-second runs of 2048 × 2048 matmuls, bf16 and fp32 (2·n³ FLOPs each);
-- the learner: `PolicyTrainer` from `--config` three times: `fp32` (`learner.bf16` false),
-  `bf16` (true: forward and backward on the bf16 working copy of the weights, the default) and
-  `autocast` (true with `learner.bf16_copy` false: plain autocast over the fp32 weights), and
+- the learner: `PolicyTrainer` from `--config` four times: `fp32` (`learner.bf16` false),
+  `bf16` (true: forward and backward on the bf16 working copy of the weights, the default),
+  `autocast` (true with `learner.bf16_copy` false: plain autocast over the fp32 weights) and
   `compiled` (`bf16` with `learner.compile`: inductor-compiled decoder layers; its compile
-  falls in the warm-up); fp32 master weights and AdamW state in all four; on one synthetic batch of `--rows` steps of `--context` + `--action`
-  tokens (random ids: the cost does not depend on them), micro-batched as the config says.
+  falls in the warm-up); fp32 master weights and AdamW state in all four; on one synthetic
+  batch of `--rows` steps of `--context` + `--action` tokens (random ids: the cost does not
+  depend on them), micro-batched as the config says.
   The arms alternate for `--steps` updates after a warm-up, the order flipping each step, so
   machine load hits all of them.
 - phases of an update: packing (`make_micro_batches`), forward and backward (the trainer's own

@@ -76,11 +76,12 @@ def learner_step(model_dir: str, device: str, bf16: bool, bf16_copy: bool = True
             "grad_norm": metrics["grad_norm"], "mbs": len(mbs)}
 
 
-def check_bf16_against_fp32(model_dir: str, device: str, bf16_copy: bool = True) -> dict[str, float]:
+def check_bf16_against_fp32(model_dir: str, device: str, bf16_copy: bool = True,
+                            compile: bool = False) -> dict[str, float]:
     """A bf16 step on `device` against the fp32 step on the CPU (tests/gpu/test_learner_cuda.py
     has the bounds and why)."""
     ref = learner_step(model_dir, "cpu", bf16=False)
-    got = learner_step(model_dir, device, bf16=True, bf16_copy=bf16_copy)
+    got = learner_step(model_dir, device, bf16=True, bf16_copy=bf16_copy, compile=compile)
     assert ref["mbs"] >= 2  # gradient accumulation is part of the step
     assert set(got["grads"]) == set(ref["grads"]) and len(ref["grads"]) >= 10
     dlp = (got["logprobs"] - ref["logprobs"]).abs()
@@ -98,5 +99,6 @@ def check_bf16_against_fp32(model_dir: str, device: str, bf16_copy: bool = True)
         "grad_tensor_cos_min": per_tensor_cos,
         "grad_norm_rel": abs(got["grad_norm"] - ref["grad_norm"]) / ref["grad_norm"],
     }
-    print(f"\nbf16 {device} (copy {bf16_copy}) vs fp32 cpu: " + ", ".join(f"{k} {v:.3g}" for k, v in out.items()))
+    print(f"\nbf16 {device} (copy {bf16_copy}, compile {compile}) vs fp32 cpu: "
+          + ", ".join(f"{k} {v:.3g}" for k, v in out.items()))
     return out
