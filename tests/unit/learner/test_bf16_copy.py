@@ -3,6 +3,10 @@ after the master changes in place."""
 
 from __future__ import annotations
 
+import os
+import shutil
+
+import pytest
 import torch
 from torch import nn
 
@@ -111,6 +115,11 @@ def test_the_trainer_keeps_a_copy_only_with_bf16_on_and_bf16_copy_set(tmp_path):
             assert work.lm.get_output_embeddings().weight is work.lm.get_input_embeddings().weight
 
 
+@pytest.mark.skipif(
+    not any(shutil.which(c) for c in ([os.environ["CXX"]] if os.environ.get("CXX")
+                                      else ["g++", "c++", "clang++"])),
+    reason="no C++ compiler on PATH: inductor cannot build CPU kernels (launch refuses "
+           "learner.compile there, tests/unit/run/preflight/test_feasibility.py)")
 def test_compiled_layers_train_the_same_step_as_eager_ones(tmp_path):
     """`learner.compile` on the bf16 copy: the same log-probs, loss and gradients as eager, up
     to fused kernels' roundings (measured 2026-11-26: max |Δ log p| 3.9e-3, loss rel. 8.6e-5,
