@@ -93,12 +93,17 @@ def batch_fits_buffer(cfg: RunConfig) -> None:
         "(or raise buffer.max_bytes)")
 
 
+def cpp_compilers() -> list[str]:
+    """The C++ compilers inductor would try: $CXX alone when set, else g++, c++, clang++."""
+    return [os.environ["CXX"]] if os.environ.get("CXX") else ["g++", "c++", "clang++"]
+
+
 def compiler_present(cfg: RunConfig) -> None:
     """`learner.compile`: inductor builds C++ kernels on a CPU (and Triton's launchers on a GPU)
     with the machine's compiler; without one it fails only inside the learner's first update."""
     if not cfg.learner.compile:
         return
-    names = [os.environ["CXX"]] if os.environ.get("CXX") else ["g++", "c++", "clang++"]
+    names = cpp_compilers()
     if any(shutil.which(n) for n in names):
         return
     raise ConfigError(

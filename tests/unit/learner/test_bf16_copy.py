@@ -3,7 +3,6 @@ after the master changes in place."""
 
 from __future__ import annotations
 
-import os
 import shutil
 
 import pytest
@@ -11,6 +10,7 @@ import torch
 from torch import nn
 
 from agent_r1_async.learner.bf16_copy import Bf16Copy
+from agent_r1_async.run.preflight.feasibility import cpp_compilers
 from tests.gpu.gpu_helpers import check_bf16_against_fp32, tiny_random_llama
 
 
@@ -116,8 +116,7 @@ def test_the_trainer_keeps_a_copy_only_with_bf16_on_and_bf16_copy_set(tmp_path):
 
 
 @pytest.mark.skipif(
-    not any(shutil.which(c) for c in ([os.environ["CXX"]] if os.environ.get("CXX")
-                                      else ["g++", "c++", "clang++"])),
+    not any(shutil.which(c) for c in cpp_compilers()),
     reason="no C++ compiler on PATH: inductor cannot build CPU kernels (launch refuses "
            "learner.compile there, tests/unit/run/preflight/test_feasibility.py)")
 def test_compiled_layers_train_the_same_step_as_eager_ones(tmp_path):
