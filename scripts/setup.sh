@@ -40,6 +40,19 @@ elif ! command -v bwrap >/dev/null 2>&1; then
       "(install the bubblewrap package)"
   fi
 fi
+# verifiers 0.4 (the `verifiers` env) pins openai<3 and mcp==2.0.0, which vLLM's environment
+# cannot hold: it gets an environment of its own (.venv-verifiers/), which the trainer reaches
+# over ZeroMQ (agent_r1_async/envs/verifiers/). Stamped like .venv/.
+VSTAMP=.venv-verifiers/.setup-stamp
+vwant=$( (cat scripts/verifiers-constraints.txt; "$PY" --version) | sha256sum | cut -d' ' -f1)
+if [ "$DRY" = 1 ] || [ ! -f "$VSTAMP" ] || [ "$(cat "$VSTAMP")" != "$vwant" ]; then
+  echo "setup: verifiers environment"
+  [ -x .venv-verifiers/bin/python ] || run "$PY" -m venv .venv-verifiers
+  run .venv-verifiers/bin/python -m pip --disable-pip-version-check -q install \
+    -c scripts/verifiers-constraints.txt verifiers==0.4.0
+  run .venv-verifiers/bin/python -c "import verifiers.v1.serve.pool" >/dev/null
+  [ "$DRY" = 1 ] || echo "$vwant" > "$VSTAMP"
+fi
 STAMP=.venv/.setup-stamp
 want=$( (cat pyproject.toml scripts/setup.sh scripts/constraints.txt; echo "$KIND") | sha256sum | cut -d' ' -f1)
 if [ "$DRY" = 0 ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && [ -x .venv/bin/agent-r1-async ]; then

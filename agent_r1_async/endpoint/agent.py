@@ -6,6 +6,7 @@ without loading the endpoint.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from agent_r1_async.wire.messages import EpisodeStatus
@@ -20,6 +21,15 @@ class AgentFailed(Exception):
         self.message, self.kind, self.status = message, kind, status
 
 
+@dataclass
+class AgentOutcome:
+    """An episode's reward with metrics of its own (logged as `env/<name>`, averaged by
+    evaluations); `run_agent` may return this instead of a bare reward."""
+
+    reward: float
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
 @runtime_checkable
 class AgentDefinition(Protocol):
     """An env definition whose episodes are an agent's calls on the actor's endpoint."""
@@ -28,7 +38,8 @@ class AgentDefinition(Protocol):
     """The agent as errors name it (`module:function`)."""
 
     async def run_agent(self, task: Any, base_url: str, api_key: str,
-                        session_id: str) -> float:
+                        session_id: str) -> float | AgentOutcome:
         """Run the agent on `task` against `base_url` (OpenAI clients: their base URL;
-        `api_key` their bearer token); its reward, or `AgentFailed`."""
+        `api_key` their bearer token); its reward (with metrics: `AgentOutcome`), or
+        `AgentFailed`."""
         ...

@@ -33,12 +33,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agent_r1_async.actors.rollout import Emit, EpisodeIds, Rollout
 from agent_r1_async.config import RunConfig
-from agent_r1_async.endpoint.agent import AgentDefinition, AgentFailed
+from agent_r1_async.endpoint.agent import AgentDefinition, AgentFailed, AgentOutcome
 from agent_r1_async.endpoint.auth import actor_token
 from agent_r1_async.endpoint.params import EngineSampling
 from agent_r1_async.endpoint.recorder import StepRecorder
@@ -81,6 +81,8 @@ class _Verdict:
     status: EpisodeStatus = "ok"
     reason: str = ""
     outcome: float = 0.0
+    metrics: dict[str, float] = field(default_factory=dict)
+    """The agent's own episode metrics (AgentOutcome)."""
     kind: str = ""
     """Set for an env failure to log and count."""
     exc: BaseException | None = None
@@ -124,6 +126,8 @@ class BlackboxEpisodes:
             first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
             return _Verdict("env_error", f"agent {self.agent.agent_name}: {type(e).__name__}: "
                             f"{first}", kind=type(e).__name__, exc=e)
+        if isinstance(reward, AgentOutcome):
+            return _Verdict("ok", outcome=float(reward.reward), metrics=dict(reward.metrics))
         return _Verdict("ok", outcome=float(reward))
 
     @staticmethod
@@ -155,7 +159,8 @@ class BlackboxEpisodes:
         return await r.end_episode(
             task, ids, emit, verdict.status, steps,
             verdict.outcome if verdict.status == "ok" else 0.0, verdict.reason,
-            {"calls": float(session.admitted), "divergences": float(session.segments.divergences)},
+            {**verdict.metrics, "calls": float(session.admitted),
+             "divergences": float(session.segments.divergences)},
             t0)
 
     async def close(self) -> None:

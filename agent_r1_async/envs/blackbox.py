@@ -24,8 +24,9 @@ session's calls as the episode's steps; the reward becomes the outcome, checked 
 (a finite real number). `algorithm.group_size` episodes of one task run at once, each with a
 session of its own. See agent_r1_async/endpoint/episodes.py for how an episode ends.
 
-The episodes exist only on actors: `make()` gives an env whose `reset` explains that, so
-`eval` and `envs check` fail in one line, and there is no oracle (no warm start).
+The episodes exist only where an endpoint serves them (a launch's actors, `eval`): `make()`
+gives an env whose `reset` explains that, so `envs check` fails in one line, and there is no
+oracle (no warm start).
 """
 
 from __future__ import annotations
@@ -105,16 +106,17 @@ def _task(item: Any, where: str) -> Task:
     raise ValueError(f"{where}: returned a {type(item).__name__}, not a Task or a mapping")
 
 
-class BlackboxEpisode:
-    """What `make()` gives: a black-box episode exists only on an actor, driven by its agent."""
+class EndpointEpisode:
+    """What `make()` gives for an env whose episodes an agent plays through a generation
+    endpoint (blackbox, verifiers): our rollout cannot step it."""
 
-    def __init__(self, definition: BlackboxEnv) -> None:
-        self.d = definition
+    def __init__(self, env_name: str, agent_name: str) -> None:
+        self.env_name, self.agent_name = env_name, agent_name
 
     def _refuse(self) -> EnvError:
-        return EnvError(f"env 'blackbox' ({self.d.agent_name}) plays its episodes only on the "
-                        "actors of a launch, where its agent calls the actor's generation "
-                        "endpoint; `eval` and `envs check` cannot play them")
+        return EnvError(f"env {self.env_name!r} ({self.agent_name}) plays its episodes only "
+                        "through a generation endpoint, driven by its agent (a launch's actors "
+                        "and `eval` run them); `envs check` cannot step them")
 
     async def reset(self, task: Task) -> Observation:
         raise self._refuse()
@@ -140,8 +142,8 @@ class BlackboxEnv:
                              else "env.step_timeout_s x env.max_turns")
         self._tasks: dict[str, list[Task]] = {}
 
-    def make(self) -> BlackboxEpisode:
-        return BlackboxEpisode(self)
+    def make(self) -> EndpointEpisode:
+        return EndpointEpisode("blackbox", self.agent_name)
 
     def tasks(self, split: str) -> list[Task]:
         if split not in self._tasks:

@@ -43,6 +43,7 @@ _BUILTINS = {
     "mcp_tools": "agent_r1_async.envs.mcp.env:McpToolsEnv",
     "openenv": "agent_r1_async.envs.openenv.env:OpenEnvEnv",
     "blackbox": "agent_r1_async.envs.blackbox:BlackboxEnv",
+    "verifiers": "agent_r1_async.envs.verifiers.env:VerifiersEnv",
 }
 _REGISTRY: dict[str, type] = {}
 

@@ -137,12 +137,12 @@ def _model_and_env(cfg: RunConfig, spec: Any, model_path: str | None, baseline: 
     return model_path or cfg.model.start_from, spec.make
 
 
-async def run_episodes(rollout: Any, make: Callable[[], Any], tasks: list[Any],
-                       samples_per_task: int,
+async def run_episodes(episodes: Any, tasks: list[Any], samples_per_task: int,
                        progress: Callable[[int, int], None] | None = None,
                        errors: list[str] | None = None) -> dict[str, float]:
-    """`samples_per_task` episodes of every task through `rollout`, summarized;
-    `progress(done, total)` after each episode; `errors` as in `evaluate`."""
+    """`samples_per_task` episodes of every task, played by `episodes` (an actor's episode
+    runner: endpoint/episodes.py), summarized; `progress(done, total)` after each episode;
+    `errors` as in `evaluate`."""
     from agent_r1_async.actors.rollout import EpisodeIds
 
     tally = _Tally(errors)
@@ -151,7 +151,7 @@ async def run_episodes(rollout: Any, make: Callable[[], Any], tasks: list[Any],
 
     async def episode(task: Any) -> None:
         nonlocal done
-        await rollout.run(make, task, EpisodeIds.fresh(f"eval-{task.task_id}", k), tally.emit)
+        await episodes.run(task, EpisodeIds.fresh(f"eval-{task.task_id}", k), tally.emit)
         done += 1
         if progress is not None:
             progress(done, total)
@@ -184,13 +184,28 @@ async def _evaluate(
         engine = make_engine(cfg, path, seed=cfg.launch.seed, temperature=cfg.eval.temperature)
     tokenizer = load_tokenizer(path)
     rollout = Rollout.from_config(cfg, engine, tokenizer, spec.name, "eval")
+    episodes = await eval_episodes(cfg, spec, rollout, make)
     try:
         # child.progress: the launch's progress bar, when the launch runs this evaluation
-        return await run_episodes(rollout, make, tasks, cfg.eval.samples_per_task,
+        return await run_episodes(episodes, tasks, cfg.eval.samples_per_task,
                                   progress=child.progress, errors=errors)
     finally:
+        await episodes.close()
         if owns:
             await engine.close()
+
+
+async def eval_episodes(cfg: RunConfig, spec: Any, rollout: Any, make: Callable[[], Any]) -> Any:
+    """The episode runner of an evaluation: our rollout over `make`, or, for an env whose
+    agent plays through a generation endpoint (blackbox, verifiers), an endpoint over the
+    evaluation's engine on a free loopback port (no token: nothing else can reach it)."""
+    from agent_r1_async.endpoint.episodes import RolloutEpisodes, open_episodes
+
+    if make != spec.make:  # a baseline's own episodes
+        return RolloutEpisodes(rollout, make)
+    local = msgspec.structs.replace(
+        cfg, endpoint=msgspec.structs.replace(cfg.endpoint, host="127.0.0.1", port=0))
+    return await open_episodes(local, spec, rollout, None, 0)
 
 
 def with_valid_calls(result: dict[str, float]) -> dict[str, float]:

@@ -160,17 +160,23 @@ def trainer_config(cfg: RunConfig) -> RunConfig:
 
 
 def load_demos(cfg: RunConfig, tokenizer: Any, stats: DemoStats) -> list[Demonstration]:
-    """The demonstrations `sft.demos_source` names, built with the run's context builder."""
+    """The demonstrations `sft.demos_source` names, built with the run's context builder.
+
+    Transcripts render `tool` messages as our ToolEnv does (a user turn of `<tool_response>`
+    blocks), except for an env whose agent talks to a generation endpoint (blackbox,
+    verifiers): the endpoint renders every message with the role it is sent with, so its
+    demonstrations keep theirs and train on exactly the token layout RL samples in."""
     from agent_r1_async.actors.context import make_context_builder
+    from agent_r1_async.endpoint.agent import AgentDefinition
+    from agent_r1_async.envs.registry import get_env_spec
 
     builder = make_context_builder(cfg.context, tokenizer)
     s = cfg.sft
+    spec = get_env_spec(cfg.env)
     if s.demos_source == "jsonl":
         return jsonl_demos(s.jsonl_path, tokenizer, builder, cfg.model.max_model_len,
-                           limit=s.num_demos, stats=stats)
-    from agent_r1_async.envs.registry import get_env_spec
-
-    spec = get_env_spec(cfg.env)
+                           limit=s.num_demos, stats=stats,
+                           tool_as_user=not isinstance(spec.definition, AgentDefinition))
     return oracle_demos(spec, spec.tasks(cfg.env.train_split), tokenizer, builder,
                         cfg.model.max_model_len, limit=s.num_demos, stats=stats)
 

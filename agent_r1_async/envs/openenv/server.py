@@ -17,42 +17,25 @@ the fields `env.args` names. Every coroutine here runs on the host loop.
 from __future__ import annotations
 
 import asyncio
-import collections
-import contextlib
 import json
 import logging
-import os
-import signal
 import socket
 import subprocess
-import sys
-import threading
 import time
 import urllib.error
 import urllib.request
-from typing import IO, Any
+from typing import Any
 
 from agent_r1_async.config import ConfigError
+from agent_r1_async.envs.child_process import OutputTail, spawn, stop_group
 from agent_r1_async.envs.openenv.args import OpenEnvArgs
 from agent_r1_async.envs.openenv.session import one_line
 
 log = logging.getLogger(__name__)
 
 _POLL_S = 0.1
-_STOP_GRACE_S = 5.0
 _EXIT_GRACE_S = 1.0
 """After a session dropped: how long a dying server gets to be seen as exited."""
-_TAIL_LINES = 20
-# Sets the parent-death signal, then becomes the server (execvp keeps the setting). Run in the
-# child after exec, so nothing unsafe runs between fork and exec in this threaded process.
-_BOOT = ("import ctypes, os, sys\n"
-         "try:\n"
-         "    ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL\n"
-         "except (AttributeError, OSError):\n"
-         "    pass\n"
-         "if os.getppid() != int(sys.argv[1]):\n"
-         "    sys.exit('openenv: the process that started this server is gone')\n"
-         "os.execvp(sys.argv[2], sys.argv[2:])\n")
 
 
 class ServerUnavailable(RuntimeError):
@@ -75,35 +58,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class _Output:
-    """The last lines a server process printed (stdout and stderr), read by a daemon thread."""
-
-    def __init__(self, stream: IO[bytes]) -> None:
-        self.lines: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
-        self.thread = threading.Thread(target=self._read, args=(stream,), daemon=True,
-                                       name="openenv-server-output")
-        self.thread.start()
-
-    def _read(self, stream: IO[bytes]) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            for raw in stream:
-                line = raw.decode("utf-8", "replace").strip()
-                if line:
-                    self.lines.append(line[:300])
-                    log.debug("openenv server: %s", line)
-
-    def last(self) -> str:
-        self.thread.join(0.5)  # a server that just exited: its last lines are still arriving
-        return self.lines[-1] if self.lines else ""
-
-
 class OpenEnvServer:
     """The server `args` names, as reached from this process."""
 
     def __init__(self, args: OpenEnvArgs) -> None:
         self.args = args
         self.proc: subprocess.Popen[bytes] | None = None
-        self.output: _Output | None = None
+        self.output: OutputTail | None = None
         self.port = 0
         self.base_url = args.url.rstrip("/")
         self.restarted = 0
@@ -142,12 +103,9 @@ class OpenEnvServer:
             self.port = free_port()
             self.base_url = f"http://127.0.0.1:{self.port}"
             argv = self.args.argv(self.port)
-            self.proc = subprocess.Popen(
-                [sys.executable, "-c", _BOOT, str(os.getpid()), *argv],
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                cwd=self.args.cwd or None, start_new_session=True)
+            self.proc = spawn(argv, cwd=self.args.cwd or None)
             assert self.proc.stdout is not None
-            self.output = _Output(self.proc.stdout)
+            self.output = OutputTail(self.proc.stdout, "openenv server")
             try:
                 await self._wait_healthy()
                 return
@@ -227,17 +185,7 @@ class OpenEnvServer:
 
     def stop(self) -> None:
         """Stop a started server and its process group (from any thread; idempotent)."""
-        proc = self.proc
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(_STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(_STOP_GRACE_S)
+        stop_group(self.proc)
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.stop)

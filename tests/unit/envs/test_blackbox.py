@@ -71,8 +71,9 @@ def test_run_agent_gives_the_reward_or_an_agent_failure_naming_the_agent():
     assert (err.value.kind, err.value.status) == ("APIConnectionError", "env_error")
 
 
-def test_an_episode_outside_an_actor_fails_in_one_line():
+def test_an_episode_outside_an_endpoint_fails_in_one_line():
     env = spec().make()
     with pytest.raises(EnvError, match=r"env 'blackbox' \(tests.unit.endpoint.agents:"
-                                       r"makes_no_call\) plays its episodes only on the actors"):
+                                       r"makes_no_call\) plays its episodes only through a "
+                                       r"generation endpoint"):
         asyncio.run(env.reset(Task("t", "q")))
