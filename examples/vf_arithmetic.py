@@ -137,7 +137,10 @@ class VfArithmeticHarness(vf.Harness[VfArithmeticHarnessConfig]):
         system, prompt = self.resolve_text_prompt(data)
         messages: list[dict[str, Any]] = [{"role": "system", "content": system or SYSTEM},
                                           {"role": "user", "content": prompt or ""}]
-        async with AsyncOpenAI(base_url=endpoint, api_key=secret, max_retries=0) as client:
+        # One timeout for every phase, connecting included: on a busy machine the
+        # interception proxy can take seconds to accept (the client's default connect is 5 s).
+        async with AsyncOpenAI(base_url=endpoint, api_key=secret, max_retries=0,
+                               timeout=600.0) as client:
             for _ in range(self.config.max_turns):
                 reply = (await client.chat.completions.create(
                     model=ctx.model, messages=messages, tools=TOOLS,  # type: ignore[arg-type]

@@ -11,7 +11,8 @@ verifiers (whose pins the trainer's environment cannot hold):
 `EnvServerClient.request` sends one request and returns its deltas and reply. A frame that
 is not three parts, names no request in flight, has another kind, or does not decode is
 rejected and counted (`rejected`); a bad body for a request in flight fails that request with
-`EnvServerError`. Every coroutine must run on one event loop (the one the client was first
+`EnvServerError`. Frames of a request the client gave up on (timed out, cancelled, failed)
+are dropped quietly until its reply: the server finishes a cancelled run by replying. Every coroutine must run on one event loop (the one the client was first
 used on), since the socket is bound to it.
 """
 
@@ -31,6 +32,8 @@ import zmq.asyncio
 log = logging.getLogger(__name__)
 
 _LINGER_MS = 0
+_ABANDONED_KEPT = 4096
+"""Requests given up on whose late frames are dropped quietly (the oldest forgotten first)."""
 
 
 class EnvServerError(RuntimeError):
@@ -60,6 +63,7 @@ class EnvServerClient:
         self._sock.setsockopt(zmq.LINGER, _LINGER_MS)
         self._sock.connect(address)
         self._pending: dict[bytes, _Pending] = {}
+        self._abandoned: dict[bytes, None] = {}
         self._reader: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -91,12 +95,22 @@ class EnvServerClient:
             raise
         finally:
             self._pending.pop(rid, None)
+            replied = pending.done.done() and not pending.done.cancelled() \
+                and pending.done.exception() is None
+            if not replied:
+                self._abandon(rid)
+
+    def _abandon(self, rid: bytes) -> None:
+        self._abandoned[rid] = None
+        while len(self._abandoned) > _ABANDONED_KEPT:
+            del self._abandoned[next(iter(self._abandoned))]
 
     async def _cancel(self, rid: bytes) -> None:
+        cid = uuid.uuid4().hex.encode()
+        self._abandon(cid)  # its reply is not waited for
         with contextlib.suppress(zmq.ZMQError):
             await self._sock.send_multipart(
-                [uuid.uuid4().hex.encode(), b"cancel",
-                 msgspec.msgpack.encode({"request_id": rid.decode()})])
+                [cid, b"cancel", msgspec.msgpack.encode({"request_id": rid.decode()})])
 
     async def _read(self) -> None:
         while not self._closed:
@@ -115,9 +129,12 @@ class EnvServerClient:
             return self._reject(f"{len(frames)} frames, expected 3")
         rid, kind, body = frames
         pending = self._pending.get(rid)
-        if pending is None:  # a reply to a cancel, or to a request that timed out
-            if kind != b"reply":
-                self._reject("a delta for no request in flight")
+        if pending is None:
+            if rid in self._abandoned:  # a request given up on: its reply ends it
+                if kind == b"reply":
+                    del self._abandoned[rid]
+            else:
+                self._reject(f"a {kind[:20].decode(errors='replace')} for no request in flight")
             return None
         if kind not in (b"delta", b"reply"):
             return self._reject(f"kind {kind[:20]!r}")

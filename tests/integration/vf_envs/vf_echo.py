@@ -63,7 +63,8 @@ class VfEchoHarness(vf.Harness[VfEchoHarnessConfig]):
         if mode == "no_call":
             return vf.ProgramResult(exit_code=0, stdout="", stderr="")
         messages: list[dict[str, Any]] = [{"role": "user", "content": data.prompt_text}]
-        async with AsyncOpenAI(base_url=endpoint, api_key=secret, max_retries=0) as client:
+        async with AsyncOpenAI(base_url=endpoint, api_key=secret, max_retries=0,
+                               timeout=600.0) as client:
             for follow_up in ("Check it.", None):
                 response = await client.chat.completions.create(model=ctx.model,
                                                                  messages=messages)

@@ -71,10 +71,14 @@ def test_malformed_frames_are_rejected_and_counted_and_a_bad_body_fails_its_requ
     asyncio.run(main())
 
 
-def test_a_run_past_its_timeout_is_cancelled_on_the_server():
+def test_a_run_past_its_timeout_is_cancelled_on_the_server_and_its_late_frames_are_quiet():
     async def script(router: Any) -> tuple[bytes, Any]:
-        _, rid, _, _ = await router.recv_multipart()
-        _, _, method, body = await router.recv_multipart()
+        client, rid, _, _ = await router.recv_multipart()
+        _, cid, method, body = await router.recv_multipart()
+        # what a server does with a cancelled run: a last delta, the run's reply, the cancel's
+        for frames in ([rid, b"delta", pack({"trace": "t"})], [rid, b"reply", pack({})],
+                       [cid, b"reply", pack({"success": True, "cancelled": True})]):
+            await router.send_multipart([client, *frames])
         return rid, (method, msgspec.msgpack.decode(body))
 
     async def main() -> None:
@@ -84,6 +88,8 @@ def test_a_run_past_its_timeout_is_cancelled_on_the_server():
             await client.request("run", {}, 0.3)
         rid, cancel = await asyncio.wait_for(task, 5.0)
         assert cancel == (b"cancel", {"request_id": rid.decode()})
+        await asyncio.sleep(0.3)
+        assert client.rejected == 0  # expected late frames, not malformed ones
         client.close()
         with pytest.raises(EnvServerError, match="is closed"):
             await client.request("health", {}, 1.0)
