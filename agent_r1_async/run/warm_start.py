@@ -51,6 +51,10 @@ def warm_start_key(cfg: RunConfig) -> str:
     }
     if cfg.sft.demos_source == "jsonl":  # the file's content, not only its name
         parts["jsonl_sha256"] = hashlib.sha256(Path(cfg.sft.jsonl_path).read_bytes()).hexdigest()
+    if cfg.env.name == "multihop_qa":  # its oracle demonstrations come from the data files
+        from agent_r1_async.envs.multihop.loaders import SHIPPED_DIR, corpus_version
+
+        parts["corpus_version"] = corpus_version(cfg.env.args.get("data_dir") or SHIPPED_DIR)
     blob = json.dumps(parts, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
 

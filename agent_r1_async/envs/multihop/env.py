@@ -30,7 +30,7 @@ from agent_r1_async.envs.toolenv import (
     tool_call_text,
 )
 
-SHIPPED_DIR = Path(__file__).resolve().parents[2] / "data" / "multihop"
+SHIPPED_DIR = loaders.SHIPPED_DIR
 
 SYSTEM_PROMPT = (
     "Answer the question. You can search a knowledge base, one fact at a time:\n"
@@ -121,6 +121,7 @@ class MultihopQAEnv:
         self.args, self.env_cfg = args, env_cfg
         self.format = "flashrag" if args.dataset == "synthetic" else args.dataset
         self.data_dir = Path(args.data_dir) if args.data_dir else SHIPPED_DIR
+        self.corpus_version = loaders.corpus_version(self.data_dir)
         self._tasks: dict[str, list[Task]] = {}
         self.index = BM25Index(self._corpus(), self._cache_dir())
         self.domain = MultihopDomain(self.index, args)

@@ -5,12 +5,19 @@ the agent has to search. Each entity gets one short passage stating its facts; e
 is a 2-hop bridge question whose two supporting passages are both needed, e.g.
   "Veltrania ... Its capital is Ostrum."  +  "Ostrum ... The Kell River flows through Ostrum."
   -> "Which river flows through the capital of Veltrania?"  (answer: Kell River)
-Splits are disjoint by the question's first entity (a dev question never asks about an
-entity a train question starts from), so the splits test searching, not recall.
+
+The world is partitioned into three disjoint sub-worlds, one per split: every entity belongs to
+one split, and every fact links entities of the same split (a dev country's capital, that
+city's mayor, a dev person's birthplace, a dev company's founder and headquarters are all dev
+entities). A question belongs to the split of its entities, so no entity (first hop, bridge or
+answer) and no (bridge, answer) pair of a dev or test question occurs in any train question,
+nor across dev and test: the splits test searching, not recall. The corpus holds the passages
+of all splits, so the others are distractors to the search.
 
 `generate(seed)` is pure; `write_dataset(out_dir, seed)` writes FlashRAG-style JSONL
-(`corpus.jsonl`, `train.jsonl`, `dev.jsonl`, `test.jsonl`); a test regenerates the shipped
-files and compares them byte for byte.
+(`corpus.jsonl`, `train.jsonl`, `dev.jsonl`, `test.jsonl`) and `VERSION` (`CORPUS_VERSION`);
+`python scripts/make_multihop_data.py` regenerates the shipped files, and a test compares them
+with a fresh generation byte for byte.
 """
 
 from __future__ import annotations
@@ -21,9 +28,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+CORPUS_VERSION = "2"
+"""Version of the generated data, written to `VERSION` beside the JSONL files. 1: splits
+disjoint by the first-hop entity only; 2: the world partitioned per split (every hop)."""
 DEFAULT_SEED = 1234
 SIZES = {"countries": 80, "cities": 300, "people": 500, "companies": 100}
-SPLIT_FRACTIONS = {"dev": 0.1, "test": 0.1}  # the rest is train
+SPLITS = ("train", "dev", "test")
+SPLIT_SIZES = {
+    "dev": {"countries": 7, "cities": 30, "people": 51, "companies": 10},
+    "test": {"countries": 9, "cities": 30, "people": 49, "companies": 10},
+}
+"""Entities of each held-out split (train: the rest of SIZES). A country asks 3 questions, a
+person and a company 2 each: dev 7*3 + (51+10)*2 = 143, test 9*3 + (49+10)*2 = 145 and train
+64*3 + (400+80)*2 = 1152 questions. Each split needs a city per country (its capital) and a
+person per city (its mayor)."""
 
 _ONSETS = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr",
            "gr", "kl", "pr", "st", "tr", "vr", "th", "sk"]
@@ -63,27 +81,65 @@ class _Names:
                 return w
 
 
+def assign_splits(seed: int = DEFAULT_SEED) -> dict[str, list[str]]:
+    """The split of every entity: {kind: [split of index 0, split of index 1, ...]}."""
+    rng = random.Random(f"{seed}/splits")
+    out = {}
+    for kind, total in SIZES.items():
+        labels = [s for s in ("dev", "test") for _ in range(SPLIT_SIZES[s][kind])]
+        labels += ["train"] * (total - len(labels))
+        rng.shuffle(labels)
+        out[kind] = labels
+    return out
+
+
+def _members(labels: dict[str, list[str]]) -> dict[str, dict[str, list[int]]]:
+    """{kind: {split: [entity indices]}}, indices ascending."""
+    return {kind: {s: [i for i, x in enumerate(split_of) if x == s] for s in SPLITS}
+            for kind, split_of in labels.items()}
+
+
+def _pair_up(members: dict[str, dict[str, list[int]]], owner: str, owned: str) -> dict[int, int]:
+    """Within each split, the j-th `owner` entity gets the j-th `owned` one (a one-to-one map:
+    country -> its capital city, city -> its mayor)."""
+    out: dict[int, int] = {}
+    for s in SPLITS:
+        if len(members[owned][s]) < len(members[owner][s]):
+            raise ValueError(f"split {s}: fewer {owned} than {owner}")
+        out.update(zip(members[owner][s], members[owned][s], strict=False))
+    return out
+
+
 def build_world(seed: int = DEFAULT_SEED) -> World:
+    """All entities; every link (capital, country, mayor, birthplace, founder, headquarters)
+    joins entities of the same split, recorded as each entity's "split"."""
     rng = random.Random(seed)
     names = _Names(rng)
+    labels = assign_splits(seed)
+    members = _members(labels)
+    capital, mayor = _pair_up(members, "countries", "cities"), _pair_up(members, "cities", "people")
+    country_of_capital = {city: country for country, city in capital.items()}
     w = World()
-    for i in range(SIZES["countries"]):
-        w.countries.append({"id": f"country-{i}", "name": names.word("country", 2), "capital": i,
-                            "founded": rng.randint(900, 1800)})
-    for i in range(SIZES["cities"]):
-        country = i if i < SIZES["countries"] else rng.randrange(SIZES["countries"])
+    for i, s in enumerate(labels["countries"]):
+        w.countries.append({"id": f"country-{i}", "name": names.word("country", 2), "split": s,
+                            "capital": capital[i], "founded": rng.randint(900, 1800)})
+    for i, s in enumerate(labels["cities"]):
+        country = country_of_capital.get(i)
+        if country is None:
+            country = rng.choice(members["countries"][s])
         w.cities.append({"id": f"city-{i}", "name": names.word("city", rng.randint(1, 2)),
-                         "country": country, "river": names.word("river", 1) + " River",
-                         "mayor": i, "founded": rng.randint(1000, 1900)})
-    for i in range(SIZES["people"]):
+                         "split": s, "country": country,
+                         "river": names.word("river", 1) + " River",
+                         "mayor": mayor[i], "founded": rng.randint(1000, 1900)})
+    for i, s in enumerate(labels["people"]):
         first, last = names.word("first", 1), names.word("last", 2)
-        w.people.append({"id": f"person-{i}", "name": f"{first} {last}",
-                         "born_in": rng.randrange(SIZES["cities"]), "born": rng.randint(1900, 1995),
-                         "profession": rng.choice(_PROFESSIONS)})
-    for i in range(SIZES["companies"]):
-        w.companies.append({"id": f"company-{i}", "name": names.word("company", 2),
-                            "founder": rng.randrange(SIZES["people"]),
-                            "hq": rng.randrange(SIZES["cities"]),
+        w.people.append({"id": f"person-{i}", "name": f"{first} {last}", "split": s,
+                         "born_in": rng.choice(members["cities"][s]),
+                         "born": rng.randint(1900, 1995), "profession": rng.choice(_PROFESSIONS)})
+    for i, s in enumerate(labels["companies"]):
+        w.companies.append({"id": f"company-{i}", "name": names.word("company", 2), "split": s,
+                            "founder": rng.choice(members["people"][s]),
+                            "hq": rng.choice(members["cities"][s]),
                             "founded": rng.randint(1850, 2015)})
     return w
 
@@ -113,8 +169,10 @@ def passages(w: World) -> list[dict[str, str]]:
 
 def _q(kind: str, root: dict, bridge: dict, question: str, answers: list[str],
        hop1: str, hop2: str) -> dict[str, Any]:
-    return {"root": root["id"], "type": kind, "question": question, "golden_answers": answers,
-            "supporting_ids": [root["id"], bridge["id"]],
+    if bridge["split"] != root["split"]:  # build_world links entities of one split only
+        raise ValueError(f"{root['id']} -> {bridge['id']}: the hop crosses splits")
+    return {"root": root["id"], "split": root["split"], "type": kind, "question": question,
+            "golden_answers": answers, "supporting_ids": [root["id"], bridge["id"]],
             "supporting_titles": [root["name"], bridge["name"]],
             "hops": [{"query": hop1, "id": root["id"]}, {"query": hop2, "id": bridge["id"]}]}
 
@@ -155,16 +213,10 @@ def questions(w: World) -> list[dict[str, Any]]:
 
 
 def split_questions(qs: list[dict[str, Any]], seed: int) -> dict[str, list[dict[str, Any]]]:
-    """Assign each root entity (with all its questions) to one split; ids are stable."""
-    roots = sorted({q["root"] for q in qs})
-    random.Random(seed + 1).shuffle(roots)
-    n_dev = round(len(roots) * SPLIT_FRACTIONS["dev"])
-    n_test = round(len(roots) * SPLIT_FRACTIONS["test"])
-    where = {r: "dev" for r in roots[:n_dev]}
-    where.update({r: "test" for r in roots[n_dev:n_dev + n_test]})
-    out: dict[str, list[dict[str, Any]]] = {"train": [], "dev": [], "test": []}
+    """Each question goes to the split of its entities, in a seeded order per split."""
+    out: dict[str, list[dict[str, Any]]] = {s: [] for s in SPLITS}
     for q in qs:
-        out[where.get(q["root"], "train")].append(q)
+        out[q["split"]].append(q)
     for split, items in out.items():
         random.Random(f"{seed}/{split}").shuffle(items)
     return out
@@ -191,11 +243,12 @@ def dump_jsonl(records: list[dict[str, Any]]) -> str:
 
 
 def write_dataset(out_dir: str | Path, seed: int = DEFAULT_SEED) -> dict[str, int]:
-    """Write `<name>.jsonl` for corpus/train/dev/test; returns record counts."""
+    """Write `<name>.jsonl` for corpus/train/dev/test and `VERSION`; returns record counts."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     counts = {}
     for name, records in generate(seed).items():
         (out / f"{name}.jsonl").write_text(dump_jsonl(records), encoding="utf-8")
         counts[name] = len(records)
+    (out / "VERSION").write_text(CORPUS_VERSION + "\n", encoding="utf-8")
     return counts

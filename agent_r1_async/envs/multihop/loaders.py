@@ -142,3 +142,14 @@ def corpus_from_records(fmt: str, paths: list[Path]) -> list[Passage]:
 
 def load_corpus(path: str | Path) -> list[Passage]:
     return [flashrag_passage(r) for r in read_records(path)]
+
+
+SHIPPED_DIR = Path(__file__).resolve().parents[2] / "data" / "multihop"
+"""The synthetic data the package ships (envs/multihop/generator.py)."""
+
+
+def corpus_version(data_dir: str | Path) -> str:
+    """The `VERSION` a generated data directory records (the shipped synthetic data: the
+    generator's CORPUS_VERSION); "" when it has none (external datasets)."""
+    path = Path(data_dir) / "VERSION"
+    return path.read_text(encoding="utf-8").strip() if path.is_file() else ""

@@ -9,17 +9,27 @@ alone (an untrained model rarely writes the tags).
 
 On the synthetic corpus a question names only its first-hop entity, so BM25 on the question
 finds the first passage but rarely the second: what one retrieval cannot do is what the
-search agent has to learn.
+search agent has to learn. `retrieval_recall` measures that cap for a split and a `k` (the
+share of questions whose top-k passages hold the answer, and hold every gold supporting
+passage), so `k` can be chosen where retrieval does not bound the baseline:
+
+    python -m agent_r1_async.envs.multihop.naive_rag --split dev --k 2 4 6 8 10
 """
 
 from __future__ import annotations
 
+import argparse
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import zip_longest
 from typing import Any
 
 from agent_r1_async.envs.base import EnvError, Observation, StepResult, Task
 from agent_r1_async.envs.multihop.env import format_passages
+from agent_r1_async.envs.multihop.loaders import Passage
 from agent_r1_async.envs.multihop.search import BM25Index
-from agent_r1_async.envs.rewards import extract_answer
+from agent_r1_async.envs.rewards import extract_answer, normalize_answer
 
 RAG_SYSTEM_PROMPT = (
     "Answer the question using the passages. Give a short final answer like this: "
@@ -27,9 +37,15 @@ RAG_SYSTEM_PROMPT = (
 )
 
 
+def rag_passages(index: BM25Index, task: Task, k: int) -> list[Passage]:
+    """The passages the baseline shows: BM25's top `k` for the question (fewer when fewer
+    passages share a term with it)."""
+    return index.search(task.prompt, k)
+
+
 def rag_user_message(index: BM25Index, task: Task, k: int) -> str:
     """The one user message: the top-`k` passages BM25 ranks for the question, then it."""
-    passages = index.search(task.prompt, k)
+    passages = rag_passages(index, task, k)
     return f"Passages:\n{format_passages(passages)}\n\nQuestion: {task.prompt}"
 
 
@@ -81,3 +97,76 @@ def naive_rag_factory(definition: Any, k: int | None = None) -> Any:
                          "retrieval index (only multihop_qa does)")
     top_k = k or definition.args.top_k
     return lambda: NaiveRAGEnv(index, domain, top_k)
+
+
+# --- retrieval recall: how much of the dataset one retrieval can answer at all ------------
+
+
+@dataclass(frozen=True)
+class RetrievalRecall:
+    """Recall of the baseline's retrieval on `tasks` questions at `k` passages."""
+
+    k: int
+    tasks: int
+    answer: float
+    """Share of questions whose top-k passages contain a gold answer (an upper bound on what a
+    reader of those passages can get right, for extractive answers)."""
+    support: float
+    """Share of questions whose top-k passages include every gold supporting passage."""
+
+
+def passage_has_answer(passage: Passage, answers: Sequence[str]) -> bool:
+    """Whether a gold answer occurs in the passage's title or text as whole words, both sides
+    normalized as exact match normalizes them (case, punctuation, articles)."""
+    text = f" {normalize_answer(passage['title'] + ' ' + passage['text'])} "
+    golds = (normalize_answer(a) for a in answers)
+    return any(g and re.search(rf"(?<!\S){re.escape(g)}(?!\S)", text) for g in golds)
+
+
+def has_all_support(passages: Sequence[Passage], task: Task) -> bool:
+    """Whether every gold supporting passage of `task` is among `passages` (matched by id or
+    title, as the env's retrieval reward matches them); False when the task lists none."""
+    ids = {p["id"] for p in passages}
+    titles = {p["title"] for p in passages}
+    golds = list(zip_longest(task.meta.get("supporting_ids", []),
+                             task.meta.get("supporting_titles", [])))
+    return bool(golds) and all(i in ids or t in titles for i, t in golds)
+
+
+def retrieval_recall(index: BM25Index, tasks: Sequence[Task], k: int) -> RetrievalRecall:
+    """Answer and support recall of the baseline's top-`k` retrieval (query: the question)."""
+    if not tasks:
+        raise ValueError("retrieval_recall: no tasks")
+    answer = support = 0
+    for task in tasks:
+        passages = rag_passages(index, task, k)
+        answer += any(passage_has_answer(p, task.answer) for p in passages)
+        support += has_all_support(passages, task)
+    n = len(tasks)
+    return RetrievalRecall(k, n, answer / n, support / n)
+
+
+def format_recall_table(rows: Sequence[RetrievalRecall]) -> str:
+    """A Markdown table: k, answer recall, support recall."""
+    lines = ["| k | answer in top-k | all gold passages in top-k |", "|---|---|---|"]
+    lines += [f"| {r.k} | {r.answer:.3f} | {r.support:.3f} |" for r in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print the baseline's retrieval recall@k on a split of the shipped synthetic data."""
+    from agent_r1_async.envs.multihop import loaders
+    from agent_r1_async.envs.multihop.env import SHIPPED_DIR
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--split", default="dev")
+    ap.add_argument("--k", type=int, nargs="+", default=[2, 4, 6, 8, 10])
+    args = ap.parse_args(argv)
+    index = BM25Index(loaders.load_corpus(SHIPPED_DIR / "corpus.jsonl"))
+    tasks = loaders.load_tasks("flashrag", SHIPPED_DIR / f"{args.split}.jsonl")
+    print(f"{args.split}: {len(tasks)} questions")
+    print(format_recall_table([retrieval_recall(index, tasks, k) for k in args.k]))
+
+
+if __name__ == "__main__":
+    main()

@@ -43,6 +43,25 @@ def test_key_changes_with_what_trains_the_weights_only():
     assert auto == (on if precision.learner_bf16(_cfg().learner) else off)
 
 
+def test_a_regenerated_multihop_corpus_trains_a_new_warm_start(tmp_path):
+    import shutil
+
+    from agent_r1_async.envs.multihop.loaders import SHIPPED_DIR
+
+    data = tmp_path / "data"
+    shutil.copytree(SHIPPED_DIR, data)
+
+    def key() -> str:
+        return ws.warm_start_key(load_config(ROOT / "configs/multihop.yaml",
+                                             [f"env.args.data_dir={data}"]))
+
+    first = key()
+    (data / "VERSION").write_text("99\n")  # the oracle demonstrations come from other data
+    assert key() != first
+    (data / "VERSION").write_text((SHIPPED_DIR / "VERSION").read_text())
+    assert key() == first
+
+
 def test_trains_once_then_reuses_and_never_leaves_partial_entries(tmp_path, monkeypatch):
     monkeypatch.setenv("AGENT_R1_ASYNC_CACHE", str(tmp_path / "cache"))
     calls: list[Path] = []

@@ -51,7 +51,9 @@ def test_splits_are_disjoint_by_first_entity_and_supported():
 
 def test_a_generated_question_reads_as_two_hops():
     w = generator.build_world()
-    country, capital = w.countries[0], w.cities[0]
+    country = w.countries[0]
+    capital = w.cities[country["capital"]]
+    assert capital["split"] == country["split"] and capital["country"] == 0
     q = next(
         q
         for q in generator.questions(w)
@@ -61,7 +63,7 @@ def test_a_generated_question_reads_as_two_hops():
     assert q["golden_answers"] == [capital["river"], capital["river"].removesuffix(" River")]
     texts = {p["id"]: p["text"] for p in generator.passages(w)}
     assert f"Its capital is {capital['name']}." in texts["country-0"]
-    assert f"The {capital['river']} flows through {capital['name']}." in texts["city-0"]
+    assert f"The {capital['river']} flows through {capital['name']}." in texts[capital["id"]]
 
 
 def test_bm25_finds_gold_passage_for_every_hop(spec):
@@ -214,3 +216,7 @@ def test_concurrent_oracle_episodes_share_one_index(spec):
 
     results = asyncio.run(all_of_them())
     assert [r.outcome_reward for r in results] == [1.0] * 20
+
+
+def test_env_reports_the_shipped_corpus_version(spec):
+    assert spec.definition.corpus_version == generator.CORPUS_VERSION == "2"

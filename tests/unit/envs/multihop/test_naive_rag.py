@@ -1,5 +1,6 @@
 """Naive RAG baseline (envs/multihop/naive_rag.py, `eval --baseline naive_rag`): the prompt
-holds exactly the passages BM25 ranks for the question; EM/F1 of scripted answers by hand."""
+holds exactly the passages BM25 ranks for the question; EM/F1 of scripted answers by hand;
+retrieval recall@k on a hand-built corpus."""
 
 from __future__ import annotations
 
@@ -10,7 +11,16 @@ import pytest
 from agent_r1_async.config import config_from_dict
 from agent_r1_async.envs.base import Task
 from agent_r1_async.envs.multihop.env import MultihopArgs, MultihopDomain
-from agent_r1_async.envs.multihop.naive_rag import RAG_SYSTEM_PROMPT, NaiveRAGEnv, lenient_answer
+from agent_r1_async.envs.multihop.naive_rag import (
+    RAG_SYSTEM_PROMPT,
+    NaiveRAGEnv,
+    RetrievalRecall,
+    format_recall_table,
+    has_all_support,
+    lenient_answer,
+    passage_has_answer,
+    retrieval_recall,
+)
 from agent_r1_async.envs.multihop.search import BM25Index
 from agent_r1_async.envs.registry import get_env_spec
 from agent_r1_async.models import load_tokenizer, tiny_model_dir
@@ -105,3 +115,68 @@ def test_evaluate_naive_rag_end_to_end(tmp_path):
         arith = config_from_dict({"model": {"name_or_path": tiny_model_dir()},
                                   "env": {"name": "arithmetic"}})
         evaluate(arith, "dev", 1, engine=engine, baseline="naive_rag")
+
+
+RECALL_CORPUS = [
+    {"id": "r1", "title": "Veltrania",
+     "text": "Veltrania is a country founded in 1204. The capital is Ostrum."},
+    {"id": "r2", "title": "Ostrum",
+     "text": "Ostrum is a city in Veltrania. The Kell River flows by Ostrum."},
+    {"id": "r3", "title": "Dornia", "text": "Dornia is a country. The capital is Brask."},
+]
+
+
+def _task(qid: str, question: str, answers: list[str], support: list[str]) -> Task:
+    return Task(qid, question, answers, {"supporting_ids": support, "supporting_titles": []})
+
+
+RECALL_TASKS = [
+    _task("t1", "Which river flows through the capital of Veltrania?", ["Kell River", "Kell"],
+          ["r1", "r2"]),
+    _task("t2", "In what year was Veltrania founded?", ["1204"], ["r1"]),
+    _task("t3", "In what year was the country of the Kell River founded?", ["1204"],
+          ["r2", "r1"]),
+    _task("t4", "Who is the mayor of Brask?", ["Tal Venn"], ["r3", "r9"]),  # r9: not in corpus
+]
+
+
+def test_retrieval_recall_at_k_by_hand():
+    # Indexed "title. text" minus stopwords (the question words which/what/through/who are
+    # kept but occur in no passage, so they score nothing): r1 = veltrania x2, country, founded, 1204, capital,
+    # ostrum (7 terms); r2 = ostrum x3, city, veltrania, kell, river, flows (8); r3 = dornia x2,
+    # country, capital, brask (5); avgdl 20/3. BM25 (bm25s "lucene", k1 1.5, b 0.75): idf =
+    # ln(1 + (3 - df + .5) / (df + .5)) = 0.98 (df 1), 0.47 (df 2); a term scores
+    # idf * tf / (tf + L), L = 1.5 * (.25 + .75 * dl / avgdl) = 1.556 (r1), 1.725 (r2), 1.219 (r3).
+    # t1: r2 river .36 + flows .36 + veltrania .17 = .89 > r1 veltrania(x2) .26 + capital .18
+    #     = .45 > r3 capital .21: answer in r2 from k=1, both gold passages from k=2.
+    # t2: r1 veltrania .26 + founded .38 = .65 > r2 .17 (r3 shares no term): 1204 and r1 at k=1.
+    # t3: r2 kell .36 + river .36 = .72 > r1 country .18 + founded .38 = .57 > r3 .21: 1204 is
+    #     only in r1, so answer and both passages from k=2.
+    # t4: r3 only; "Tal Venn" is nowhere and r9 is not in the corpus: never.
+    index = BM25Index(RECALL_CORPUS)
+    assert [p["id"] for p in index.search(RECALL_TASKS[0].prompt, 3)] == ["r2", "r1", "r3"]
+    assert [p["id"] for p in index.search(RECALL_TASKS[2].prompt, 3)] == ["r2", "r1", "r3"]
+    got = [retrieval_recall(index, RECALL_TASKS, k) for k in (1, 2, 3)]
+    assert got == [RetrievalRecall(1, 4, 2 / 4, 1 / 4), RetrievalRecall(2, 4, 3 / 4, 3 / 4),
+                   RetrievalRecall(3, 4, 3 / 4, 3 / 4)]
+    assert format_recall_table(got[:1]).splitlines()[-1] == "| 1 | 0.500 | 0.250 |"
+    with pytest.raises(ValueError, match="no tasks"):
+        retrieval_recall(index, [], 2)
+
+
+def test_answer_match_is_normalized_and_whole_words():
+    passage = {"id": "r2", "title": "Ostrum", "text": "The Kell River flows by Ostrum in 1204."}
+    assert passage_has_answer(passage, ["Kell River"])
+    assert passage_has_answer(passage, ["nobody", "the kell river."])  # SQuAD normalization
+    assert passage_has_answer(passage, ["Ostrum"]) and passage_has_answer(passage, ["1204"])
+    assert not passage_has_answer(passage, ["Kel"]) and not passage_has_answer(passage, ["120"])
+    assert not passage_has_answer(passage, ["the", ""])  # empty once normalized
+
+
+def test_support_matches_ids_or_titles():
+    shown = RECALL_CORPUS[:2]
+    assert has_all_support(shown, _task("a", "q", ["x"], ["r1", "r2"]))
+    assert not has_all_support(shown, _task("b", "q", ["x"], ["r1", "r3"]))
+    by_title = Task("c", "q", ["x"], {"supporting_ids": [], "supporting_titles": ["Ostrum"]})
+    assert has_all_support(shown, by_title)
+    assert not has_all_support(shown, Task("d", "q", ["x"], {}))  # no gold listed: a miss
