@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_r1_async.config import ConfigError, EnvConfig, RunConfig
+from agent_r1_async.endpoint.agent import AgentDefinition
 from agent_r1_async.envs.base import Env, Observation, StepResult, Task
 from agent_r1_async.envs.contract import (
     EnvContractError,
@@ -316,6 +317,12 @@ def check_env(env_cfg: EnvConfig, splits: list[str], episodes: int = 1,
             ok = False
             lines.append(f"  FAILED  {_repeats(s, repeated)}")
     has_oracle = getattr(spec.definition, "oracle", None) is not None
+    if isinstance(spec.definition, AgentDefinition):  # blackbox, verifiers
+        lines += ["  episodes  not stepped here: its agent plays them through a generation "
+                  "endpoint (`eval` plays them with a model)",
+                  "  prompt  length not checked: the agent writes its own prompts",
+                  "OK" if ok else "FAILED"]
+        return ok, lines
     timeout, max_turns = env_cfg.step_timeout_s, env_cfg.max_turns
     longest: tuple[int, str] = (-1, "")
     for ts in tasks.values():

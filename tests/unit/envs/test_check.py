@@ -130,3 +130,13 @@ def test_envs_check_names_the_failing_method(capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[-1] == (f"  FAILED  env '{HERE}:NoTasks': tasks('dev') returned 0 tasks; "
                        "it needs at least one task")
+
+
+def test_envs_check_lists_an_endpoint_envs_tasks_and_does_not_step_them(capsys):
+    assert main(["envs", "check", "--config", "configs/blackbox_example.yaml",
+                 "--split", "dev"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "env blackbox" and out[-1] == "OK"
+    assert out[4].startswith("  tasks   dev: 200 (first: arith-dev-0: ")
+    assert out[5] == ("  episodes  not stepped here: its agent plays them through a generation "
+                      "endpoint (`eval` plays them with a model)")
