@@ -104,9 +104,12 @@ def test_a_verifiers_group_becomes_step_records_of_the_sampled_tokens(tok, tmp_p
 
 @pytest.mark.parametrize("mode, status, error", [
     ("exit", "env_error", "verifiers EnvServer (vf-echo) exited with code 3"),
-    ("no_call", "env_error", "agent verifiers taskset vf-echo made no generation call"),
-    ("bad_reward", "env_error", "TaskError: task VfEchoTask scoring: ValueError: this reward "
-                                "always fails"),
+    pytest.param("no_call", "env_error",
+                 "agent verifiers taskset vf-echo made no generation call",
+                 marks=pytest.mark.slow),
+    pytest.param("bad_reward", "env_error",
+                 "TaskError: task VfEchoTask scoring: ValueError: this reward always fails",
+                 marks=pytest.mark.slow),
 ])
 def test_a_failing_server_or_taskset_fails_its_episode_in_one_line(tok, mode, status, error):
     engine = FakeEngine.repeating([*tok.encode("Red.", add_special_tokens=False), IM_END])
