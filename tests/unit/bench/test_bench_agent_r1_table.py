@@ -1,4 +1,5 @@
-"""bench/bench_agent_r1_table.py: a run's summary, the table and the spread verdict, by hand."""
+"""bench/bench_agent_r1_table.py by hand: a run's summary, paired intervals, the table's rows,
+recall and noise line, --summarize, and the bench's order of work with every run faked."""
 
 from __future__ import annotations
 
@@ -47,45 +48,211 @@ def test_clock_offset_reads_the_run_directory_stamp(tmp_path):
         mod.clock_offset_s(tmp_path / "mh-grpo-s0", t_start)
 
 
-def test_table_and_spread_verdict():
+# --- paired statistics, rows, recall, noise, --summarize ----------------------------------
+
+
+def _seeds(ems, **extra):
+    return [{"seed": s, "em": e, "f1": e, **extra} for s, e in enumerate(ems)]
+
+
+def test_paired_interval_that_excludes_zero():
     mod = load("bench_agent_r1_table")
-    a = [{"em": 0.5, "f1": 0.6, "updates": 10, "rl_min": 5.0},
-         {"em": 0.7, "f1": 0.8, "updates": 12, "rl_min": 5.0}]
-    b = [{"em": 0.1, "f1": 0.2}, {"em": 0.1, "f1": 0.2}]
-    md = mod.table({"GRPO": a, "Naive RAG": b}, "t")
-    # mean 0.6, sample std of (0.5, 0.7) = 0.1414
-    assert "| GRPO | 0.600 ± 0.141 | 0.700 ± 0.141 | 2 | 11 | 5.0 |" in md
-    assert "| Naive RAG | 0.100 ± 0.000 | 0.200 ± 0.000 | 2 | - | - |" in md
-    # ΔEM 0.5 > std sum 0.141 -> exceeds; a 1-seed row has no spread to compare
-    assert "exceeds the seed spread (std sum 0.141)" in mod.compare(a, b, "GRPO", "Naive RAG")
-    assert "does not exceed" in mod.compare(a, [{"em": 0.55}, {"em": 0.75}], "x", "y")
-    assert "no spread" in mod.compare(a[:1], b, "x", "y")
+    grpo, rag = _seeds([0.30, 0.34, 0.38]), _seeds([0.20, 0.22, 0.27])
+    # differences 0.10, 0.12, 0.11: mean 0.11, sd 0.01, t975(2) = 4.303,
+    # half-width 4.303 * 0.01 / sqrt(3) = 0.02484 -> [0.0852, 0.1348]
+    p = mod.paired(grpo, rag)
+    assert p["seeds"] == [0, 1, 2]
+    assert p["diffs"] == pytest.approx([0.10, 0.12, 0.11], abs=1e-9)
+    assert p["mean"] == pytest.approx(0.11, abs=1e-3)
+    assert p["half"] == pytest.approx(0.0248, abs=1e-3)
+    assert (p["lo"], p["hi"]) == (pytest.approx(0.0852, abs=1e-3), pytest.approx(0.1348, abs=1e-3))
+    assert p["excludes_zero"]
+    line = mod.compare(grpo, rag, "GRPO", "Naive RAG (warm start, k=8)")
+    assert line == ("GRPO vs Naive RAG (warm start, k=8): EM 0.340 vs 0.230; paired by seed "
+                    "(0, 1, 2): ΔEM +0.100, +0.120, +0.110; mean +0.110, 95 % CI "
+                    "[+0.085, +0.135]: excludes 0")
+    # the other way round: the same interval, negated, still excludes 0
+    q = mod.paired(rag, grpo)
+    assert q["hi"] == pytest.approx(-0.0852, abs=1e-3) and q["excludes_zero"]
+
+
+def test_paired_interval_that_includes_zero_and_pairs_only_common_seeds():
+    mod = load("bench_agent_r1_table")
+    grpo, warm = _seeds([0.26, 0.25, 0.30]), _seeds([0.20, 0.27, 0.28])
+    # differences +0.06, -0.02, +0.02: mean 0.02, deviations ±0.04 and 0 -> sd 0.04,
+    # half-width 4.303 * 0.04 / sqrt(3) = 0.0994 -> [-0.0794, +0.1194]
+    p = mod.paired(grpo, warm)
+    assert (p["lo"], p["hi"]) == (pytest.approx(-0.0794, abs=1e-3), pytest.approx(0.1194, abs=1e-3))
+    assert not p["excludes_zero"]
+    assert mod.compare(grpo, warm, "GRPO", "x").endswith(
+        "mean +0.020, 95 % CI [-0.079, +0.119]: includes 0")
+    # only the seeds both rows ran, in seed order; one common seed: no interval; none: None
+    other = [{"seed": 7, "em": 0.9}, {"seed": 2, "em": 0.10}, {"seed": 0, "em": 0.16}]
+    assert mod.paired(grpo, other)["diffs"] == pytest.approx([0.10, 0.20])
+    assert mod.compare(grpo, other[:2], "a", "b").endswith(
+        "paired by seed (2): ΔEM +0.200; one common seed: no interval")
+    assert mod.paired(grpo, other[:1]) is None
+    assert mod.compare(grpo, other[:1], "a", "b").endswith("no seed in common: not compared")
 
 
 def test_paired_gain_over_the_warm_start():
     mod = load("bench_agent_r1_table")
-    runs = [{"em": 0.30, "before_em": 0.20}, {"em": 0.10, "before_em": 0.15}]
-    # gains +0.10 and -0.05: mean +0.025, std sqrt(2 * 0.075^2) = 0.106
-    assert mod.paired_gain(runs, "GRPO") == ("GRPO minus the warm start at the same seed: "
-                                             "ΔEM +0.025 ± 0.106 (per seed +0.100, -0.050)")
-    assert mod.paired_gain(runs[:1], "PPO").endswith("ΔEM +0.100 (per seed +0.100)")
+    runs = [{"seed": 0, "em": 0.30, "before_em": 0.20}, {"seed": 1, "em": 0.10, "before_em": 0.15}]
+    # gains +0.10, -0.05: mean +0.025, sd 0.075 * sqrt(2) = 0.1061, t975(1) = 12.706,
+    # half-width 12.706 * 0.1061 / sqrt(2) = 0.953 -> [-0.928, +0.978]
+    assert mod.paired_gain(runs, "GRPO") == (
+        "GRPO minus Base Tool Call (warm start) at the same seed: paired by seed (0, 1): "
+        "ΔEM +0.100, -0.050; mean +0.025, 95 % CI [-0.928, +0.978]: includes 0")
+    assert mod.paired_gain(runs[:1], "PPO").endswith("(0): ΔEM +0.100; one common seed: no interval")
 
 
-def test_two_arms_are_also_compared_seed_by_seed():
-    """The ablation's step-vs-token arms at seeds 0-2 (EM rounded): unpaired the
-    difference is inside the spread, paired every seed favours step credit."""
+def test_table_cells():
     mod = load("bench_agent_r1_table")
-    step = [{"seed": s, "em": e} for s, e in ((0, 0.224), (1, 0.119), (2, 0.189))]
-    token = [{"seed": s, "em": e} for s, e in ((0, 0.133), (1, 0.042), (2, 0.168))]
-    # differences +0.091, +0.077, +0.021: mean +0.063; deviations +0.028, +0.014, -0.042,
-    # squares sum 0.002744 / 2 = 0.001372 -> std 0.037
-    assert mod.paired_difference(step, token) == (
-        "; paired by seed ΔEM +0.063 ± 0.037 (per seed +0.091, +0.077, +0.021: 3 of 3 the "
-        "same sign)")
-    assert mod.compare(step, token, "step", "token").endswith("3 of 3 the same sign)")
-    # only the seeds both arms ran are paired (-0.076, +0.100: mean +0.012, std 0.176 / √2 =
-    # 0.124); a sign against the mean is not counted
-    other = [{"seed": 0, "em": 0.30}, {"seed": 2, "em": 0.089}, {"seed": 7, "em": 0.9}]
-    assert mod.paired_difference(step, other) == (
-        "; paired by seed ΔEM +0.012 ± 0.124 (per seed -0.076, +0.100: 1 of 2 the same sign)")
-    assert mod.paired_difference(step[:1], token) == ""  # one common seed: nothing to say
+    a = [{"em": 0.5, "f1": 0.6, "updates": 10, "rl_min": 5.0},
+         {"em": 0.7, "f1": 0.8, "updates": 12, "rl_min": 5.0}]
+    b = [{"em": 0.1, "f1": 0.2, "rag_k": 8}, {"em": 0.1, "f1": 0.2, "rag_k": 8}]
+    md = mod.table({"GRPO": a, "Naive RAG (untrained, k=8)": b}, "t",
+                   {"8": {"k": 8, "tasks": 145, "answer": 0.25, "support": 0.125}}, "test")
+    assert "| method | test EM | test F1 |" in md
+    # mean 0.6, sample sd of (0.5, 0.7) = 0.1414; no recall beside an RL row
+    assert "| GRPO | 0.600 ± 0.141 | 0.700 ± 0.141 | 2 | 11 | 5.0 | - | - |" in md
+    assert ("| Naive RAG (untrained, k=8) | 0.100 ± 0.000 | 0.200 ± 0.000 | 2 | - | - "
+            "| 0.250 | 0.125 |") in md
+
+
+def _results():
+    """A table's results.json by hand: 3 seeds of every baseline and GRPO, 1 of PPO."""
+    mod = load("bench_agent_r1_table")
+    warm = _seeds([0.20, 0.22, 0.27])
+    rag_u = _seeds([0.02, 0.03, 0.01], rag_k=8)
+    rag_w = _seeds([0.15, 0.16, 0.17], rag_k=8)
+
+    def rl(ems):
+        return [{**r, "before_em": warm[r["seed"]]["em"], "before_f1": warm[r["seed"]]["f1"],
+                 "updates": 7, "rl_min": 31.0, "curve": [[0.0, 0.2], [31.0, r["em"]]]}
+                for r in _seeds(ems)]
+
+    return mod, {
+        "command": "python -m bench.bench_agent_r1_table", "date": "2026-11-27 00:00 UTC",
+        "budget_s": 1800.0, "split": "test", "final_tasks": 145, "corpus_version": "2",
+        "rag_k": 8, "retrieval_recall": {"8": {"k": 8, "tasks": 145, "answer": 0.262,
+                                                "support": 0.214}},
+        "title": "Multi-hop QA", "comparisons": [
+            ["GRPO", "Naive RAG (warm start, k=8)"], ["GRPO", mod.BASE_WARM],
+            ["GRPO", mod.BASE_UNTRAINED]],
+        "rows": {  # not in table order on purpose
+            "PPO (step GAE)": rl([0.31]), "GRPO": rl([0.30, 0.34, 0.38]),
+            "Naive RAG (warm start, k=8)": rag_w, mod.BASE_WARM: warm,
+            "Naive RAG (untrained, k=8)": rag_u, mod.BASE_UNTRAINED: _seeds([0.0, 0.0, 0.0])},
+        "eval_noise": {"label": mod.BASE_WARM, "split": "test", "checkpoint": "/ckpt", "evals": [
+            {"seed": 1000, "em": 0.241, "f1": 0.3}, {"seed": 0, "em": 0.2, "f1": 0.25},
+            {"seed": 2000, "em": 0.186, "f1": 0.2}]},
+    }
+
+
+def test_rows_in_order_with_recall_beside_naive_rag_and_the_noise_line():
+    mod, results = _results()
+    md = mod.render(results)
+    labels = [line.split(" | ")[0][2:] for line in md.splitlines()
+              if line.startswith("| ") and not line.startswith("| method")]
+    assert labels == ["Base Tool Call (untrained)", "Naive RAG (untrained, k=8)",
+                      "Base Tool Call (warm start)", "Naive RAG (warm start, k=8)", "GRPO",
+                      "PPO (step GAE)"]
+    rows = {line.split(" | ")[0][2:]: line for line in md.splitlines() if line.startswith("| ")}
+    for label in ("Naive RAG (untrained, k=8)", "Naive RAG (warm start, k=8)"):
+        assert rows[label].endswith("| 0.262 | 0.214 |")
+    for label in ("Base Tool Call (untrained)", "Base Tool Call (warm start)", "GRPO"):
+        assert rows[label].endswith("| - | - |")
+    assert "reported split: test (145 tasks, every row); corpus version 2;" in md
+    # the three GRPO comparisons, then the gains over the warm start: GRPO vs Naive RAG (warm
+    # start) is 0.15, 0.18, 0.21: mean 0.18, sd 0.03, half 4.303 * 0.03 / sqrt(3) = 0.0745
+    assert ("- GRPO vs Naive RAG (warm start, k=8): EM 0.340 vs 0.160; paired by seed (0, 1, 2): "
+            "ΔEM +0.150, +0.180, +0.210; mean +0.180, 95 % CI [+0.105, +0.255]: excludes 0") in md
+    assert "- GRPO vs Base Tool Call (warm start): EM 0.340 vs 0.230;" in md
+    assert "- GRPO vs Base Tool Call (untrained): EM 0.340 vs 0.000;" in md
+    assert ("- GRPO minus Base Tool Call (warm start) at the same seed: paired by seed (0, 1, 2): "
+            "ΔEM +0.100, +0.120, +0.110; mean +0.110, 95 % CI [+0.085, +0.135]: excludes 0") in md
+    assert "- PPO (step GAE) minus Base Tool Call (warm start) at the same seed:" in md
+    # the noise: seed order, max - min = 0.241 - 0.186 = 0.055; it feeds no row (3 seeds there)
+    assert md.rstrip().endswith(
+        "- Evaluation noise (Base Tool Call (warm start), test, sampling seeds 0, 1000, 2000): "
+        "the same checkpoint evaluated 3 times: EM 0.200, 0.241, 0.186 (spread max-min 0.055)")
+    assert "| Base Tool Call (warm start) | 0.230 ± 0.036 |" in md
+
+
+def test_summarize_reproduces_the_table(tmp_path, monkeypatch):
+    mod, results = _results()
+    first = mod.write(tmp_path, results)
+    written = (tmp_path / "results.json").read_text()
+    assert (tmp_path / "table.md").read_text() == first and (tmp_path / "em_vs_time.png").exists()
+    (tmp_path / "table.md").unlink()
+    monkeypatch.setattr("sys.argv", ["bench_agent_r1_table", "--summarize", str(tmp_path)])
+    mod.main()
+    assert (tmp_path / "table.md").read_text() == first
+    assert (tmp_path / "results.json").read_text() == written  # read, not rewritten
+
+
+def test_former_labels_are_read_as_todays_rows():
+    mod, results = _results()
+    old = {**results, "rows": {"Base Tool Call": results["rows"][mod.BASE_UNTRAINED],
+                               "Warm start (SFT)": results["rows"][mod.BASE_WARM],
+                               "GRPO": results["rows"]["GRPO"]},
+           "comparisons": [["GRPO", "Warm start (SFT)"]]}
+    for key in ("split", "corpus_version", "retrieval_recall", "eval_noise"):
+        del old[key]
+    md = mod.render(old)
+    assert "| Base Tool Call (untrained) |" in md and "| Base Tool Call (warm start) |" in md
+    assert "reported split: dev (145 tasks, every row); corpus version unknown;" in md
+    assert "- GRPO vs Base Tool Call (warm start): EM 0.340 vs 0.230;" in md
+
+
+def test_main_runs_rows_in_order_adds_to_out_and_keeps_noise_apart(tmp_path, monkeypatch):
+    """The whole bench with evaluations, warm start and launches replaced by fakes."""
+    mod = load("bench_agent_r1_table")
+    calls = []
+    setup = {"split": "test", "final_tasks": 145, "corpus_version": "2", "rag_k": 8,
+             "recall": {"k": 8, "tasks": 145, "answer": 0.262, "support": 0.214}}
+
+    def final_eval(args, tag, seed, kind="", model=""):
+        calls.append((tag, seed, kind, model, args.split, args.final_tasks, args.rag_k))
+        extra = {"rag_k": args.rag_k} if kind == "naive_rag" else {}
+        return {"em": 0.2 + seed / 1e5, "f1": 0.3, "split": args.split, **extra}
+
+    def rl_run(args, name, seed, ckpt, extra, before):
+        calls.append((name, seed, ckpt, extra, before["em"]))
+        return {"before_em": before["em"], "before_f1": before["f1"], "em": 0.3, "f1": 0.4,
+                "updates": 5, "rl_min": 30.0, "curve": [[0.0, 0.2], [30.0, 0.3]]}
+
+    monkeypatch.setattr(mod, "split_setup", lambda args: setup)
+    monkeypatch.setattr(mod, "final_eval", final_eval)
+    monkeypatch.setattr(mod, "rl_run", rl_run)
+    monkeypatch.setattr(mod, "warm_start_checkpoint", lambda args: "/ckpt")
+    argv = ["b", "--out", str(tmp_path), "--seeds", "0", "1", "--algos", "grpo", "ppo"]
+    monkeypatch.setattr("sys.argv", argv)
+    mod.main()
+    tags = [c[:2] for c in calls]
+    assert tags == [("base_tool_call", 0), ("base_tool_call", 1), ("naive_rag-k8", 0),
+                    ("naive_rag-k8", 1), ("warm_start", 0), ("warm_start", 1),
+                    ("warm_naive_rag-k8", 0), ("warm_naive_rag-k8", 1),
+                    ("warm_start-noise", 1000), ("warm_start-noise", 2000),
+                    ("mh-grpo", 0), ("mh-grpo", 1), ("mh-ppo", 0)]
+    assert all(c[4:] == ("test", 145, 8) for c in calls if len(c) == 7)  # every final eval
+    assert calls[6][2:4] == ("naive_rag", "/ckpt")  # Naive RAG read by the warm start
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert list(mod.ordered(saved["rows"])) == [
+        "Base Tool Call (untrained)", "Naive RAG (untrained, k=8)", "Base Tool Call (warm start)",
+        "Naive RAG (warm start, k=8)", "GRPO", "PPO (step GAE)"]
+    assert (saved["split"], saved["final_tasks"], saved["corpus_version"]) == ("test", 145, "2")
+    assert saved["retrieval_recall"]["8"]["answer"] == 0.262
+    # the noise: sampling seeds 0 (the row's own evaluation), 1000, 2000; the row keeps 2 seeds
+    assert [e["seed"] for e in saved["eval_noise"]["evals"]] == [0, 1000, 2000]
+    assert [r["seed"] for r in saved["rows"]["Base Tool Call (warm start)"]] == [0, 1]
+    assert "the same checkpoint evaluated 3 times" in (tmp_path / "table.md").read_text()
+    # the same OUT again: everything is done, nothing runs
+    calls.clear()
+    mod.main()
+    assert calls == []
+    # another split in the same OUT: refused
+    monkeypatch.setattr(mod, "split_setup", lambda args: {**setup, "split": "dev"})
+    with pytest.raises(SystemExit, match="another evaluation set"):
+        mod.main()
