@@ -74,7 +74,8 @@ def summarize(run_dir: Path, metric: str) -> dict[str, Any]:
         "s_per_update": statistics.median(r["learner/update_time_s"] for r in updates)
         if updates else float("nan"),
         "peak_gb": max((r.get("learner/peak_memory_gb", 0.0) for r in updates), default=0.0),
-        "curve": [(r["update"], r["reward/mean"], r.get("env/success")) for r in updates],
+        # the training episodes' own rate of the held-out metric (env/success, env/correct, ...)
+        "curve": [(r["update"], r["reward/mean"], r.get(f"env/{metric}")) for r in updates],
     }
 
 
@@ -96,7 +97,7 @@ def plot(results: list[dict[str, Any]], metric: str, path: Path) -> None:
         # two evaluations, nothing measured between them: points, not a line
         ax2.plot([0], [r["before"]], "o", color=color, mfc="none", label=f"{label} before")
         ax2.plot([r["updates"]], [r["after"]], "o", color=color, label=f"{label} after")
-    ax1.set(xlabel="update (learner version)", ylabel="train success (batch; line: mean of 5)",
+    ax1.set(xlabel="update (learner version)", ylabel=f"train {metric} (batch; line: mean of 5)",
             title="training episodes")
     ax2.set(xlabel="update (learner version)", ylabel=f"held-out {metric}",
             title=f"held-out dev split, {results[0]['tasks']} tasks, T=1")
