@@ -72,6 +72,14 @@ class BlackboxArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             raise ValueError(f"agent_args: {clash[0]!r} is passed by the actor")
 
 
+def episode_timeout(timeout_s: float, env_cfg: EnvConfig) -> tuple[float, str]:
+    """(seconds an agent's episode may run, the config key that set it): `timeout_s` when
+    given, else env.step_timeout_s x env.max_turns."""
+    if timeout_s:
+        return timeout_s, "env.args.timeout_s"
+    return env_cfg.step_timeout_s * env_cfg.max_turns, "env.step_timeout_s x env.max_turns"
+
+
 def _keywords(fn: Callable[..., Any], args: BlackboxArgs) -> tuple[str, ...]:
     """The optional keywords `fn` declares; ConfigError when it cannot take (task, base_url)
     or an `agent_args` key."""
@@ -137,9 +145,7 @@ class BlackboxEnv:
         self.fn = import_callable(args.agent, "agent")
         self.tasks_fn = import_callable(args.tasks, "tasks")
         self.optional = _keywords(self.fn, args)
-        self.timeout_s = args.timeout_s or env_cfg.step_timeout_s * env_cfg.max_turns
-        self._timeout_key = ("env.args.timeout_s" if args.timeout_s
-                             else "env.step_timeout_s x env.max_turns")
+        self.timeout_s, self._timeout_key = episode_timeout(args.timeout_s, env_cfg)
         self._tasks: dict[str, list[Task]] = {}
 
     def make(self) -> EndpointEpisode:

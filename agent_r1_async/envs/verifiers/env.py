@@ -36,7 +36,7 @@ from typing import Any
 from agent_r1_async.config import EnvConfig
 from agent_r1_async.endpoint.agent import AgentFailed, AgentOutcome
 from agent_r1_async.envs.base import Task
-from agent_r1_async.envs.blackbox import EndpointEpisode
+from agent_r1_async.envs.blackbox import EndpointEpisode, episode_timeout
 from agent_r1_async.envs.host_loop import at_exit, on_host
 from agent_r1_async.envs.registry import register_env
 from agent_r1_async.envs.verifiers.args import VerifiersArgs, parse_range
@@ -70,9 +70,7 @@ class VerifiersEnv:
         interpreter(args)  # a missing verifiers environment is a config error, at once
         self.args, self.env_cfg = args, env_cfg
         self.agent_name = f"verifiers taskset {args.taskset}"
-        self.timeout_s = args.timeout_s or env_cfg.step_timeout_s * env_cfg.max_turns
-        self._timeout_key = ("env.args.timeout_s" if args.timeout_s
-                             else "env.step_timeout_s x env.max_turns")
+        self.timeout_s, self._timeout_key = episode_timeout(args.timeout_s, env_cfg)
         self._all: list[dict[str, Any]] | None = None
         self._tasks: dict[str, list[Task]] = {}
         self._server: VerifiersServer | None = None
