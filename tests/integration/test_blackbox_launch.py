@@ -12,11 +12,11 @@ from pathlib import Path
 
 import yaml
 
+from tests.integration.agent_calls import buffered_episodes, logged_calls
 from tests.integration.cli_runs import launch_ok, tiny_config_with_env
 
 
 def test_an_openai_agent_trains_end_to_end_through_the_endpoint(tmp_path: Path):
-    from agent_r1_async.buffers.snapshot import load_snapshot
     from agent_r1_async.models import load_tokenizer, tiny_model_dir
 
     config = tiny_config_with_env(tmp_path, "blackbox_example.yaml", "tiny-blackbox")
@@ -36,15 +36,8 @@ def test_an_openai_agent_trains_end_to_end_through_the_endpoint(tmp_path: Path):
         assert "reward/env/blackbox" in r and r.get("env/calls") == 2.0
         assert not r.get("episodes/status/env_error") and not r.get("episodes/status/timeout")
 
-    calls = {}
-    for path in log_dir.glob("calls-*.jsonl"):
-        for line in path.read_text().splitlines():
-            c = json.loads(line)
-            calls[c["episode_id"], c["step_index"]] = c
-    state = load_snapshot(str(run_dir / "buffer"))
-    assert state is not None
-    episodes = [ep for s in state.stored for ep in s.group.episodes]
-    assert episodes and all(s.group.env_name == "blackbox" for s in state.stored)
+    calls = logged_calls(log_dir)
+    episodes = buffered_episodes(run_dir, "blackbox")
     tok = load_tokenizer(tiny_model_dir())
     for ep in episodes:
         assert [s.step_index for s in ep.steps] == [0, 1] and ep.end.status == "ok"

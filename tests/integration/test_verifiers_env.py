@@ -8,7 +8,6 @@ fail ends the episode with one line and never hangs the actor."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from agent_r1_async.envs.registry import get_env_spec
 from agent_r1_async.models import load_tokenizer, tiny_model_dir
 from agent_r1_async.wire.messages import EpisodeEnd, StepRecord, decode_data, encode
 from tests.fakes.engine import FakeEngine
+from tests.integration.agent_calls import logged_calls
 from tests.integration.vf_setup import needs_verifiers, vf_env
 
 pytestmark = needs_verifiers
@@ -73,11 +73,7 @@ def test_a_verifiers_group_becomes_step_records_of_the_sampled_tokens(tok, tmp_p
     engine = FakeEngine.scripted([replies[i % 2] for i in range(4)])  # 2 episodes x 2 calls
     ends, records, _ = play(tok, engine, vf_env(str(tmp_path)), group=2)
     assert [e.status for e in ends] == ["ok", "ok"], [e.error for e in ends]
-    calls = {}
-    for path in tmp_path.glob("calls-*.jsonl"):
-        for line in path.read_text().splitlines():
-            c = json.loads(line)
-            calls[c["episode_id"], c["step_index"]] = c
+    calls = logged_calls(tmp_path)
     assert len(calls) == 4 == len(records)
     for end in ends:
         steps = sorted((r for r in records if r.episode_id == end.episode_id),
@@ -138,8 +134,7 @@ def test_eval_plays_a_verifiers_env_through_an_endpoint_of_its_own(tmp_path: Pat
         "model": {"name_or_path": "tiny-random-llama", "max_model_len": 512},
         "engine": {"backend": "hf", "max_new_tokens": 8}, "env": vf_env(str(tmp_path))})
     result = evaluate(cfg, "dev", 2)
-    lasts = [json.loads(line)["content"].strip() for path in tmp_path.glob("calls-*.jsonl")
-             for line in path.read_text().splitlines() if json.loads(line)["step_index"] == 1]
+    lasts = [c["content"].strip() for (_, step), c in logged_calls(tmp_path).items() if step == 1]
     assert len(lasts) == 2 and result["episodes"] == 2.0 and result["failed_rate"] == 0.0
     # the taskset's score of each last reply, averaged: what the evaluation reports
     assert result["outcome_reward"] == sum(len(t) % 2 for t in lasts) / 2

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from tests.integration.agent_calls import buffered_episodes, logged_calls
 from tests.integration.cli_runs import launch_ok, tiny_config_with_env
 from tests.integration.vf_setup import needs_verifiers, vf_env
 
@@ -19,8 +20,6 @@ pytestmark = needs_verifiers
 
 
 def test_a_verifiers_env_trains_in_a_tiny_launch_token_exact(tmp_path: Path):
-    from agent_r1_async.buffers.snapshot import load_snapshot
-
     config = tiny_config_with_env(tmp_path, "verifiers_example.yaml", "tiny-verifiers")
     log_dir = tmp_path / "calls"
     log_dir.mkdir()
@@ -38,15 +37,8 @@ def test_a_verifiers_env_trains_in_a_tiny_launch_token_exact(tmp_path: Path):
         assert "reward/env/verifiers" in r and r.get("env/vf_calls") == 2.0
         assert not r.get("episodes/status/env_error") and not r.get("episodes/status/timeout")
 
-    calls = {}
-    for path in log_dir.glob("calls-*.jsonl"):
-        for line in path.read_text().splitlines():
-            c = json.loads(line)
-            calls[c["episode_id"], c["step_index"]] = c
-    state = load_snapshot(str(run_dir / "buffer"))
-    assert state is not None
-    episodes = [ep for s in state.stored for ep in s.group.episodes]
-    assert episodes and all(s.group.env_name == "verifiers" for s in state.stored)
+    calls = logged_calls(log_dir)
+    episodes = buffered_episodes(run_dir, "verifiers")
     for ep in episodes:
         assert [s.step_index for s in ep.steps] == [0, 1] and ep.end.status == "ok"
         for step in ep.steps:
