@@ -54,7 +54,8 @@ It is kept in results.json under "eval_noise" and feeds no row.
 
 `--credit-ablation` (same --out as the table, after it; writes OUT/ablation/): GRPO with
 algorithm.credit token instead of step, and with process rewards off
-(env.args.gold_retrieval_reward and valid_call_reward 0), one factor at a time, same warm
+(env.args.gold_retrieval_reward and valid_call_reward 0; `--ablation-arms token` runs only the
+first), one factor at a time, same warm
 start, seeds, budget and split; the step / process-on arm is the table's GRPO row
 (configs/multihop.yaml's own setting) and the warm-start row the table's, not run again.
 Each arm is compared with the step / process-on arm, paired by seed as above.
@@ -96,6 +97,8 @@ ABLATION = {  # label -> overrides (GRPO); one factor at a time against the tabl
     "GRPO credit=step, process off": ["algorithm.credit=step", *PROCESS_OFF],
 }
 SAME_AS_GRPO = "GRPO credit=step, process on"
+ABLATION_ARMS = {"token": "GRPO credit=token, process on",
+                 "process-off": "GRPO credit=step, process off"}
 """configs/multihop.yaml's own setting: with the table's results in the same --out, its GRPO
 runs are this arm's (same warm start, seeds and budget), not run again."""
 OLD_LABELS = {"Base Tool Call": BASE_UNTRAINED, "Naive RAG": "Naive RAG (untrained, k=env top_k)",
@@ -470,6 +473,9 @@ def main() -> None:
     ap.add_argument("--skip-baselines", action="store_true",
                     help="only Base Tool Call (warm start) of the baseline rows")
     ap.add_argument("--credit-ablation", action="store_true")
+    ap.add_argument("--ablation-arms", nargs="+", default=list(ABLATION_ARMS),
+                    choices=list(ABLATION_ARMS),
+                    help="the ablation's arms beside the table's GRPO (credit token; process off)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--summarize", type=Path, default=None, help="rebuild from OUT/results.json")
@@ -527,10 +533,11 @@ def main() -> None:
                 if r["seed"] == seed and not done(BASE_WARM, seed):
                     rows.setdefault(BASE_WARM, []).append(r)
         results["title"] = "Credit ablation (GRPO), multi-hop QA"
-        results["comparisons"] = [
-            ("GRPO credit=step, process on", "GRPO credit=token, process on"),
-            ("GRPO credit=step, process on", "GRPO credit=step, process off")]
-        for label, extra in ABLATION.items():
+        arms = [SAME_AS_GRPO, *(ABLATION_ARMS[a] for a in args.ablation_arms)]
+        results["comparisons"] = [(SAME_AS_GRPO, ABLATION_ARMS[a]) for a in ABLATION_ARMS
+                                  if a in args.ablation_arms or rows.get(ABLATION_ARMS[a])]
+        for label in arms:
+            extra = ABLATION[label]
             rows.setdefault(label, [])
             for seed in args.seeds:
                 if done(label, seed):

@@ -256,3 +256,35 @@ def test_main_runs_rows_in_order_adds_to_out_and_keeps_noise_apart(tmp_path, mon
     monkeypatch.setattr(mod, "split_setup", lambda args: {**setup, "split": "dev"})
     with pytest.raises(SystemExit, match="another evaluation set"):
         mod.main()
+
+
+def test_the_token_arm_alone_reuses_the_tables_grpo_and_warm_start_runs(tmp_path, monkeypatch):
+    """`--credit-ablation --ablation-arms token`: one RL run per seed with credit token, the
+    step arm and the warm start read from the table's results, process-off never run."""
+    mod, results = _results()
+    mod.write(tmp_path, results)
+    setup = {k: results[k] for k in ("split", "final_tasks", "corpus_version", "rag_k")}
+    monkeypatch.setattr(mod, "split_setup", lambda args: {**setup,
+                                                          "recall": results["retrieval_recall"]["8"]})
+    monkeypatch.setattr(mod, "warm_start_checkpoint", lambda args: "/ckpt")
+    monkeypatch.setattr(mod, "final_eval", lambda *a, **k: pytest.fail("evaluated again"))
+    calls = []
+
+    def rl_run(args, tag, seed, ckpt, extra, before):
+        calls.append((tag, seed, extra, before["em"]))
+        return {"em": 0.1 * seed, "f1": 0.1 * seed, "before_em": before["em"],
+                "before_f1": before["f1"], "updates": 3, "rl_min": 30.0,
+                "curve": [[0.0, before["em"]], [30.0, 0.1 * seed]]}
+
+    monkeypatch.setattr(mod, "rl_run", rl_run)
+    monkeypatch.setattr("sys.argv", ["bench_agent_r1_table", "--credit-ablation",
+                                     "--ablation-arms", "token", "--out", str(tmp_path)])
+    mod.main()
+    # the warm start's EM per seed, from the table: 0.20, 0.22, 0.27
+    assert calls == [("abl-credittoken-processon", s, ["algorithm.credit=token"], em)
+                     for s, em in ((0, 0.20), (1, 0.22), (2, 0.27))]
+    saved = json.loads((tmp_path / "ablation" / "results.json").read_text())
+    assert [r["em"] for r in saved["rows"][mod.SAME_AS_GRPO]] == [0.30, 0.34, 0.38]
+    assert [r["em"] for r in saved["rows"]["GRPO credit=token, process on"]] == [0.0, 0.1, 0.2]
+    assert "GRPO credit=step, process off" not in saved["rows"]
+    assert saved["comparisons"] == [[mod.SAME_AS_GRPO, "GRPO credit=token, process on"]]
