@@ -376,7 +376,7 @@ class LearnerConfig(_Section):
     """Optimizer passes over each sampled batch."""
     pack_steps: bool = True
     """Train an episode's steps as one sequence when each context extends the last (the `full`
-    builder): same loss and gradient, one forward per episode (learner/batching.py; not PPO)."""
+    builder): same loss, gradient and V(s_t), one forward per episode (learner/batching.py)."""
     total_updates: int = 100
     """Updates (optimizer steps over a batch) before the run ends."""
     publish_every: int = 1

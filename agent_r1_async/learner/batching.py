@@ -18,8 +18,10 @@ each step's action tokens marked at their own positions and carrying their own a
 behavior log-probs and versions. A causal LM gives every token the same log-prob either way
 (its prefix is identical), so the loss and gradient are those of the unpacked rows while an
 episode of n steps costs one forward over its final length instead of n overlapping ones.
-Steps whose context does not extend the previous one start a new sequence. PPO does not
-pack: it reads V(s_t) at each step's last context token, one per sequence.
+Steps whose context does not extend the previous one start a new sequence. V(s_t) (PPO's
+value head) is read at each step's last context token, also inside a packed sequence: the
+hidden state there sees exactly the step's context, so a packed sequence of n steps yields
+n values (`value_seq`, `value_index`, `row_index`: one entry per step).
 
 Micro-batches: sequences are sorted by length (longest first) and packed greedily while
 padded_length × sequences ≤ `micro_batch_tokens`; a single longer one gets a micro-batch of
@@ -71,12 +73,14 @@ class MicroBatch:
     token_versions: Tensor  # long, policy version that sampled each action token
     advantages: Tensor  # float32, the row's advantage on its action tokens, 0 elsewhere
     sample_weights: Tensor  # [B] prioritized-replay importance weight of the row's group
-    value_index: Tensor  # [B] long, position of the last context token (where V(s_t) is read)
-    row_index: Tensor  # [B] long, index into the row list (a packed sequence: its last step)
+    value_index: Tensor  # [V] long, per step: position of its last context token (V(s_t))
+    row_index: Tensor  # [V] long, per step: its index into the row list
+    value_seq: Tensor  # [V] long, per step: its sequence (the b of [B, T]); a sequence's steps
+    # are consecutive and in step order. Unpacked: V = B and value_seq = 0..B-1.
     proximal_logprobs: Tensor | None = None
     reference_logprobs: Tensor | None = None
-    old_values: Tensor | None = None  # [B]
-    value_targets: Tensor | None = None  # [B]
+    old_values: Tensor | None = None  # [V]
+    value_targets: Tensor | None = None  # [V]
     extra: dict[str, Tensor] = field(default_factory=dict)
     num_rows: int | None = None
     """Steps in this micro-batch (more than B when steps are packed); None = B."""
@@ -94,10 +98,17 @@ class MicroBatch:
         return int(self.action_mask.sum())
 
     def set_advantages(self, row_advantages: Tensor) -> None:
-        """Broadcast per-row advantages [B] onto the action tokens (unpacked rows only)."""
-        if self.steps != int(self.input_ids.shape[0]):
-            raise ValueError("set_advantages: this micro-batch packs several steps per sequence")
-        self.advantages = row_advantages.to(torch.float32)[:, None] * self.action_mask
+        """Per-step advantages [V] (`row_index` order) onto each step's own action tokens: in
+        its sequence, those after its last context token and up to the next step's."""
+        if row_advantages.shape != self.value_index.shape:
+            raise ValueError(f"set_advantages: {tuple(row_advantages.shape)} advantages for "
+                             f"{self.value_index.numel()} steps")
+        out = torch.zeros(self.input_ids.shape, dtype=torch.float32)
+        seq, start = self.value_seq.tolist(), (self.value_index + 1).tolist()
+        for v, a in enumerate(row_advantages.tolist()):
+            end = start[v + 1] if v + 1 < len(seq) and seq[v + 1] == seq[v] else out.shape[1]
+            out[seq[v], start[v]:end] = a
+        self.advantages = out * self.action_mask
 
 
 def _check_step(step: messages.StepRecord) -> None:
@@ -280,8 +291,10 @@ def collate_sequences(rows: Sequence[Row], seqs: Sequence[Sequence[int]], pad_id
         token_versions=t["token_versions"],
         advantages=t["advantages"],
         sample_weights=torch.tensor([rows[s[0]].sample_weight for s in seqs], dtype=torch.float32),
-        value_index=torch.tensor([len(r.context_ids) - 1 for r in lasts], dtype=torch.long),
-        row_index=torch.tensor([s[-1] for s in seqs], dtype=torch.long),
+        value_index=torch.tensor([len(rows[i].context_ids) - 1 for s in seqs for i in s],
+                                 dtype=torch.long),
+        row_index=torch.tensor([i for s in seqs for i in s], dtype=torch.long),
+        value_seq=torch.tensor([b for b, s in enumerate(seqs) for _ in s], dtype=torch.long),
         num_rows=sum(len(s) for s in seqs),
     )
 
@@ -333,5 +346,6 @@ def filler_micro_batch(pad_id: int) -> MicroBatch:
         behavior_logprobs=zeros.clone(), token_versions=torch.zeros(1, 2, dtype=torch.long),
         advantages=zeros.clone(), sample_weights=torch.zeros(1),
         value_index=torch.zeros(1, dtype=torch.long), row_index=torch.zeros(1, dtype=torch.long),
-        old_values=torch.zeros(1), value_targets=torch.zeros(1), num_rows=0,
+        value_seq=torch.zeros(1, dtype=torch.long), old_values=torch.zeros(1),
+        value_targets=torch.zeros(1), num_rows=0,
     )

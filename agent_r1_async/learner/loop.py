@@ -209,7 +209,7 @@ class Learner:
         else:
             advantages = adv.compute_advantages(returns, algo.name, algo.credit, algo.std_normalize)
         rows = batching.build_rows(groups, advantages, rewards)
-        seqs = batching.training_sequences(rows, self.cfg.learner.pack_steps and algo.name != "ppo")
+        seqs = batching.training_sequences(rows, self.cfg.learner.pack_steps)
         mine = dist_util.balance([rows[s[-1]].length for s in seqs], dist_util.world_size())
         budget, pad = self.cfg.learner.micro_batch_tokens, self.trainer.pad_id
         mbs = batching.sequences_to_micro_batches(

@@ -71,7 +71,7 @@ def resolve_device(name: str) -> torch.device:
 @dataclass
 class ForwardOut:
     logprobs: Tensor  # [B, T], 0 off the action tokens
-    values: Tensor | None  # [B], V(s_t) at the last context token
+    values: Tensor | None  # [V], V(s_t) at each step's last context token
     entropy: Tensor | None  # [B, T]
 
 
@@ -87,7 +87,7 @@ def apply_lora(model: Any, lora: config.LoraConfig) -> Any:
 
 class PolicyNet(nn.Module):
     """Decoder → LM head at the positions that predict an action token (→ value head at each
-    row's last context token): the one module whose forward the trainer calls, so that as the
+    step's last context token): the one module whose forward the trainer calls, so that as the
     FSDP2 root its hooks gather and reduce the embedding, final norm, head and value head."""
 
     def __init__(self, lm: Any, value_head: nn.Linear | None) -> None:
@@ -96,17 +96,19 @@ class PolicyNet(nn.Module):
         self.value_head = value_head
 
     def forward(self, ids: Tensor, attention_mask: Tensor, predicts: Tensor, targets: Tensor,
-                value_index: Tensor | None = None, sampling_params: tuple[float, float] = (1.0, 1.0),
+                value_at: tuple[Tensor, Tensor] | None = None,
+                sampling_params: tuple[float, float] = (1.0, 1.0),
                 entropy: bool = False, chunk: int = 0) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """Log-probs [N] of `targets` (and entropies [N]) at the `predicts` positions under
-        the (temperature, top_p) sampling distribution (`head_logprobs`), V(s_t) [B] or None."""
+        the (temperature, top_p) sampling distribution (`head_logprobs`); V(s_t) [V] at
+        `value_at` = (sequence, position) per step, or None."""
         hidden = self.lm.get_decoder()(
             input_ids=ids, attention_mask=attention_mask).last_hidden_state  # [B, T, H]
         lp, ent = head_logprobs(self.lm.get_output_embeddings(), hidden[:, :-1][predicts],
                                 targets, entropy, *sampling_params, chunk=chunk)
         values = None
-        if value_index is not None and self.value_head is not None:
-            last_ctx = hidden[torch.arange(ids.shape[0], device=ids.device), value_index]  # [B, H]
+        if value_at is not None and self.value_head is not None:
+            last_ctx = hidden[value_at]  # [V, H]
             values = self.value_head(last_ctx.float()).squeeze(-1)
         return lp, ent, values
 
@@ -258,11 +260,12 @@ class PolicyTrainer:
         eng = self.cfg.engine  # the behavior policy sampled at engine.temperature / top_p
         params = (1.0, 1.0) if raw else (eng.temperature, eng.top_p)
         predicts = action[:, 1:]  # [B, T-1]: position j predicts token j + 1
-        idx = mb.value_index.to(self.device) if values and self.value_head is not None else None
+        idx = ((mb.value_seq.to(self.device), mb.value_index.to(self.device))
+               if values and self.value_head is not None else None)
         with self._autocast():
             lp, ent, vals = net(ids, mb.attention_mask.to(self.device), predicts,
                                 ids[:, 1:][predicts], idx, params, entropy,
-                                self.lcfg.head_chunk_tokens)  # [N], [N], [B]
+                                self.lcfg.head_chunk_tokens)  # [N], [N], [V]
         # Row-major order of `predicts` = that of `action` (shifted by one within each row).
         zeros = torch.zeros(ids.shape, dtype=torch.float32, device=self.device)
         out = ForwardOut(zeros.masked_scatter(action, lp), None, None)

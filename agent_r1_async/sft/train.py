@@ -67,6 +67,7 @@ def sft_micro_batches(pairs: Sequence[Pair], max_tokens: int, pad_id: int) -> li
             sample_weights=torch.ones(shape[0]),
             value_index=torch.tensor([len(pairs[i][0]) - 1 for i in idx], dtype=torch.long),
             row_index=torch.tensor(idx, dtype=torch.long),
+            value_seq=torch.arange(len(idx)),
         ))
     return out
 

@@ -272,6 +272,16 @@ def test_lora_publishes_merged_weights():
         torch.testing.assert_close(plain(input_ids=ids).logits, want, atol=1e-4, rtol=0)
 
 
+def _per_row(trainer, rows, mbs):
+    """Row index -> its action log-probs, read at its own positions of its sequence."""
+    out = {}
+    for mb in mbs:
+        lp = trainer.forward(mb).logprobs
+        for b, i in zip(mb.value_seq.tolist(), mb.row_index.tolist(), strict=True):
+            out[i] = lp[b, len(rows[i].context_ids):rows[i].length]
+    return out
+
+
 def test_packed_steps_and_skipped_proximal_pass_give_the_unpacked_gradient():
     """Packing an episode's chained steps into one sequence, and taking the proximal log-probs
     from the training forward instead of a separate no-grad pass, change neither the
@@ -293,19 +303,8 @@ def test_packed_steps_and_skipped_proximal_pass_give_the_unpacked_gradient():
     assert packed[0].num_action_tokens == plain[0].num_action_tokens
     assert packed[0].num_tokens < plain[0].num_tokens
 
-    seq_of = {s[-1]: s for s in batching.chain_steps(rows)}
-
-    def per_row(mbs, packed_):  # row index -> its action log-probs, read at its own positions
-        out = {}
-        for mb in mbs:
-            lp = trainer.forward(mb).logprobs
-            for b, last in enumerate(mb.row_index.tolist()):
-                for i in seq_of[last] if packed_ else [last]:
-                    out[i] = lp[b, len(rows[i].context_ids):rows[i].length]
-        return out
-
     with torch.no_grad():
-        a, b = per_row(plain, False), per_row(packed, True)
+        a, b = _per_row(trainer, rows, plain), _per_row(trainer, rows, packed)
     assert sorted(a) == sorted(b) == list(range(len(rows)))
     for i in a:
         torch.testing.assert_close(a[i], b[i], atol=1e-5, rtol=0)
@@ -324,4 +323,47 @@ def test_packed_steps_and_skipped_proximal_pass_give_the_unpacked_gradient():
         trainer.model.load_state_dict(state)  # undo the step: compare both from one point
         trainer.optimizer.load_state_dict(opt_state)
     assert losses[0] == pytest.approx(losses[1], rel=1e-5)
+    assert_same_gradient(grads[1], grads[0])
+
+
+def test_ppo_packed_reads_each_steps_value_and_gives_the_unpacked_gradient():
+    """PPO on packed steps: V(s_t) read at each step's last context token inside the episode's
+    one sequence equals the unpacked row's, so GAE, the loss and the gradient (policy and
+    value head) are the unpacked ones."""
+    from agent_r1_async.learner import batching
+    from agent_r1_async.learner.loop import fill_gae
+    from agent_r1_async.learner.trainer import PolicyTrainer
+
+    cfg = _cfg(name="ppo", gamma=0.9)
+    cfg = msgspec.structs.replace(cfg, learner=msgspec.structs.replace(cfg.learner, grad_clip=0.0))
+    trainer = PolicyTrainer(cfg, tiny_model_dir())
+    with torch.no_grad():  # a critic that is not constant: V(s_t) differs from step to step
+        trainer.value_head.weight.normal_(0, 0.5, generator=torch.Generator().manual_seed(0))
+    rows = _prepared_rows(cfg, trainer, seed=5, groups=3)
+    assert any(r.step_index == 1 for r in rows), "the synthetic batch should hold two-step episodes"
+    plain = batching.make_micro_batches(rows, 10_000, trainer.pad_id)
+    packed = batching.make_micro_batches(rows, 10_000, trainer.pad_id, pack=True)
+    assert packed[0].input_ids.shape[0] < packed[0].steps == len(rows)
+
+    grads, losses, values, advantages = [], [], [], []
+    for mbs in (plain, packed):
+        trainer.proximal_pass(mbs)
+        fill_gae(rows, mbs, cfg.algorithm)
+        values.append({i: v for mb in mbs
+                       for i, v in zip(mb.row_index.tolist(), mb.old_values.tolist(), strict=True)})
+        advantages.append([r.advantage for r in rows])
+        state = {k: v.clone() for k, v in trainer.net.state_dict().items()}
+        opt_state = trainer.optimizer.state_dict()
+        m = trainer.optimize(mbs)
+        grads.append(_flat_grad(trainer))  # the value head's parameters included
+        losses.append((m["loss"], m["value_loss"]))
+        trainer.net.load_state_dict(state)  # undo the step: compare both from one point
+        trainer.optimizer.load_state_dict(opt_state)
+    assert sorted(values[0]) == sorted(values[1]) == list(range(len(rows)))
+    for i in values[0]:
+        assert values[1][i] == pytest.approx(values[0][i], abs=1e-5)
+    assert len(set(round(v, 4) for v in values[0].values())) > 1  # the critic was not constant
+    assert advantages[1] == pytest.approx(advantages[0], abs=1e-5)
+    assert losses[1][0] == pytest.approx(losses[0][0], rel=1e-5)
+    assert losses[1][1] == pytest.approx(losses[0][1], rel=1e-5) and losses[0][1] > 0
     assert_same_gradient(grads[1], grads[0])

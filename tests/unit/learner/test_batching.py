@@ -136,6 +136,13 @@ def test_chain_steps_packs_only_contexts_that_extend_the_previous_step():
     assert mb.action_mask.int().tolist() == [[0, 0, 1, 0, 0, 1, 1, 1], [0, 0, 1, 0, 0, 0, 0, 0]]
     # each step's advantage (0.5 * step index) sits on its own action tokens only
     assert mb.advantages.tolist() == [[0, 0, 0.0, 0, 0, 0.5, 0.5, 1.0], [0] * 8]
-    assert mb.steps == 4 and mb.row_index.tolist() == [2, 3]
-    with pytest.raises(ValueError, match="packs several steps"):
-        mb.set_advantages(torch.zeros(2))
+    assert mb.steps == 4
+    # one V(s_t) per step, at its own last context token, in its own sequence
+    assert mb.row_index.tolist() == [0, 1, 2, 3]
+    assert mb.value_seq.tolist() == [0, 0, 0, 1]
+    assert mb.value_index.tolist() == [1, 4, 6, 1]
+    # PPO's per-step advantages (GAE) land on each step's own action tokens only
+    mb.set_advantages(torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    assert mb.advantages.tolist() == [[0, 0, 1, 0, 0, 2, 2, 3], [0, 0, 4, 0, 0, 0, 0, 0]]
+    with pytest.raises(ValueError, match=r"\(3,\) advantages for 4 steps"):
+        mb.set_advantages(torch.zeros(3))
