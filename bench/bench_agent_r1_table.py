@@ -91,16 +91,17 @@ BASE_WARM = "Base Tool Call (warm start)"
 """The warm-started policy with the tool, no RL: every RL run's starting point."""
 ALGOS = {"grpo": "GRPO", "ppo": "PPO (step GAE)", "reinforce_pp": "REINFORCE++", "rloo": "RLOO"}
 PROCESS_OFF = ["env.args.gold_retrieval_reward=0", "env.args.valid_call_reward=0"]
-ABLATION = {  # label -> overrides (GRPO); one factor at a time against the table's GRPO
-    "GRPO credit=step, process on": ["algorithm.credit=step"],
-    "GRPO credit=token, process on": ["algorithm.credit=token"],
-    "GRPO credit=step, process off": ["algorithm.credit=step", *PROCESS_OFF],
-}
 SAME_AS_GRPO = "GRPO credit=step, process on"
-ABLATION_ARMS = {"token": "GRPO credit=token, process on",
-                 "process-off": "GRPO credit=step, process off"}
 """configs/multihop.yaml's own setting: with the table's results in the same --out, its GRPO
 runs are this arm's (same warm start, seeds and budget), not run again."""
+ABLATION_ARMS = {"token": "GRPO credit=token, process on",
+                 "process-off": "GRPO credit=step, process off"}
+"""`--ablation-arms` name -> the arm's label; each is compared with SAME_AS_GRPO."""
+ABLATION = {  # label -> overrides (GRPO); one factor at a time against the table's GRPO
+    SAME_AS_GRPO: ["algorithm.credit=step"],
+    ABLATION_ARMS["token"]: ["algorithm.credit=token"],
+    ABLATION_ARMS["process-off"]: ["algorithm.credit=step", *PROCESS_OFF],
+}
 OLD_LABELS = {"Base Tool Call": BASE_UNTRAINED, "Naive RAG": "Naive RAG (untrained, k=env top_k)",
               "Warm start (SFT)": BASE_WARM}
 """Row labels of earlier results files (dev split, Naive RAG at the env's top_k) -> today's."""
