@@ -46,3 +46,26 @@ def test_staleness_histogram_is_token_weighted_and_per_token():
     batch = m.SampleBatch(groups=[m.Group(group_id="g", task_id="t", env_name="x",
                                           episodes=[ep])], is_weights=[1.0], learner_version=5)
     assert staleness_histogram(batch, 5) == {2: 2, 1: 4, 0: 2}
+
+
+def test_steps_percentiles_and_success_by_horizon_bucket_by_hand():
+    # Steps 1, 2, 3, 10: nearest rank p50 = the 2nd of 4 (ceil(0.5 * 4)) = 2, p99 = the 4th
+    # (ceil(0.99 * 4)) = 10, mean 16 / 4 = 4. Buckets: 8 holds a success and a failure (0.5),
+    # 32 one success (1.0); the episode without a bucket counts in neither.
+    eps = [
+        _episode([_step(0, 5, 1, 0.0)], 1.0, metrics={"success": 1.0, "horizon_bucket": 8.0}),
+        _episode([_step(i, 5, 1, 0.0) for i in range(2)], 0.0,
+                 metrics={"success": 0.0, "horizon_bucket": 8.0}),
+        _episode([_step(i, 5, 1, 0.0) for i in range(3)], 1.0,
+                 metrics={"success": 1.0, "horizon_bucket": 32.0}),
+        _episode([_step(i, 5, 1, 0.0) for i in range(10)], 0.0, metrics={"success": 0.0}),
+    ]
+    batch = m.SampleBatch(groups=[m.Group(group_id="g", task_id="t", env_name="x",
+                                          episodes=eps)], is_weights=[1.0], learner_version=5)
+    s = episode_stats(batch)
+    assert s["episodes/steps_mean"] == 4.0
+    assert s["episodes/steps_p50"] == 2.0 and s["episodes/steps_p99"] == 10.0
+    assert s["env/success_by_horizon/le_8"] == 0.5
+    assert s["env/success_by_horizon/le_32"] == 1.0
+    assert sorted(k for k in s if k.startswith("env/success_by_horizon/")) == [
+        "env/success_by_horizon/le_32", "env/success_by_horizon/le_8"]

@@ -1,0 +1,6 @@
+"""The `world` env: procedurally generated rooms, doors and keys with long optimal plans.
+
+Modules: args.py (knobs and horizon presets), layout.py (generation), state.py (state and
+action rules), planner.py (the exact oracle), tasks.py (splits), tools.py (tool schemas), env.py
+(the ToolEnv, rewards, metrics, registration).
+"""

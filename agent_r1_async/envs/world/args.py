@@ -1,0 +1,100 @@
+"""`env.args` of the `world` env: a named horizon preset, explicit knobs that override it,
+splits and rewards."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import msgspec
+
+Horizon = Literal["short", "medium", "long", "xlong"]
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """The size of one world: what decides how long its optimal plan is."""
+
+    rooms: int
+    """Rooms on the spanning tree (the start room included)."""
+    locks: int
+    """Locked doors on the way to the goal objects, each with its key somewhere reachable."""
+    objects: int
+    """Goal objects to bring to the start room (1: a fetch task, more: a collect task)."""
+    inventory_limit: int
+    """Objects the agent can hold at once (0: no limit); keys go on a key ring and never count."""
+    distractors: int
+    """Items lying about that the goal does not need (objects, and keys that open nothing)."""
+
+
+HORIZONS: dict[str, Knobs] = {
+    "short": Knobs(rooms=4, locks=0, objects=1, inventory_limit=0, distractors=1),
+    "medium": Knobs(rooms=14, locks=1, objects=2, inventory_limit=0, distractors=3),
+    "long": Knobs(rooms=22, locks=2, objects=4, inventory_limit=2, distractors=4),
+    "xlong": Knobs(rooms=40, locks=5, objects=6, inventory_limit=1, distractors=8),
+}
+"""The presets; docs/environments.md has each one's measured optimal-plan lengths."""
+SUGGESTED_MAX_TURNS = {"short": 24, "medium": 64, "long": 128, "xlong": 320}
+"""`env.max_turns` for each preset: about 3x its median optimal plan, and above the longest
+plan measured."""
+
+MAX_ROOMS = 40
+MAX_LOCKS = 6
+MAX_OBJECTS = 8
+MAX_DISTRACTORS = 12
+MAX_TASKS = 40_000
+"""Tasks per split at most: a split's seeds (20 per task, for skipped duplicates) stay inside
+its own seed range."""
+
+
+class WorldArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    horizon: Horizon = "medium"
+    """The preset the knobs below start from (`HORIZONS`)."""
+    rooms: int | None = None
+    """Rooms per world (None: the preset's)."""
+    locks: int | None = None
+    """Locked doors per world (None: the preset's)."""
+    objects: int | None = None
+    """Goal objects per world (None: the preset's)."""
+    inventory_limit: int | None = None
+    """Objects held at once, 0 = no limit (None: the preset's)."""
+    distractors: int | None = None
+    """Items the goal does not need (None: the preset's)."""
+    seed: int = 0
+    """Base seed; each split takes its worlds from its own seed range."""
+    num_train: int = 2000
+    num_dev: int = 100
+    num_test: int = 200
+    held_out: bool = True
+    """Keep the held-out compositions (tasks.py) out of train."""
+    progress_reward: float = 1.0
+    """Process reward a solved episode earns in all, paid as the optimal remaining plan
+    shrinks: r_t = progress_reward * (d(s_{t-1}) - d(s_t)) / d(s_0)."""
+    invalid_action_penalty: float = -0.01
+    """Process reward of an action the world refuses or a malformed call."""
+    success_reward: float = 1.0
+    """Outcome reward when every goal object lies in the start room."""
+
+    def __post_init__(self) -> None:
+        knobs = self.knobs()
+        if not 2 <= knobs.rooms <= MAX_ROOMS:
+            raise ValueError(f"rooms: must be in 2..{MAX_ROOMS}")
+        if not 0 <= knobs.locks <= min(MAX_LOCKS, knobs.rooms - 1):
+            raise ValueError(f"locks: must be in 0..{MAX_LOCKS} and below rooms")
+        if not 1 <= knobs.objects <= MAX_OBJECTS:
+            raise ValueError(f"objects: must be in 1..{MAX_OBJECTS}")
+        if not 0 <= knobs.distractors <= MAX_DISTRACTORS:
+            raise ValueError(f"distractors: must be in 0..{MAX_DISTRACTORS}")
+        if knobs.inventory_limit < 0:
+            raise ValueError("inventory_limit: must be >= 0 (0 = no limit)")
+        for name in ("num_train", "num_dev", "num_test"):
+            if not 0 <= getattr(self, name) <= MAX_TASKS:
+                raise ValueError(f"{name}: must be in 0..{MAX_TASKS}")
+        if self.progress_reward < 0:
+            raise ValueError("progress_reward: must be >= 0")
+
+    def knobs(self) -> Knobs:
+        """The preset with every explicit knob applied."""
+        base = HORIZONS[self.horizon]
+        pick = {name: getattr(self, name) for name in Knobs.__dataclass_fields__}
+        return Knobs(**{k: getattr(base, k) if v is None else v for k, v in pick.items()})
