@@ -27,10 +27,10 @@ Same on both sides:
   optimizer step, lr 1e-5 constant, AdamW, grad-norm clip 1.0, PPO clip 0.2 / 0.28
   (clip-higher), token-mean loss (TRL's `dapo`), group-std-normalized advantages, no KL,
   sampling T = 1, 96 new tokens a turn (TRL: 288 for the whole completion), the same seeds;
-- precision as `agent_r1_async.precision` resolves it for this CPU: where it has AMX or
-  AVX512-BF16, bf16 autocast over fp32 master weights on both learners (ours:
-  `learner.bf16: auto`; TRL: `bf16=True`) and our engine in bf16 (`engine.dtype: auto`);
-  fp32 on both sides elsewhere. The header prints which;
+- precision as `agent_r1_async.precision` resolves it for this CPU: where bf16 matmuls
+  measure faster than fp32 ones, bf16 autocast over fp32 master weights on both learners (ours:
+  `learner.bf16: auto`; TRL: `bf16=True`) and our engine in bf16 where vLLM's bf16 linear
+  does (`engine.dtype: auto`); fp32 elsewhere. The header prints which;
 - the wall-clock budget T, counted from the command (ours: the launch's process start; TRL:
   its process's spawn), model loading, engine start and the final save included on both
   sides; both stop at the first optimizer step that ends past T, and samples/s divides by the
@@ -303,7 +303,7 @@ def run_trl(seed: int, minutes: float, root: str, start: str, savers: bool,
     tokenizer.response_template = qwen3_template  # parses `<tool_call>{json}</tool_call>`
     out = os.path.join(root, f"trl-s{seed}")
     args = GRPOConfig(
-        output_dir=out, seed=seed, use_cpu=True, bf16=learner_bf16(cfg.learner),
+        output_dir=out, seed=seed, use_cpu=True, bf16=learner_bf16(cfg.learner, model=cfg.model.name_or_path),
         learning_rate=cfg.learner.lr,
         beta=0.0, epsilon=cfg.algorithm.eps_low, epsilon_high=cfg.algorithm.eps_high,
         loss_type="dapo", scale_rewards="group", max_grad_norm=cfg.learner.grad_clip,
@@ -374,8 +374,9 @@ def precision_line() -> str:
     from agent_r1_async.precision import engine_dtype, learner_bf16
 
     cfg = bench_config(0)
-    learner = "bf16 autocast" if learner_bf16(cfg.learner) else "fp32"
-    return f"learners {learner}, our engine {engine_dtype(cfg.engine)}"
+    model = cfg.model.name_or_path
+    learner = "bf16 autocast" if learner_bf16(cfg.learner, model=model) else "fp32"
+    return f"learners {learner}, our engine {engine_dtype(cfg.engine, model=model)}"
 
 
 def arm_order(arms: list[str], seed_index: int) -> list[str]:

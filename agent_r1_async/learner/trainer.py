@@ -166,9 +166,10 @@ class PolicyTrainer:
         self.lcfg = cfg.learner
         self.algo = cfg.algorithm
         self.device = resolve_device(self.lcfg.device)
-        self.bf16 = precision.learner_bf16(self.lcfg, self.device)
+        self.bf16 = precision.learner_bf16(self.lcfg, self.device, model=cfg.model.name_or_path)
         """bf16 autocast over fp32 master weights (`learner.bf16`, auto resolved here)."""
-        self.publish_dtype = getattr(torch, precision.engine_dtype(cfg.engine))
+        self.publish_dtype = getattr(
+            torch, precision.engine_dtype(cfg.engine, model=cfg.model.name_or_path))
         """The engines' dtype: published weights are cast to it here, once, so the learner
         holds and sends half the bytes for bf16 engines (each engine would cast on load)."""
         memory_savers.configure_malloc(self.lcfg.malloc_mmap_threshold_kb * 1024)

@@ -39,7 +39,7 @@ def warm_start_key(cfg: RunConfig) -> str:
     from agent_r1_async.precision import learner_bf16
 
     learner = msgspec.to_builtins(cfg.learner)
-    learner["bf16"] = learner_bf16(cfg.learner)  # what it trains with: auto resolved here
+    learner["bf16"] = learner_bf16(cfg.learner, model=cfg.model.name_or_path)  # auto resolved
     sft = msgspec.to_builtins(cfg.sft)
     parts: dict[str, Any] = {
         "model": [cfg.model.name_or_path, cfg.model.dtype, cfg.model.max_model_len],

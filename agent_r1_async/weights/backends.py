@@ -43,4 +43,4 @@ def make_weight_receiver(
     from agent_r1_async.precision import engine_dtype
     from agent_r1_async.weights.native_receiver import NativeWeightReceiver
 
-    return NativeWeightReceiver(endpoint, actor_id, w.timeout_s, engine_dtype(cfg.engine))
+    return NativeWeightReceiver(endpoint, actor_id, w.timeout_s, engine_dtype(cfg.engine, model=cfg.model.name_or_path))

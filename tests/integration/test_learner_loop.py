@@ -70,10 +70,10 @@ def test_updates_publish_identical_weights_and_resume(tmp_path, transport):
         # Behavior log-probs −3 vs the tiny model's ≈ −ln(49152) ≈ −10.8: w = e^−7.8, tiny.
         assert metrics[0]["is_weight_mean"] < 0.01 and metrics[0]["mismatch_kl"] > 1
         _, got = _receive(sub, 2)
-        # Published in the engines' dtype (engine.dtype auto: bf16 on a bf16 CPU), cast once
-        # from the fp32 master weights the checkpoint keeps.
+        # Published in the engines' dtype (engine.dtype auto: bf16 where it measures faster on
+        # this CPU), cast once from the fp32 master weights the checkpoint keeps.
         sent = learner.trainer.publish_dtype
-        assert sent == getattr(torch, precision.engine_dtype(cfg.engine))
+        assert sent == getattr(torch, precision.engine_dtype(cfg.engine, model=cfg.model.name_or_path))
         assert all(v.dtype == sent for v in got.values() if v.is_floating_point())
         assert list(got) == list(learner.trainer.published_state_dict())
         mine = learner.trainer.published_state_dict(sent)
@@ -191,8 +191,9 @@ def test_chunked_head_and_checkpointing_equal_the_one_piece_forward(temperature,
     """The memory settings (`learner.gradient_checkpointing` with either
     `learner.checkpoint_recompute`, the head in checkpointed chunks of
     `learner.head_chunk_tokens`, here 3 so a micro-batch has several) give the one-piece,
-    no-checkpointing log-probs, entropies and gradients to 1e-6 relative, at T = 1 and under
-    temperature / top-p."""
+    no-checkpointing log-probs and entropies to 1e-6 relative and the whole gradient to 1e-5
+    (the head's weight gradient sums over tokens, and chunks change the order of that sum in
+    the CPU's BLAS: 3e-6 on a CPU without AMX), at T = 1 and under temperature / top-p."""
     from agent_r1_async.learner import batching
     from agent_r1_async.learner.trainer import PolicyTrainer
 
@@ -214,7 +215,7 @@ def test_chunked_head_and_checkpointing_equal_the_one_piece_forward(temperature,
     (lp0, ent0, g0), (lp1, ent1, g1) = got
     torch.testing.assert_close(lp1, lp0, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(ent1, ent0, rtol=1e-6, atol=1e-6)
-    assert_same_gradient(g1, g0, tol=1e-6)
+    assert_same_gradient(g1, g0)
 
 
 def test_update_under_temperature_top_p_stays_finite_with_tokens_outside_the_kept_set():

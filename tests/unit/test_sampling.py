@@ -101,8 +101,11 @@ def test_outside_token_gives_finite_loss_and_no_gradient(outside):
 @pytest.mark.parametrize(("temperature", "top_p"), [(1.0, 1.0), (0.8, 0.9)])
 def test_chunked_head_equals_one_piece_values_and_gradients(temperature, top_p):
     """`learner.head_chunk_tokens`: the head + log-softmax over 3-row chunks, each recomputed in
-    backward (checkpoint), gives the one-piece log-probs, entropies and gradients (head weight
-    and hidden states) to 1e-6 relative: every op is row-wise. 10 rows = chunks of 3, 3, 3, 1."""
+    backward (checkpoint), gives the one-piece log-probs, entropies and hidden-state gradients
+    to 1e-6 relative: those ops are row-wise. The head weight's gradient sums over the rows,
+    and chunking changes the order of that sum (a CPU's BLAS blocks a 3-row and a 10-row
+    product differently): it agrees to fp32 rounding of a 10-term sum, 1e-6 of its largest
+    entry. 10 rows = chunks of 3, 3, 3, 1."""
     torch.manual_seed(0)
     head = torch.nn.Linear(16, 50, bias=False)
     hidden0 = torch.randn(10, 16) * 3
@@ -121,8 +124,9 @@ def test_chunked_head_equals_one_piece_values_and_gradients(temperature, top_p):
     (lp0, ent0, gw0, gh0), (lp3, ent3, gw3, gh3) = got
     if top_p < 1:  # the top-p path was exercised: some targets fall outside the kept set
         assert (lp0 == OUTSIDE_TOP_P_LOGPROB).any() and (lp0 > OUTSIDE_TOP_P_LOGPROB).any()
-    for a, b in ((lp0, lp3), (ent0, ent3), (gw0, gw3), (gh0, gh3)):
+    for a, b in ((lp0, lp3), (ent0, ent3), (gh0, gh3)):
         torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(gw3, gw0, rtol=0, atol=1e-6 * float(gw0.abs().max()))
     assert gw0.abs().sum() > 0 and gh0.abs().sum() > 0
 
 

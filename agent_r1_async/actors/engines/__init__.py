@@ -61,7 +61,9 @@ def make_engine(
         from agent_r1_async.weights.vllm_plugin import ENGINE_FOR_BACKEND
 
         return VllmEngine(cfg.engine, model_path, sampling, cfg.model.max_model_len,
-                          weight_transfer=ENGINE_FOR_BACKEND.get(cfg.weights.backend))
+                          weight_transfer=ENGINE_FOR_BACKEND.get(cfg.weights.backend),
+                          model_name=cfg.model.name_or_path)
     from agent_r1_async.actors.engines.hf import HFEngine
 
-    return HFEngine(cfg.engine, model_path, sampling, cfg.model.max_model_len)
+    return HFEngine(cfg.engine, model_path, sampling, cfg.model.max_model_len,
+                    model_name=cfg.model.name_or_path)

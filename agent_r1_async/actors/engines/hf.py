@@ -77,7 +77,10 @@ class HFEngine:
         max_model_len: int,
         model: torch.nn.Module | None = None,
         tokenizer: object | None = None,
+        model_name: str | None = None,
     ) -> None:
+        """`model_name`: the run's `model.name_or_path`, whose shapes `engine.dtype: auto` is
+        measured at (precision.py); default `model_path`."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.sampling = sampling
@@ -85,7 +88,7 @@ class HFEngine:
         self.max_batch = cfg.max_concurrent_requests
         self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(model_path)
         self.model = model or AutoModelForCausalLM.from_pretrained(
-            model_path, dtype=_DTYPES[precision.engine_dtype(cfg)]
+            model_path, dtype=_DTYPES[precision.engine_dtype(cfg, model=model_name or model_path)]
         )
         self.model.eval()
         self.eos_ids = _eos_ids(self.model, self.tokenizer)

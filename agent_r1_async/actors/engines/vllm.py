@@ -76,9 +76,12 @@ class VllmEngine:
         max_model_len: int,
         init_timeout_s: float = 600.0,
         weight_transfer: str | None = None,
+        model_name: str | None = None,
     ) -> None:
+        """`model_name`: the run's `model.name_or_path`, whose shapes `engine.dtype: auto` is
+        measured at (precision.py); default `model_path`."""
         self.cfg = cfg
-        self.dtype = precision.engine_dtype(cfg)
+        self.dtype = precision.engine_dtype(cfg, model=model_name or model_path)
         """`engine.dtype` resolved for this process's device (precision.py)."""
         self.weight_transfer = weight_transfer
         """vLLM weight-transfer engine name (our plugin's), None = reload from files only."""

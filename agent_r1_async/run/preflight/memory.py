@@ -87,7 +87,7 @@ def learner_parts(cfg: RunConfig, d: ModelDims) -> dict[str, float]:
     per_token = d.layers * (12 * d.hidden + 3 * d.intermediate) * 4
     if lc.gradient_checkpointing:
         per_token = d.layers * d.hidden * 4 * 2 + (12 * d.hidden + 3 * d.intermediate) * 4
-    bf16 = precision.learner_bf16(lc)
+    bf16 = precision.learner_bf16(lc, model=cfg.model.name_or_path)
     if bf16:
         per_token //= 2
     # The head runs on action tokens only: at most the share of a context that actions fill.
@@ -95,7 +95,7 @@ def learner_parts(cfg: RunConfig, d: ModelDims) -> dict[str, float]:
     head_tokens = int(lc.micro_batch_tokens * action_share)
     if lc.head_chunk_tokens:
         head_tokens = min(head_tokens, lc.head_chunk_tokens)
-    published = _DTYPE_BYTES[precision.engine_dtype(cfg.engine)]
+    published = _DTYPE_BYTES[precision.engine_dtype(cfg.engine, model=cfg.model.name_or_path)]
     parts = {
         "process": PROCESS,
         "weights + gradients + AdamW": (4 * d.params + 12 * trainable) / lc.world_size,
@@ -109,7 +109,7 @@ def learner_parts(cfg: RunConfig, d: ModelDims) -> dict[str, float]:
 
 
 def actor_bytes(cfg: RunConfig, d: ModelDims) -> float:
-    weights = d.params * _DTYPE_BYTES[precision.engine_dtype(cfg.engine)]
+    weights = d.params * _DTYPE_BYTES[precision.engine_dtype(cfg.engine, model=cfg.model.name_or_path)]
     if cfg.engine.backend == "vllm":
         return ENGINE + weights + max(1, round(cfg.engine.kv_cache_gb)) * 2**30
     return PROCESS + weights

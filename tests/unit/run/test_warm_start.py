@@ -40,7 +40,8 @@ def test_key_changes_with_what_trains_the_weights_only():
     on, off = ws.warm_start_key(_cfg("learner.bf16=true")), ws.warm_start_key(_cfg("learner.bf16=false"))
     assert on != off
     auto = ws.warm_start_key(_cfg("learner.bf16=auto"))
-    assert auto == (on if precision.learner_bf16(_cfg().learner) else off)
+    cfg = _cfg()
+    assert auto == (on if precision.learner_bf16(cfg.learner, model=cfg.model.name_or_path) else off)
 
 
 def test_a_regenerated_multihop_corpus_trains_a_new_warm_start(tmp_path):

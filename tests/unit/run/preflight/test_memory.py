@@ -72,10 +72,22 @@ def test_checkpointing_and_bf16_shrink_the_activations() -> None:
     assert parts["bf16 weight copies"] == 2 * 134_515_008  # autocast's casts of each weight
 
 
-def test_default_config_as_shipped_on_a_bf16_cpu(monkeypatch) -> None:
+_CPU_VERDICT = precision.cpu_verdict
+
+
+def _cpu_measures(monkeypatch, ratio: float) -> None:
+    """This CPU's micro-benchmark (precision.py) gives bf16 `ratio` x fp32's speed."""
+    monkeypatch.setattr(precision, "cpu_verdict", lambda probe, flags=None, timer=None: (
+        _CPU_VERDICT(probe, flags, lambda _: (ratio, 1.0))))  # (fp32 s, bf16 s)
+
+
+def test_default_config_as_shipped_on_a_bf16_cpu(monkeypatch, tmp_path) -> None:
     # configs/default.yaml checkpoints activations: each layer's input (30 x 576 x 4 x 2) + one
-    # layer's full set (11,520 x 4) per token, halved under bf16 autocast (an AMX CPU).
+    # layer's full set (11,520 x 4) per token, halved under bf16 autocast (an AMX CPU, where
+    # bf16 matmuls measure 5.2x fp32's speed).
+    monkeypatch.setenv("AGENT_R1_ASYNC_CACHE", str(tmp_path / "bf16"))
     monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"amx_bf16", "avx512_bf16"}))
+    _cpu_measures(monkeypatch, 5.2)
     cfg = load_config(str(ROOT / "configs" / "default.yaml"), [])
     d = ModelDims.from_hf_config(SMOLLM2)
     parts = learner_parts(cfg, d)
@@ -86,9 +98,15 @@ def test_default_config_as_shipped_on_a_bf16_cpu(monkeypatch) -> None:
     # + activations + head (576 action tokens x 49,152 x 12 x 1.8)
     total = 0.5 * GB + 22 * p + 1.8 * 2048 * 92_160 + 1.8 * 576 * 49152 * 12
     assert sum(parts.values()) == pytest.approx(total) and total / GB == pytest.approx(4.41, abs=0.01)
-    # fp32 on a CPU without bf16 units: 24 P and full-size activations
-    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2"}))
+    # fp32 on a CPU whose bf16 matmuls measure slower (0.57x fp32), and on one without bf16
+    # units (nothing measured): 24 P and full-size activations
     fp32 = 0.5 * GB + 24 * p + 1.8 * 2048 * 184_320 + 1.8 * 576 * 49152 * 12
+    monkeypatch.setenv("AGENT_R1_ASYNC_CACHE", str(tmp_path / "fp32"))
+    _cpu_measures(monkeypatch, 0.57)
+    assert sum(learner_parts(cfg, d).values()) == pytest.approx(fp32)
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2"}))
+    monkeypatch.setenv("AGENT_R1_ASYNC_CACHE", str(tmp_path / "no-flags"))
+    _cpu_measures(monkeypatch, 5.2)
     assert sum(learner_parts(cfg, d).values()) == pytest.approx(fp32)
 
 
