@@ -37,47 +37,25 @@ def _quantile(xs: list[float], q: float) -> float:
 async def _run(calls: int, max_new: int, turns: int) -> dict[str, list[float]]:
     import aiohttp
 
-    from agent_r1_async.actors.context import FullContext
-    from agent_r1_async.actors.engines.base import SamplingSettings
-    from agent_r1_async.actors.engines.hf import HFEngine
-    from agent_r1_async.actors.rollout import EpisodeIds
-    from agent_r1_async.config import EngineConfig
-    from agent_r1_async.endpoint.params import EngineSampling
-    from agent_r1_async.endpoint.recorder import StepRecorder
     from agent_r1_async.endpoint.server import Endpoint
-    from agent_r1_async.endpoint.service import GenerationService
-    from agent_r1_async.endpoint.sessions import Session, SessionStore
-    from agent_r1_async.models import load_tokenizer, tiny_model_dir
+    from bench.endpoint_service import tiny_service
 
-    path = tiny_model_dir()
-    tok = load_tokenizer(path)
-    cfg = EngineConfig(backend="hf", dtype="float32", max_new_tokens=max_new, temperature=1.0)
-    engine = HFEngine(cfg, path, SamplingSettings.from_config(cfg, seed=0), 2048)
-    service = GenerationService(
-        engine=engine, tokenizer=tok, builder=FullContext(),
-        sampling=EngineSampling(max_new_tokens=max_new, temperature=1.0),
-        max_model_len=2048, vocab_size=len(tok), model_name="tiny")
+    tok, engine, service, opened = tiny_service(max_new)
     questions = [f"Question {i}: what is {i} plus {i + 3}?" for i in range(N_PROMPTS)]
     prompts = [list(tok.apply_chat_template([{"role": "user", "content": q}], tokenize=True,
                                             add_generation_prompt=True, return_dict=False))
                for q in questions]
-    sent = 0
 
-    async def emit(msg: Any) -> None:
-        nonlocal sent
-        sent += 1
-
-    def new_session(n: int) -> Session:
-        recorder = StepRecorder(EpisodeIds(f"ep-{n}", f"g-{n}", 1), f"task-{n}", "actor-0",
-                                "blackbox", emit)
-        return service.sessions.open(Session(SessionStore.new_id(), tok, None, recorder))
+    def new_session(_n: int) -> Any:
+        return opened()
 
     endpoint = Endpoint(service, "127.0.0.1", 0, None)
-    await endpoint.start()
+    await endpoint.start()  # the client calls with the actor's token (endpoint/auth.py)
     times: dict[str, list[float]] = {"in-process": [], "tito": [], "chat": [],
                                      "in-process@chat": []}
     try:
-        async with aiohttp.ClientSession() as http:
+        async with aiohttp.ClientSession(
+                headers={"Authorization": f"Bearer {endpoint.token}"}) as http:
             tito = chat = None
             history: list[dict[str, str]] = []
             for i in range(calls + 3):  # 3 warm-up rounds, not timed

@@ -44,6 +44,11 @@ class ActorCounters:
     """Consecutive ended episodes that failed (aborted ones not counted)."""
     last_error: str = ""
     """The most recent failed episode's one-line reason."""
+    endpoint_requests: Counter[str] = field(default_factory=Counter)
+    """Requests the actor's generation endpoint answered, per status class (`2xx`, `401`,
+    `4xx` other than 401, `5xx`; endpoint/server.py)."""
+    endpoint_url: str = ""
+    """The root URL of the actor's generation endpoint, when it serves one."""
 
 
 @dataclass
@@ -86,7 +91,10 @@ class StatsReporter:
             failed_streak=c.failed_streak,
             last_error=c.last_error,
             progress_age_s=now - self._progress_t,
+            endpoint_requests=dict(c.endpoint_requests),
+            endpoint_url=c.endpoint_url,
         )
         self._last_t = now
-        self._last = ActorCounters(**{**vars(c), "env_errors": Counter(c.env_errors)})
+        self._last = ActorCounters(**{**vars(c), "env_errors": Counter(c.env_errors),
+                                      "endpoint_requests": Counter(c.endpoint_requests)})
         return msg

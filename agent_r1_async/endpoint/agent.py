@@ -36,6 +36,10 @@ class AgentDefinition(Protocol):
 
     agent_name: str
     """The agent as errors name it (`module:function`)."""
+    # Optional attribute `credential` (not a protocol member, so definitions without it
+    # still match): which token `run_agent` is given as `api_key` (endpoint/episodes.py):
+    # "session" (the episode's own, the default), "actor" (the actor's: a server of the
+    # actor's that plays every episode), "none" (the agent takes no key).
 
     async def run_agent(self, task: Any, base_url: str, api_key: str,
                         session_id: str) -> float | AgentOutcome:

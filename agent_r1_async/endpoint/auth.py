@@ -1,21 +1,34 @@
-"""Who may call an actor's endpoint: anyone on loopback; beyond it, a bearer token.
+"""Who may call an actor's endpoint, and what each caller may do (`endpoint.auth`).
 
-- On a loopback host (`endpoint.host` 127.0.0.1, localhost, ::1) requests need no token:
-  only this machine reaches the port, and recorded calls need a session id, an unguessable
-  capability that only the episode's agent is given.
-- Beyond loopback every request (except `GET /health`) must carry
-  `Authorization: Bearer TOKEN`, compared in constant time; an endpoint asked to bind there
-  without a token refuses to start.
-- The token is the actor's own per-run secret: derived (keyed BLAKE2b) from the CurveZMQ
-  client secret that `launch` hands each actor through Ray (wire/curve.py), never written to
-  disk or sent over ZeroMQ. The actor gives it to each black-box agent with its base URL, so
-  an agent that runs elsewhere (a sandbox, another host) can present it.
+`endpoint.auth: token` (the default): every request but `GET /health` carries a bearer token
+(`Authorization: Bearer TOKEN`), checked from the headers before any of the body is read; a
+request without a valid one is answered 401. A token is one of two kinds:
+
+- a **session token**, made when an episode's session opens and given to that episode's agent
+  only (the `api_key` of its function: OpenAI clients send it as their bearer token). It
+  authorises generation calls in its own session and nothing else: a request that names
+  another session is refused (403), and once the episode has ended the token is refused
+  (410 while the endpoint remembers it, 401 after).
+- the **actor token**, the actor's own. It may call without a session (served, not recorded)
+  and into any open session by naming it. The actor holds it, and so does a server the actor
+  starts to play episodes for it (verifiers' EnvServer reads it from its environment, never
+  from its argv). It is derived (keyed BLAKE2b) from the actor's CurveZMQ client secret
+  when the run has keys, else drawn at random when the endpoint starts.
+
+A session id only names a session: it travels in the base URL an agent is given, so any
+process that can read the agent's command line or logs may learn it, and it authorises
+nothing. The token never appears in a URL.
+
+`endpoint.auth: none` turns the check off. It is for a trusted single-user machine only:
+any local process may then generate with the policy and record steps into any session whose
+id it learns. It is refused beyond loopback (config.py).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import secrets
 from typing import Any
 
 from agent_r1_async.config import LOOPBACK_HOSTS
@@ -38,31 +51,44 @@ def token_from_secret(secret: bytes) -> str:
     return hashlib.blake2b(_CONTEXT, key=secret[:64], digest_size=32).hexdigest()
 
 
+def new_token() -> str:
+    """A fresh random bearer token (43 URL-safe characters, 256 bits)."""
+    return secrets.token_urlsafe(32)
+
+
+def token_digest(token: str) -> bytes:
+    """What tokens are looked up by: a table keyed by the digest leaks nothing of the tokens
+    it holds through the timing of a lookup."""
+    return hashlib.sha256(token.encode()).digest()
+
+
 def actor_token(transport: Any) -> str | None:
     """The token of the actor whose transport this is: from its CurveZMQ client secret
-    (`launch.curve`), or None when the run has no keys (tests, `launch.curve: false`)."""
+    (`launch.curve`), or None when the run has no keys (the endpoint then draws one)."""
     curve = getattr(transport, "curve", None)
     secret = getattr(curve, "client_secret", b"") if curve is not None else b""
     return token_from_secret(secret) if secret else None
 
 
-def required_token(host: str, token: str | None) -> str | None:
-    """The token requests must carry on `host` (None: none needed); raises when the host is
-    beyond loopback and there is no token."""
-    if is_loopback(host):
+def resolve_token(mode: str, host: str, token: str | None) -> str | None:
+    """The actor token requests are checked against (None: `endpoint.auth: none`, nothing is
+    checked); raises for `none` beyond loopback."""
+    if mode == "none":
+        if not is_loopback(host):
+            raise EndpointAuthError(
+                f"endpoint.host {host!r} is beyond loopback, so endpoint.auth must be token: "
+                "`none` lets anyone who reaches the port record steps into training")
         return None
-    if not token:
-        raise EndpointAuthError(
-            f"endpoint.host {host!r} is beyond loopback, so every request must carry a bearer "
-            "token, and this actor has none: it is derived from the run's CurveZMQ keys "
-            "(launch.curve: true)")
-    return token
+    return token or new_token()
 
 
-def authorized(header: str | None, token: str | None) -> bool:
-    """Whether an `Authorization` header value carries `token` (always, when None)."""
-    if token is None:
-        return True
+def bearer(header: str | None) -> str | None:
+    """The token of an `Authorization: Bearer TOKEN` header value, or None."""
     scheme, _, given = (header or "").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(),
-                                                              token.encode())
+    given = given.strip()
+    return given if scheme.lower() == "bearer" and given else None
+
+
+def same_token(given: str, token: str) -> bool:
+    """Whether `given` is `token`, compared in constant time."""
+    return hmac.compare_digest(given.encode(), token.encode())

@@ -26,10 +26,42 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent_r1_async.endpoint.calls import Call
-from agent_r1_async.endpoint.params import EngineSampling, RequestError, check_sampling
+from agent_r1_async.endpoint.params import (
+    ACCEPTED,
+    NEUTRAL,
+    Budget,
+    EngineSampling,
+    RequestError,
+    check_fields,
+    check_sampling,
+)
 from agent_r1_async.endpoint.toolcalls import openai_tool_calls, split_tool_calls
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
+CHAT_READ = frozenset({
+    "messages", "tools", "tool_choice", "max_completion_tokens", "max_tokens", "temperature",
+    "top_p", "stop", "logprobs", "user", "model", "stream", "response_format",
+})
+CHAT_ACCEPTED = frozenset({
+    "top_logprobs", "seed", "stream_options", "parallel_tool_calls", "metadata", "store",
+    "service_tier", "reasoning_effort", "verbosity", "prompt_cache_key", "safety_identifier",
+    "include_reasoning", "return_tokens_as_token_ids", "return_token_ids",
+    "return_token_offsets", "return_prompt_text", "request_id", "priority", "cache_salt",
+    "kv_transfer_params", "ec_transfer_params", "add_special_tokens", "session_id",
+    "truncation_side",
+})
+"""Chat fields OpenAI clients and vLLM's clients send that change nothing sampled: accepted
+and unused (with the sampling fields of params.ACCEPTED)."""
+CHAT_REFUSED = {
+    "echo": (False,), "add_generation_prompt": (True,), "continue_final_message": (False,),
+    "chat_template": (), "chat_template_kwargs": ({},), "documents": (),
+    "mm_processor_kwargs": ({},), "media_io_kwargs": ({},), "mm_payload": (),
+    "return_mm_kwargs": (False,), "functions": (), "function_call": (), "audio": (),
+    "modalities": (["text"],), "prediction": (), "web_search_options": (),
+}
+"""Chat fields that would change how the conversation is rendered or what is returned: each
+must be null or the value the endpoint serves (it renders with the actor's chat template)."""
+CHAT_FIELDS = CHAT_READ | CHAT_ACCEPTED | ACCEPTED | NEUTRAL.keys() | CHAT_REFUSED.keys()
 
 
 @dataclass
@@ -43,6 +75,7 @@ class ChatRequest:
     want_logprobs: bool
     model: str | None
     user: str | None
+    budget: Budget
 
 
 def _text(content: Any, where: str) -> str:
@@ -114,6 +147,13 @@ def _tools(value: Any) -> list[dict[str, Any]]:
 
 def parse_chat(body: Mapping[str, Any], engine: EngineSampling) -> ChatRequest:
     """The request a body asks for; `RequestError` (400) names what is refused."""
+    check_fields(body, CHAT_FIELDS, "")
+    for key, served in CHAT_REFUSED.items():
+        value = body.get(key)
+        if value is not None and not any(type(value) is type(v) and value == v for v in served):
+            allowed = " or ".join(["null", *(repr(v) for v in served)])
+            raise RequestError(f"{key}={value!r} is not served: this endpoint renders the "
+                               f"conversation with the actor's chat template ({allowed} only)")
     if body.get("stream"):
         raise RequestError("stream: true is not served; send stream: false")
     fmt = body.get("response_format")
@@ -133,9 +173,9 @@ def parse_chat(body: Mapping[str, Any], engine: EngineSampling) -> ChatRequest:
     user, model = body.get("user"), body.get("model")
     return ChatRequest(
         messages=messages, tools=tools, parse_tools=bool(tools) and choice != "none",
-        max_new_tokens=budget, want_logprobs=bool(body.get("logprobs")),
+        max_new_tokens=budget.tokens, want_logprobs=bool(body.get("logprobs")),
         model=model if isinstance(model, str) else None,
-        user=user if isinstance(user, str) and user else None,
+        user=user if isinstance(user, str) and user else None, budget=budget,
     )
 
 
@@ -180,5 +220,5 @@ def chat_response(req: ChatRequest, call: Call, ans: Answer, pieces: list[str],
         "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_out,
                   "total_tokens": n_prompt + n_out},
         "prompt_token_ids": list(call.context_ids),
-        "agent_r1": call.extension(),
+        "agent_r1": {**call.extension(), **req.budget.note()},
     }

@@ -3,14 +3,16 @@
 `open_episodes` gives the actor the runner of its env's episodes: our rollout
 (actors/rollout.py) for an ordinary env, or, for an env definition that is an
 `AgentDefinition` (envs/blackbox.py), a `BlackboxEpisodes` with the actor's endpoint started
-on the actor's loop (`endpoint.host`, `endpoint.port` + the actor's index, the actor's token
-beyond loopback: auth.py). Both have `run(task, ids, emit) -> EpisodeEnd`, so the actor's
+on the actor's loop (`endpoint.host`, `endpoint.port` + the actor's index, `endpoint.auth`:
+auth.py). Both have `run(task, ids, emit) -> EpisodeEnd`, so the actor's
 groups (`algorithm.group_size` concurrent episodes of one task) run either the same way.
 
 A black-box episode:
 1. opens a session (sessions.py) for the episode, at most `env.max_turns` calls;
 2. awaits the definition's `run_agent(task, base_url, api_key, session_id)`, which runs the
-   user's function on a worker thread under its timeout and returns its reward;
+   user's function on a worker thread under its timeout and returns its reward; `api_key` is
+   the session's own token, or the actor's for a definition whose `credential` is "actor"
+   (a server the actor starts, which plays every episode: verifiers);
 3. closes the session (later calls get 410), sends the last step and one `EpisodeEnd`.
 
 How it ends (one line in `EpisodeEnd.error`; env failures logged once and counted by kind,
@@ -37,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agent_r1_async.actors.rollout import Emit, EpisodeIds, Rollout
-from agent_r1_async.config import RunConfig
+from agent_r1_async.config import ConfigError, RunConfig
 from agent_r1_async.endpoint.agent import AgentDefinition, AgentFailed, AgentOutcome
 from agent_r1_async.endpoint.auth import actor_token
 from agent_r1_async.endpoint.params import EngineSampling
@@ -118,8 +120,10 @@ class BlackboxEpisodes:
     async def _play(self, task: Any, session: Session) -> _Verdict:
         sid = session.session_id
         url = self.endpoint.session_url(sid)
+        key = (self.endpoint.api_key if credential(self.agent) == "actor"
+               else self.endpoint.session_key(session))
         try:
-            reward = await self.agent.run_agent(task, url, self.endpoint.api_key, sid)
+            reward = await self.agent.run_agent(task, url, key, sid)
         except AgentFailed as e:
             return _Verdict(e.status, e.message, kind=e.kind, exc=e.__cause__ or e)
         except Exception as e:  # a definition that does not wrap its failures
@@ -177,6 +181,26 @@ def _vocab_size(cfg: RunConfig, tokenizer: Any) -> int:
     return rows or len(tokenizer)
 
 
+def credential(agent: Any) -> str:
+    """Which token an agent definition's episodes are given: `session` (each episode its
+    own), `actor` (a server of the actor's that plays every episode), or `none` (a function
+    that takes no api_key, so it cannot authenticate)."""
+    return str(getattr(agent, "credential", "session"))
+
+
+def check_credentials(cfg: RunConfig, agent: Any) -> None:
+    """ConfigError when the endpoint authenticates calls (`endpoint.auth: token`) and the
+    agent has no way to present a token."""
+    if cfg.endpoint.auth == "token" and credential(agent) == "none":
+        name = getattr(agent, "agent_name", "the agent")
+        raise ConfigError(
+            f"config key `env.args.agent`: {name} takes no api_key, and the generation "
+            "endpoint authenticates every call (endpoint.auth: token): declare an api_key "
+            "parameter and send it as the client's key (OpenAI(base_url=..., "
+            "api_key=api_key)); `endpoint.auth: none` turns the check off, for a trusted "
+            "single-user machine only")
+
+
 async def open_episodes(cfg: RunConfig, spec: _Spec, rollout: Rollout, transport: Any,
                         index: int) -> Episodes:
     """The runner of this actor's episodes (module docstring); a black-box env's endpoint is
@@ -184,6 +208,7 @@ async def open_episodes(cfg: RunConfig, spec: _Spec, rollout: Rollout, transport
     agent = spec.definition
     if not isinstance(agent, AgentDefinition):
         return RolloutEpisodes(rollout, spec.make)
+    check_credentials(cfg, agent)
     service = GenerationService(
         engine=rollout.engine, tokenizer=rollout.tokenizer, builder=rollout.builder,
         sampling=EngineSampling.from_config(cfg.engine), max_model_len=rollout.max_model_len,
@@ -191,7 +216,9 @@ async def open_episodes(cfg: RunConfig, spec: _Spec, rollout: Rollout, transport
         counters=rollout.counters,
     )
     port = cfg.endpoint.port + index if cfg.endpoint.port else 0
-    endpoint = Endpoint(service, cfg.endpoint.host, port, actor_token(transport))
+    endpoint = Endpoint(service, cfg.endpoint.host, port, actor_token(transport),
+                        cfg.endpoint.auth)
     url = await endpoint.start()
+    rollout.counters.endpoint_url = url
     log.info("%s: generation endpoint on %s (agent %s)", rollout.actor_id, url, agent.agent_name)
     return BlackboxEpisodes(rollout, endpoint, agent)

@@ -11,13 +11,18 @@ every recorded action under the distribution the engine sampled from (`engine.te
   decoding, prompt log-probs) are refused unless neutral.
 - `max_tokens` (`max_completion_tokens` in chat) caps the action; it is itself capped by
   `engine.max_new_tokens` (the budget the run's memory was planned for), and absent it is
-  that budget. The engine caps it again by the room left in `model.max_model_len`.
-- Everything else (`seed`, `logprobs`, `top_logprobs`, `detokenize`, `skip_special_tokens`,
-  ...) is accepted and does not change what is sampled.
+  that budget. A response states the budget its call ran under (`agent_r1.max_tokens`) and,
+  when the request asked for more, what it asked (`agent_r1.max_tokens_requested`). The
+  engine caps it again by the room left in `model.max_model_len`.
+- The fields of `ACCEPTED` (`seed`, `logprobs`, `top_logprobs`, `detokenize`,
+  `skip_special_tokens`, ...) are accepted and do not change what is sampled.
+- Any other field is refused, naming it (and the field it may be a typo of): a setting the
+  caller believes in and the endpoint ignores is worse than an error.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -46,8 +51,28 @@ NEUTRAL: dict[str, tuple[Any, ...]] = {
     "guided_choice": (),
     "guided_grammar": (),
     "truncate_prompt_tokens": (),
+    "use_beam_search": (False,),
+    "length_penalty": (1,),
+    "logprob_token_ids": (),
+    "prompt_logprob_token_ids": (),
+    "thinking_token_budget": (),
+    "watermarking": (),
+    "repetition_detection": (),
+    "extra_args": ({},),
+    "vllm_xargs": ({},),
 }
 """Parameters that must be null or one of these values (the engine cannot honour others)."""
+
+SAMPLING_READ = frozenset({"temperature", "top_p", "stop", "max_tokens"})
+ACCEPTED = frozenset({
+    "seed", "logprobs", "top_logprobs", "detokenize", "skip_special_tokens",
+    "spaces_between_special_tokens", "include_stop_str_in_output", "output_kind",
+    "flat_logprobs", "stream_interval", "skip_reading_prefix_cache", "skip_clone",
+    "routed_experts_prompt_start", "prompt_logprob_start", "trace_decode_token_ids",
+})
+"""Sampling fields accepted and unused: they shape the response, not what is sampled."""
+SAMPLING_FIELDS = SAMPLING_READ | ACCEPTED | NEUTRAL.keys()
+"""Every field of a token-in/token-out request's `sampling_params` (vLLM's SamplingParams)."""
 
 
 class RequestError(Exception):
@@ -71,6 +96,19 @@ class EngineSampling:
     @classmethod
     def from_config(cls, cfg: EngineConfig) -> EngineSampling:
         return cls(cfg.temperature, cfg.top_p, cfg.max_new_tokens, tuple(cfg.stop))
+
+
+def check_fields(params: Mapping[str, Any], known: Iterable[str], prefix: str) -> None:
+    """Refuse the first field of `params` not in `known`, naming it and its likely spelling."""
+    known = frozenset(known)
+    for key in params:
+        if key in known:
+            continue
+        close = difflib.get_close_matches(str(key), sorted(known), n=1)
+        hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
+        raise RequestError(f"{prefix}{key}: unknown field{hint}; this endpoint refuses what it "
+                           "would otherwise ignore", 400, "invalid_request_error",
+                           "unknown_field")
 
 
 def _is_number(x: Any) -> bool:
@@ -108,20 +146,37 @@ def _check_stop(params: Mapping[str, Any], engine: EngineSampling, prefix: str) 
                            f"{list(engine.stop)!r} only; omit stop or send that list")
 
 
+@dataclass(frozen=True)
+class Budget:
+    """The action's token budget, and what the request asked for when that was more."""
+
+    tokens: int
+    requested: int | None = None
+
+    def note(self) -> dict[str, int]:
+        """What a response states of it (`agent_r1.max_tokens`, `max_tokens_requested`)."""
+        out = {"max_tokens": self.tokens}
+        if self.requested is not None:
+            out["max_tokens_requested"] = self.requested
+        return out
+
+
 def _budget(params: Mapping[str, Any], engine: EngineSampling, prefix: str,
-            keys: Iterable[str]) -> int:
+            keys: Iterable[str]) -> Budget:
     for key in keys:
         value = params.get(key)
         if value is None:
             continue
         if type(value) is not int or value < 1:
             raise RequestError(f"{prefix}{key}={value!r}: must be a whole number >= 1")
-        return min(value, engine.max_new_tokens)
-    return engine.max_new_tokens
+        if value > engine.max_new_tokens:
+            return Budget(engine.max_new_tokens, value)
+        return Budget(value)
+    return Budget(engine.max_new_tokens)
 
 
 def check_sampling(params: Mapping[str, Any], engine: EngineSampling, prefix: str = "",
-                   budget_keys: Iterable[str] = ("max_tokens",)) -> int:
+                   budget_keys: Iterable[str] = ("max_tokens",)) -> Budget:
     """Refuse what the engine cannot honour (module docstring); the action's token budget."""
     if not isinstance(params, Mapping):
         raise RequestError(f"{prefix.rstrip('.') or 'the request'} must be a JSON object")

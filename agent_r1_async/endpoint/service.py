@@ -8,7 +8,12 @@ builds the context with the actor's context builder, exactly as a rollout step w
 
 A call's failures mirror a rollout step's (actors/rollout.py), as an HTTP error for the
 client and a `cut` for its episode (sessions.py): a context with no room in
-`model.max_model_len` (400), an engine failure or an empty action (500). The actor's
+`model.max_model_len` (400), an engine failure or an empty action (500). A chat whose
+text alone cannot fit is refused the same way before it is rendered: no token of the
+model's vocabulary spells more than `max_token_chars` characters, so a conversation whose
+message and tool text holds N characters renders into at least N / max_token_chars tokens
+(for a windowed context builder, only the first and newest messages and the tools count:
+every window keeps them). The actor's
 counters see every call's tokens and generation time, and a recorded agent's own time
 between calls as env time (the launcher reads their growth as the actor's progress).
 """
@@ -16,10 +21,11 @@ between calls as env time (the launcher reads their growth as the actor's progre
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from agent_r1_async.actors.context import ContextBuilder
+from agent_r1_async.actors.context import ContextBuilder, FullContext
 from agent_r1_async.actors.engines.base import Engine
 from agent_r1_async.actors.stats import ActorCounters
 from agent_r1_async.endpoint.calls import Call
@@ -54,6 +60,19 @@ class GenerationService:
     counters: ActorCounters = field(default_factory=ActorCounters)
     sessions: SessionStore = field(default_factory=SessionStore)
     stats: EndpointStats = field(default_factory=EndpointStats)
+    max_token_chars: int = 0
+    """The most characters one token of the vocabulary spells (0: read from the tokenizer)."""
+
+    def __post_init__(self) -> None:
+        if not self.max_token_chars:
+            self.max_token_chars = longest_token(self.tokenizer)
+
+    @property
+    def max_body_bytes(self) -> int:
+        """The longest request body served: `model.max_model_len` tokens of the longest
+        spelling, each character escaped in JSON (\\uXXXX, 6 bytes), plus 128 bytes of JSON
+        around each token (a message per token at most) and 64 KiB for the rest."""
+        return self.max_model_len * (6 * self.max_token_chars + 128) + (64 << 10)
 
     def session(self, session_id: str | None) -> Session:
         """The open session `session_id`, or a throwaway unrecorded one for None."""
@@ -72,6 +91,11 @@ class GenerationService:
         """Chat: (the call, the assistant's answer, each action token decoded when the
         request wants log-probs)."""
         agent_s = self._admit(session)
+        seen = req.messages if isinstance(self.builder, FullContext) else [
+            req.messages[0], req.messages[-1]]  # a window keeps the instruction and the newest
+        least = text_chars(seen, req.tools) // self.max_token_chars
+        if least >= self.max_model_len:
+            self._refuse_length(session, least, "at least ")
         try:
             seg, diverged = session.segments.place(req.messages, req.tools)
         except Exception as e:  # the chat template refused the conversation
@@ -119,9 +143,10 @@ class GenerationService:
             self._engine_failed(session, f"engine returned no tokens ({gen.finish_reason})")
         return Call(context, gen, agent_s, session_id=session.session_id or None)
 
-    def _refuse_length(self, session: Session, n: int) -> NoReturn:
+    def _refuse_length(self, session: Session, n: int, bound: str = "") -> NoReturn:
         first = session.recorder is None or session.recorder.recorded == 0
-        reason = f"context of {n} tokens reaches model.max_model_len={self.max_model_len}"
+        reason = (f"context of {bound}{n} tokens reaches "
+                  f"model.max_model_len={self.max_model_len}")
         if first:
             session.end_with("env_error", f"the agent's first {reason}")
         else:
@@ -139,3 +164,32 @@ class GenerationService:
         if session.recorder is not None:
             await session.recorder.add(call)
         session.idle_since = time.perf_counter()
+
+
+def longest_token(tokenizer: Any) -> int:
+    """The most characters one token of `tokenizer`'s vocabulary spells (byte-level
+    vocabularies spell a byte per character, so this bounds the bytes too)."""
+    try:
+        vocab = tokenizer.get_vocab()
+    except (AttributeError, NotImplementedError):
+        vocab = {}
+    return max((len(t) for t in vocab), default=0) or 64
+
+
+def text_chars(messages: Iterable[Any], tools: Iterable[Any]) -> int:
+    """Characters of every string in the messages' contents and tool calls and in the tool
+    schemas (keys and values): each is rendered into the context, so the context spells at
+    least this many. Iterative, so no nesting can exhaust the stack."""
+    total = 0
+    stack: list[Any] = [[m.get("content"), m.get("tool_calls")] for m in messages]
+    stack.extend(tools)
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += len(item)
+        elif isinstance(item, dict):
+            total += sum(len(k) for k in item if isinstance(k, str))
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return total

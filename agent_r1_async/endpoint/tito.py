@@ -22,7 +22,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent_r1_async.endpoint.calls import Call, version_spans
-from agent_r1_async.endpoint.params import EngineSampling, RequestError, check_sampling
+from agent_r1_async.endpoint.params import (
+    SAMPLING_FIELDS,
+    Budget,
+    EngineSampling,
+    RequestError,
+    check_fields,
+    check_sampling,
+)
+
+GENERATE_FIELDS = frozenset({
+    "token_ids", "sampling_params", "request_id", "model", "return_token_ids", "stream",
+    "stream_options", "output_mode", "features", "content_parts", "cache_salt", "priority",
+    "token_offsets", "kv_transfer_params", "ec_transfer_params", "reasoning_ended",
+    "reasoning_parser_kwargs",
+})
+"""vLLM's `GenerateRequest` fields: the ones read here (module docstring), the rest accepted
+and unused (they steer vLLM's scheduling and caching, not what is sampled). Any other field
+is refused, naming it."""
 
 
 @dataclass
@@ -33,11 +50,16 @@ class GenerateRequest:
     model: str | None
     want_logprobs: bool
     return_token_ids: bool
+    budget: Budget
 
 
-def _token_ids(value: Any, vocab_size: int) -> list[int]:
+def _token_ids(value: Any, vocab_size: int, max_model_len: int) -> list[int]:
+    """The prompt's ids; one too long for the model is passed on unchecked, for the service
+    to refuse by its length alone (and cut its session) without reading every id."""
     if not isinstance(value, list) or not value:
         raise RequestError("token_ids: must be a non-empty list of token ids")
+    if len(value) >= max_model_len:
+        return value
     for t in value:
         if type(t) is not int or not 0 <= t < vocab_size:
             raise RequestError(f"token_ids: {t!r} is not a token id of this model "
@@ -45,9 +67,10 @@ def _token_ids(value: Any, vocab_size: int) -> list[int]:
     return list(value)
 
 
-def parse_generate(body: Mapping[str, Any], engine: EngineSampling,
-                   vocab_size: int) -> GenerateRequest:
+def parse_generate(body: Mapping[str, Any], engine: EngineSampling, vocab_size: int,
+                   max_model_len: int) -> GenerateRequest:
     """The request a body asks for; `RequestError` (400) names what is refused."""
+    check_fields(body, GENERATE_FIELDS, "")
     if body.get("stream"):
         raise RequestError("stream: true is not served; send stream: false")
     if body.get("output_mode", "tokens") != "tokens":
@@ -58,10 +81,12 @@ def parse_generate(body: Mapping[str, Any], engine: EngineSampling,
             raise RequestError(f"{key}: multimodal inputs are not served")
     sampling = body.get("sampling_params") or {}
     budget = check_sampling(sampling, engine, "sampling_params.")
+    check_fields(sampling, SAMPLING_FIELDS, "sampling_params.")
     request_id = body.get("request_id") or uuid.uuid4().hex
     model = body.get("model")
     return GenerateRequest(
-        token_ids=_token_ids(body.get("token_ids"), vocab_size), max_new_tokens=budget,
+        token_ids=_token_ids(body.get("token_ids"), vocab_size, max_model_len),
+        max_new_tokens=budget.tokens, budget=budget,
         request_id=str(request_id), model=model if isinstance(model, str) else None,
         want_logprobs=sampling.get("logprobs") is not None,
         return_token_ids=bool(body.get("return_token_ids")),
@@ -88,5 +113,5 @@ def generate_response(req: GenerateRequest, call: Call, model_name: str) -> dict
                   "total_tokens": n_prompt + n_out},
         "prompt_token_ids": list(call.context_ids) if req.return_token_ids else None,
         "choices": [choice],
-        "agent_r1": call.extension(),
+        "agent_r1": {**call.extension(), **req.budget.note()},
     }

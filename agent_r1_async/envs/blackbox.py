@@ -12,9 +12,12 @@
 
 The agent is any function `run(task, base_url, **kw) -> reward`, sync or async, with its own
 control flow: it calls the model through an OpenAI client (or token-in/token-out) at
-`base_url`, reads what it needs, and returns the episode's reward. It may also declare
-`api_key` (the bearer token to send; required beyond loopback) and `session_id` (for clients
-that send `X-Session-Id` or `user` instead of using the base URL). `task` is the `Task` from
+`base_url`, reads what it needs, and returns the episode's reward. It declares `api_key`:
+the episode's own bearer token, which the endpoint requires on every call
+(`endpoint.auth: token`, endpoint/auth.py); an OpenAI client takes it as `api_key`, and a
+program the agent starts takes it from its environment (`OPENAI_API_KEY`), never from its
+command line. It may also declare `session_id` (for clients that send `X-Session-Id` or
+`user` instead of using the base URL). `task` is the `Task` from
 `tasks(split)` (id, prompt, answer, meta); a mapping with those keys works as a task too.
 
 For each episode the actor opens a session on its endpoint, runs the function off its event
@@ -145,6 +148,8 @@ class BlackboxEnv:
         self.fn = import_callable(args.agent, "agent")
         self.tasks_fn = import_callable(args.tasks, "tasks")
         self.optional = _keywords(self.fn, args)
+        self.credential = "session" if "api_key" in self.optional else "none"
+        """Which token its episodes get (endpoint/episodes.py `credential`)."""
         self.timeout_s, self._timeout_key = episode_timeout(args.timeout_s, env_cfg)
         self._tasks: dict[str, list[Task]] = {}
 

@@ -198,7 +198,7 @@ async def _evaluate(
 async def eval_episodes(cfg: RunConfig, spec: Any, rollout: Any, make: Callable[[], Any]) -> Any:
     """The episode runner of an evaluation: our rollout over `make`, or, for an env whose
     agent plays through a generation endpoint (blackbox, verifiers), an endpoint over the
-    evaluation's engine on a free loopback port (no token: nothing else can reach it)."""
+    evaluation's engine on a free loopback port, with tokens of its own (endpoint/auth.py)."""
     from agent_r1_async.endpoint.episodes import RolloutEpisodes, open_episodes
 
     if make != spec.make:  # a baseline's own episodes

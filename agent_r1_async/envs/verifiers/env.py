@@ -65,6 +65,9 @@ class VerifiersEnv:
     """A verifiers v1 taskset and harness, trained through the actor's endpoint."""
 
     Args = VerifiersArgs
+    credential = "actor"
+    """The EnvServer plays every episode of this process, so it holds the actor's token (in
+    its environment) and names each episode's session by its base URL (endpoint/auth.py)."""
 
     def __init__(self, args: VerifiersArgs, env_cfg: EnvConfig) -> None:
         interpreter(args)  # a missing verifiers environment is a config error, at once

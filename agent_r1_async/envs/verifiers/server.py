@@ -130,9 +130,15 @@ class VerifiersServer:
 
     async def ensure_up(self, token: str | None) -> None:
         """Start the server if it is not running (at most `restarts` restarts); episodes that
-        find it down at once share one start."""
+        find it down at once share one start. A server started for another endpoint's token
+        (another evaluation in this process) is replaced, not counted as a restart."""
         if self.proc is not None and self.proc.poll() is None and self.client is not None:
-            return
+            if token == self.token:
+                return
+            if self._starting is None or self._starting.done():
+                self._close_client()
+                await asyncio.to_thread(self.stop)
+                self.proc = None
         if self._starting is None or self._starting.done():
             self._starting = asyncio.get_running_loop().create_task(self._start_again(token))
         await asyncio.shield(self._starting)

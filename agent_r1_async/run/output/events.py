@@ -14,6 +14,7 @@ The supervisor and the launch loop call `Events` at the moments they see somethi
     actor-0: tool nap blocked its event loop for 3.0 s in one synchronous stretch: ...
     no progress for 60 s: every episode refused: the buffer refused 812 records ...
     no progress for 60 s: the learner waits for 2 ready groups; the buffer has 1 ready and 3 in flight (actor-1 holds 3, no progress for 62 s)
+    actor-0: its generation endpoint http://127.0.0.1:41877 refused 240 requests in the last 60 s (231 without a valid token, 9 malformed): ...
 
 A dead process's cause comes from Ray's death report (its worker exit type and detail: the
 memory monitor's OOM kill, a lost connection after a signal, an exception in `__init__`) and
@@ -24,7 +25,9 @@ few seconds: new env errors, the env's blocking warnings from the actors' logs (
 tool or method; `eval` prints them itself), and, when no group has become ready for
 `STALL_S`, which of "actors dead", "every episode refused" (with the first refusal the
 buffer logged), "no groups ready" or "learner waiting" (for groups the actors hold) holds
-(`StallWatch`), said once per stall. Which role is unresponsive is decided by the supervisor
+(`StallWatch`), said once per stall; and an endpoint that refuses a sustained stream of
+requests (`RefusalWatch`: at least `REFUSED_FLOOD` in `REFUSED_WINDOW_S`, said at most once
+per actor every `REFUSED_QUIET_S`). Which role is unresponsive is decided by the supervisor
 (run/processes/supervisor.py `Liveness`) and said here (`unresponsive`, `responsive_again`).
 """
 
@@ -55,6 +58,47 @@ def _blocked() -> re.Pattern[str]:
 
     return re.compile(r" WARNING agent_r1_async\.envs\.offload: ((.+?) " + BLOCKING_WARNING
                       + r".*)$")
+
+
+REFUSED_FLOOD = 100
+REFUSED_WINDOW_S = 60.0
+REFUSED_QUIET_S = 300.0
+
+
+class RefusalWatch:
+    """Notices an actor's endpoint refusing a sustained stream of requests (401 and other
+    4xx, from the actors' `endpoint_requests` totals); `observe` gives the line to say."""
+
+    def __init__(self, clock: Any = time.monotonic) -> None:
+        self.clock = clock
+        self._seen: dict[str, list[tuple[float, int, int]]] = {}
+        self._said: dict[str, float] = {}
+
+    def observe(self, actors: dict[str, Any]) -> list[tuple[str, str]]:
+        """(actor id, line) for each actor whose endpoint refused at least `REFUSED_FLOOD`
+        requests in the last `REFUSED_WINDOW_S`, not said in the last `REFUSED_QUIET_S`."""
+        now, out = self.clock(), []
+        for actor_id, stats in actors.items():
+            req = stats.get("endpoint_requests") or {}
+            n401, n4xx = int(req.get("401", 0)), int(req.get("4xx", 0))
+            seen = self._seen.setdefault(actor_id, [])
+            if seen and n401 + n4xx < seen[-1][1] + seen[-1][2]:
+                seen.clear()  # a restarted actor counts from 0
+            seen.append((now, n401, n4xx))
+            while len(seen) > 1 and seen[1][0] <= now - REFUSED_WINDOW_S:
+                seen.pop(0)
+            t0, a0, b0 = seen[0]
+            d401, d4xx = n401 - a0, n4xx - b0
+            if d401 + d4xx < REFUSED_FLOOD or now - self._said.get(actor_id, -1e18) < REFUSED_QUIET_S:
+                continue
+            self._said[actor_id] = now
+            url = stats.get("endpoint_url") or "(address in its log)"
+            out.append((actor_id, (
+                f"{actor_id}: its generation endpoint {url} refused {d401 + d4xx} requests in "
+                f"the last {max(now - t0, 1.0):.0f} s ({d401} without a valid token, {d4xx} "
+                "malformed): something on this machine is calling it (metrics: "
+                "endpoint/requests/*)")))
+        return out
 
 
 _FOLLOW_BYTES = 4 << 20
@@ -334,6 +378,7 @@ class Events:
             for a in (f"actor-{i}" for i in range(num_actors))}
         self._blocking_said: set[str] = set()
         self.stall = StallWatch()
+        self.refusals = RefusalWatch()
 
     def actor_log(self, actor_id: str) -> Path:
         return log_file(self.log_dir, actor_id)
@@ -397,6 +442,8 @@ class Events:
         actors = buffer.get("actors", {})
         self.env_errors(actors)
         self.blocking_warnings(actors)
+        for actor_id, line in self.refusals.observe(actors):
+            self.console.event(line, key=f"refused {actor_id} {time.monotonic():.0f}")
         found = self.stall.observe(buffer)
         if found is not None:
             cause, text = found

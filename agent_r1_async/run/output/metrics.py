@@ -453,12 +453,15 @@ def merge_metrics(
         out["actors/tokens_per_s"] = tok_total
         out["actors/episodes_per_s"] = eps_total
         out["actors/weight_sync_latency_s"] = max(s["weight_sync_latency_s"] for s in actors.values())
-        errors: dict[str, int] = {}
-        for stats in actors.values():  # each actor's totals since it started
-            for kind, n in stats.get("env_errors", {}).items():
-                errors[kind] = errors.get(kind, 0) + int(n)
-        for kind, n in errors.items():
-            out[f"env/errors/{kind}"] = n
+        # Counters that are each actor's totals since it started, summed over the actors.
+        for field, prefix in (("env_errors", "env/errors"),
+                              ("endpoint_requests", "endpoint/requests")):
+            totals: dict[str, int] = {}
+            for stats in actors.values():
+                for key, n in stats.get(field, {}).items():
+                    totals[key] = totals.get(key, 0) + int(n)
+            for key, n in totals.items():
+                out[f"{prefix}/{key}"] = n
     hist = {int(k): int(v) for k, v in update.get("staleness_hist", {}).items()}
     return out, {"staleness/hist": hist}
 

@@ -16,7 +16,7 @@ def tasks(split: str) -> list[Any]:
             Task(f"{split}-1", "What is 3+3?", 6)]
 
 
-def _client(base_url: str, api_key: str = "unused") -> OpenAI:
+def _client(base_url: str, api_key: str) -> OpenAI:
     return OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=30)
 
 
@@ -35,39 +35,45 @@ def two_turns(task: Task, base_url: str, api_key: str, reward: float = 0.75) -> 
     return reward
 
 
-async def async_one_turn(task: Task, base_url: str) -> float:
-    client = AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=30)
+async def async_one_turn(task: Task, base_url: str, api_key: str) -> float:
+    client = AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=30)
     await client.chat.completions.create(
         model="policy", messages=[{"role": "user", "content": task.prompt}])
     return 0.5
 
 
-def raises_after_one_call(task: Task, base_url: str) -> float:
-    _ask(_client(base_url), [{"role": "user", "content": task.prompt}])
+def raises_after_one_call(task: Task, base_url: str, api_key: str) -> float:
+    _ask(_client(base_url, api_key), [{"role": "user", "content": task.prompt}])
     raise ValueError("boom\nsecond line of the message")
 
 
-def sleeps_after_one_call(task: Task, base_url: str) -> float:
-    _ask(_client(base_url), [{"role": "user", "content": task.prompt}])
+def sleeps_after_one_call(task: Task, base_url: str, api_key: str) -> float:
+    _ask(_client(base_url, api_key), [{"role": "user", "content": task.prompt}])
     time.sleep(30)
     return 1.0
 
 
-def makes_no_call(task: Task, base_url: str) -> float:
+def makes_no_call(task: Task, base_url: str, api_key: str) -> float:
     return 1.0
 
 
-def calls_until_refused(task: Task, base_url: str) -> float:
-    client = _client(base_url)
+def calls_until_refused(task: Task, base_url: str, api_key: str) -> float:
+    client = _client(base_url, api_key)
     while True:  # a refused call raises openai.BadRequestError
         _ask(client, [{"role": "user", "content": task.prompt}])
 
 
-def returns_a_string(task: Task, base_url: str) -> Any:
-    _ask(_client(base_url), [{"role": "user", "content": task.prompt}])
+def returns_a_string(task: Task, base_url: str, api_key: str) -> Any:
+    _ask(_client(base_url, api_key), [{"role": "user", "content": task.prompt}])
     return "1.0"
 
 
-def long_prompt(task: Task, base_url: str) -> float:
-    _ask(_client(base_url), [{"role": "user", "content": "word " * 400}])
+def long_prompt(task: Task, base_url: str, api_key: str) -> float:
+    _ask(_client(base_url, api_key), [{"role": "user", "content": "word " * 400}])
+    return 1.0
+
+
+def takes_no_key(task: Task, base_url: str) -> float:
+    """An agent that cannot authenticate: refused at configuration under endpoint.auth: token."""
+    _ask(_client(base_url, "unused"), [{"role": "user", "content": task.prompt}])
     return 1.0

@@ -28,12 +28,17 @@ def make_service(engine: Any, tokenizer: Any, *, max_model_len: int = 512,
 
 
 @contextlib.asynccontextmanager
-async def serving(service: GenerationService, host: str = "127.0.0.1",
-                  token: str | None = None) -> AsyncIterator[tuple[Endpoint, aiohttp.ClientSession]]:
-    endpoint = Endpoint(service, host, 0, token)
+async def serving(service: GenerationService, host: str = "127.0.0.1", token: str | None = None,
+                  auth: str = "token", key: str | None = "actor",
+                  ) -> AsyncIterator[tuple[Endpoint, aiohttp.ClientSession]]:
+    """The endpoint and an HTTP client that sends, by default, the actor's token (it may call
+    into any session); `key=None`: a client with no token."""
+    endpoint = Endpoint(service, host, 0, token, auth)
     await endpoint.start()
+    headers = ({"Authorization": f"Bearer {endpoint.token if key == 'actor' else key}"}
+               if key is not None and endpoint.token is not None else {})
     try:
-        async with aiohttp.ClientSession() as http:
+        async with aiohttp.ClientSession(headers=headers) as http:
             yield endpoint, http
     finally:
         await endpoint.stop()

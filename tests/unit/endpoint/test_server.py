@@ -293,15 +293,17 @@ def test_sampling_that_would_change_the_distribution_is_refused_naming_the_key(t
     assert service.stats.refused == 4
 
 
-def test_beyond_loopback_the_endpoint_needs_a_token_and_checks_it(tok):
+def test_beyond_loopback_the_endpoint_checks_the_actors_token_and_refuses_no_auth(tok):
     engine = FakeEngine.repeating([*enc(tok, "ok"), IM_END])
     service = make_service(engine, tok)
-    with pytest.raises(EndpointAuthError, match=r"endpoint.host '0.0.0.0' is beyond loopback"):
-        asyncio.run(Endpoint(service, "0.0.0.0", 0, None).start())
+    with pytest.raises(EndpointAuthError, match=r"endpoint.host '0.0.0.0' is beyond loopback, "
+                                                r"so endpoint.auth must be token"):
+        asyncio.run(Endpoint(service, "0.0.0.0", 0, None, "none").start())
     token = token_from_secret(b"a per-run secret")
 
     async def run() -> list[int]:
-        async with serving(service, "0.0.0.0", token) as (endpoint, http):
+        async with serving(service, "0.0.0.0", token, key=None) as (endpoint, http):
+            assert endpoint.token == token
             gen = f"{endpoint.url}/inference/v1/generate"
             body = {"token_ids": [5]}
             statuses = [(await post(http, gen, body))[0],

@@ -46,7 +46,8 @@ def test_tasks_come_from_the_users_function_as_tasks():
     ({"tasks": "no_such_module_xyz:tasks"}, "config key `env.args.tasks`: cannot import"),
     ({"agent": "math:nan"}, "config key `env.args.agent`: 'math:nan' is not callable"),
     ({"agent_args": {"reward": 1.0}}, f"config key `env.args.agent`: {AGENTS}:makes_no_call "
-                                      "cannot be called as run(task, base_url, reward=...)"),
+                                      "cannot be called as run(task, base_url, reward=..., "
+                                      "api_key=...)"),
 ])
 def test_bad_args_name_their_key(args, message):
     with pytest.raises(ConfigError) as err:
@@ -56,8 +57,9 @@ def test_bad_args_name_their_key(args, message):
 
 def test_the_optional_keywords_an_agent_declares_are_the_ones_passed():
     s = spec(agent=f"{AGENTS}:two_turns", agent_args={"reward": 0.25})
-    assert s.definition.optional == ("api_key",)
-    assert spec().definition.optional == ()
+    assert s.definition.optional == ("api_key",) and s.definition.credential == "session"
+    keyless = spec(agent=f"{AGENTS}:takes_no_key").definition
+    assert keyless.optional == () and keyless.credential == "none"
 
 
 def test_run_agent_gives_the_reward_or_an_agent_failure_naming_the_agent():
