@@ -105,6 +105,8 @@ class Actor:
         self._owns_engine = engine is None
         self.index = actor_index(actor_id) if index is None else index
         self.groups_started = 0
+        self.groups_dropped = 0
+        """Groups stopped because the buffer held no credit for them (`_drop`)."""
         self.learner_version = 0
         """The newest learner version the buffer reported (with each credit grant)."""
         self.weight_errors = 0
@@ -179,32 +181,42 @@ class Actor:
     # ---------------------------------------------------------------- the loop
 
     async def _loop(self, spec, tasks, client, receiver, stop, max_groups) -> None:
-        running: set[asyncio.Task] = set()
+        running: dict[asyncio.Task, str] = {}  # each group's task -> its group id
         next_stats = time.monotonic()  # the first report before the first credit request
         backoff, next_credit = _IDLE_S, 0.0  # denied credits: ask again later, doubling the wait
+        next_claim = 0.0  # the groups it runs are told to the buffer at least this often
         try:
             while not stop.is_set():
                 await self._apply_weights(receiver)  # polled every _IDLE_S at least
                 left = None if max_groups is None else max_groups - self.groups_started
                 if left == 0 and not running:
                     return
-                if time.monotonic() >= next_stats:
+                now = time.monotonic()
+                if now >= next_stats:
                     await self.emit(self._reporter.report(self.engine.version))
-                    next_stats = time.monotonic() + self.cfg.actors.stats_interval_s
+                    next_stats = now + self.cfg.actors.stats_interval_s
                 free = self.cfg.actors.groups_in_flight - len(running)
                 if self._too_stale():  # data made now could never be trained: await weights
                     free = 0
-                if free > 0 and (left is None or left > 0) and time.monotonic() >= next_credit:
-                    granted = await self._credits(client, free if left is None else min(free, left))
+                want = free if left is None else min(free, left)
+                ask = want > 0 and now >= next_credit
+                if ask or (running and now >= next_claim):
+                    granted, unknown = await self._credits(client, want if ask else 0,
+                                                           list(running.values()))
+                    next_claim = time.monotonic() + self.cfg.actors.stats_interval_s
+                    await self._drop(running, unknown)
                     for group_id in granted:
-                        running.add(asyncio.create_task(self._group(spec, next(tasks), group_id)))
-                    backoff = _IDLE_S if granted else min(backoff * 2, 1.0)
-                    next_credit = 0.0 if granted else time.monotonic() + backoff
+                        task = asyncio.create_task(self._group(spec, next(tasks), group_id))
+                        running[task] = group_id
+                    if ask:
+                        backoff = _IDLE_S if granted else min(backoff * 2, 1.0)
+                        next_credit = 0.0 if granted else time.monotonic() + backoff
                 if running:
-                    done, running = await asyncio.wait(
+                    done, _ = await asyncio.wait(
                         running, timeout=_IDLE_S, return_when=asyncio.FIRST_COMPLETED
                     )
                     for t in done:
+                        del running[t]
                         t.result()  # an emit failure is an actor failure: surface it
                 else:
                     await asyncio.sleep(_IDLE_S)
@@ -219,26 +231,44 @@ class Actor:
                 t.cancel()  # episodes send their "aborted" end records
             await asyncio.gather(*running, return_exceptions=True)
 
+    async def _drop(self, running: dict[asyncio.Task, str], unknown: list[str]) -> None:
+        """Stop the groups the buffer does not know (a restarted buffer that lost them, or
+        groups it dropped): their records would be refused. Their episodes end "aborted"."""
+        gone = set(unknown)
+        tasks = [t for t, g in running.items() if g in gone]
+        if not tasks:
+            return
+        for t in tasks:
+            del running[t]
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.groups_dropped += len(tasks)
+        log.warning("%s: the buffer holds no credit for %d group(s) this actor ran (%s): "
+                    "stopped them", self.actor_id, len(tasks),
+                    ", ".join(sorted(gone)[:4]))
+
     def _too_stale(self) -> bool:
         """The engine's weights are more than max_staleness behind the learner (a restarted
         actor or a resumed run before the current weights arrive)."""
         return self.learner_version - self.engine.version > self.cfg.buffer.max_staleness
 
-    async def _credits(self, client: BufferClient, want: int) -> list[str]:
-        """The group ids the buffer granted (it alone mints them), at most `want`."""
+    async def _credits(self, client: BufferClient, want: int,
+                       held: list[str]) -> tuple[list[str], list[str]]:
+        """(the group ids the buffer granted, at most `want`; the groups of `held` it holds no
+        credit for). The buffer alone mints group ids."""
         try:
-            grant = await asyncio.to_thread(client.request_credits, want)
+            grant = await asyncio.to_thread(client.request_credits, want, held)
         except (TimeoutError, RuntimeError) as e:  # buffer busy or restarting: try again later
             log.warning("%s: credit request failed: %s", self.actor_id, e)
-            return []
+            return [], []
         self.learner_version = max(self.learner_version, grant.learner_version)
         if len(grant.group_ids) != grant.groups:
             log.error("%s: grant of %d groups carries %d ids; ignored", self.actor_id,
                       grant.groups, len(grant.group_ids))
-            return []
+            return [], []
         granted = grant.group_ids[: max(0, want)]
         self.groups_started += len(granted)
-        return granted
+        return granted, list(grant.unknown)
 
     async def _group(self, spec: EnvSpec, task: Task, group_id: str) -> list[EpisodeEnd]:
         g = self.cfg.algorithm.group_size

@@ -19,6 +19,8 @@ class _Credit:
     granted_at: float
     started: bool = False
     """True once the group's first record arrived (then assembly owns its expiry)."""
+    restored: bool = False
+    """Restored from a snapshot and not yet claimed by its actor since (`claim`)."""
 
 
 class AdmissionControl:
@@ -39,6 +41,11 @@ class AdmissionControl:
     never started it) expires and releases its credit. An actor the launcher replaces gives
     back every credit it holds at once (`TrajectoryBuffer.reclaim`, with `held_by` and
     `on_dropped`).
+
+    Credits restored from a snapshot are *unclaimed* until their actor says it still runs
+    their group (`claim`, from the group ids a CreditRequest lists): the snapshot may predate
+    the actor finishing (or losing) the group, and a credit nobody runs would block admission
+    until its timeout. `unclaimed(actor_id)` and `unclaimed_since(t)` find the ones to release.
     """
 
     def __init__(
@@ -159,7 +166,24 @@ class AdmissionControl:
         return self.accepted, [(g, c.actor_id, c.started) for g, c in self._in_flight.items()]
 
     def restore(self, accepted: int, in_flight: list[tuple[str, str, bool]]) -> None:
-        """Restore from a snapshot; restored credits get a fresh timeout from now."""
+        """Restore from a snapshot; restored credits get a fresh timeout from now and stay
+        unclaimed until their actor claims them."""
         self.accepted = accepted
         now = self._clock()
-        self._in_flight = {g: _Credit(a, now, started) for g, a, started in in_flight}
+        self._in_flight = {g: _Credit(a, now, started, restored=True)
+                           for g, a, started in in_flight}
+
+    def claim(self, actor_id: str, group_ids: set[str]) -> None:
+        """`actor_id` runs these groups: those of its restored credits are claimed."""
+        for gid in group_ids:
+            credit = self._in_flight.get(gid)
+            if credit is not None and credit.actor_id == actor_id:
+                credit.restored = False
+
+    def unclaimed(self, actor_id: str) -> list[str]:
+        """The restored credits of `actor_id` it has not claimed."""
+        return [g for g, c in self._in_flight.items() if c.restored and c.actor_id == actor_id]
+
+    def unclaimed_since(self, before: float) -> list[str]:
+        """Restored credits restored before `before` and still unclaimed (by any actor)."""
+        return [g for g, c in self._in_flight.items() if c.restored and c.granted_at < before]

@@ -5,7 +5,8 @@ fake clock). Data flow:
 
     ingest(StepRecord | EpisodeEnd)  -> granted to its actor? -> range checks -> Assembler
                                      -> ready groups -> (stale? drop) -> GroupStore
-    grant(actor, n)                  -> min(admission capacity, rate-limiter room), 0 if memory full
+    grant(actor, n, held)            -> reconcile `held` (below), then min(admission capacity,
+                                        rate-limiter room), 0 if memory full
     try_sample(k, version)           -> drop stale, rate-limiter check, GroupStore.sample
     tick()                           -> timeouts (dead actors, missing steps, unused credits)
     reclaim(actor)                   -> an actor the launcher replaces gives everything back now
@@ -27,11 +28,20 @@ gap. A buffer whose loop stalls (a stopped process, a long snapshot) therefore n
 actors look silent, and a report that arrives late after such a stall can only move an actor's
 last progress later, never earlier. An actor granted a credit before its first report counts
 from the grant. `reclaim` forgets the actor: its next process is judged from its first report.
+
+Reconciliation after a restart: a CreditRequest lists the groups its actor runs (`held`).
+Credits restored from a snapshot that their actor does not list (it finished or lost those
+groups while the buffer was down) are released, from `CLAIM_GRACE_S` after the restore (so
+records the actor queued while the buffer was down arrive first), and those no actor claims
+within `CLAIM_WITHIN_S` are released at a tick (`unclaimed_credit`). The grant names the listed
+groups that hold no credit of this actor (`unknown`: never granted here, or dropped), so the
+actor stops them at once instead of sending records that would be refused.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -58,6 +68,12 @@ from agent_r1_async.wire.messages import (
 log = logging.getLogger(__name__)
 
 _DEFAULT_MAX_ACTORS = 256
+CLAIM_GRACE_S = 5.0
+"""After a restore, restored credits are released for not being claimed only this late."""
+CLAIM_WITHIN_S = 60.0
+"""A restored credit no actor claims within this long is released."""
+MAX_HELD = 10_000
+"""A CreditRequest listing more groups than this is not reconciled (counted)."""
 """ActorStats kept when `RecordBounds.max_actors` is 0 (unknown: no bounds from a launch)."""
 _MAX_TICK_GAP_S = 1.0
 """Longest gap between two ticks that counts as listening time (the service ticks every
@@ -99,6 +115,7 @@ class TrajectoryBuffer:
         self.cfg = cfg
         self.version = 0
         self._clock = clock
+        self._restored_at = -math.inf
         self._max_group_size = algo.group_size
         self.bounds = bounds if bounds is not None else RecordBounds(max_group_size=algo.group_size)
         self._max_actors = self.bounds.max_actors or _DEFAULT_MAX_ACTORS
@@ -227,6 +244,36 @@ class TrajectoryBuffer:
         self.assembler.poll(now)
         self._collect()
         self.drops["expired_credit"] += len(self.admission.expire())
+        self._release(self.admission.unclaimed_since(now - CLAIM_WITHIN_S), "unclaimed_credit")
+
+    def _release(self, group_ids: list[str], reason: str) -> None:
+        """Give back these groups' credits now: each open group closes as after
+        `group_wait_s` (ready with `min_group_episodes` done, else dropped)."""
+        if not group_ids:
+            return
+        now = self._clock()
+        for gid in group_ids:
+            self.assembler.reclaim(gid, now)
+        self._collect()
+        for gid in group_ids:
+            if self.admission.holds(gid):
+                self.admission.on_dropped(gid)
+        self.drops[reason] += len(group_ids)
+        log.info("released %d credit(s) (%s): %s", len(group_ids), reason,
+                 ", ".join(group_ids[:8]))
+
+    def reconcile(self, actor_id: str, held: list[str]) -> list[str]:
+        """`actor_id` runs the groups `held`: claim its restored credits among them, release
+        those it does not run (module docstring); the held groups that hold no credit of
+        this actor, which it should stop."""
+        if len(held) > MAX_HELD:
+            self.drops["invalid_request/held"] += 1
+            return []
+        claimed = set(held)
+        self.admission.claim(actor_id, claimed)
+        if self._clock() - self._restored_at >= CLAIM_GRACE_S:
+            self._release(self.admission.unclaimed(actor_id), "unclaimed_credit")
+        return [g for g in held if self.admission.owner(g) != actor_id]
 
     def orphan_all(self) -> None:
         """Every actor that held a credit or an open episode is gone (a relaunch restored this
@@ -283,9 +330,12 @@ class TrajectoryBuffer:
 
     # ---- control ------------------------------------------------------------------------
 
-    def grant(self, actor_id: str, max_groups: int) -> CreditGrant:
+    def grant(self, actor_id: str, max_groups: int, held: list[str] | None = None) -> CreditGrant:
+        """Up to `max_groups` credits for `actor_id`, after reconciling the groups it says it
+        runs (`held`; None: not said)."""
+        unknown = [] if held is None else self.reconcile(actor_id, held)
         if self.nbytes >= self.cfg.max_bytes:
-            return CreditGrant(actor_id, 0, self.version, reason="memory_full")
+            return CreditGrant(actor_id, 0, self.version, reason="memory_full", unknown=unknown)
         by_staleness = self.admission.capacity()
         by_rate = self.limiter.insert_room(pending=self.admission.in_flight)
         ids = self.admission.grant(actor_id, min(max_groups, by_staleness, by_rate))
@@ -294,7 +344,8 @@ class TrajectoryBuffer:
         reason = ""
         if len(ids) < max_groups:
             reason = "staleness" if by_staleness <= by_rate else "rate_limit"
-        return CreditGrant(actor_id, len(ids), self.version, reason=reason, group_ids=ids)
+        return CreditGrant(actor_id, len(ids), self.version, reason=reason, group_ids=ids,
+                           unknown=unknown)
 
     def set_version(self, version: int) -> None:
         if version < self.version:
@@ -383,6 +434,7 @@ class TrajectoryBuffer:
             self.store.insert(describe(s.group, nbytes, s.times_sampled))
         self.assembler.restore(state.assembling, self._clock())
         self.admission.restore(state.accepted, state.in_flight)
+        self._restored_at = self._clock()
         for _, actor_id, _ in state.in_flight:  # its credits are back: judged from now
             self._progress.setdefault(actor_id, self._listened)
         self.limiter.restore(*state.limiter)

@@ -342,7 +342,7 @@ class BufferService:
         if isinstance(req, m.Hello):
             return m.check_hello(req, self.buffer.version)
         if isinstance(req, m.CreditRequest):
-            return self.buffer.grant(req.actor_id, max(0, req.max_groups))
+            return self.buffer.grant(req.actor_id, max(0, req.max_groups), req.held)
         if isinstance(req, m.VersionUpdate):
             self.buffer.set_version(req.version)
             return m.VersionAck(self.buffer.version)

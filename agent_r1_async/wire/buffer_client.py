@@ -63,8 +63,10 @@ class BufferClient:
             raise ConnectionError(f"buffer at {self._client.endpoint} refused: {ack.reason}")
         return ack
 
-    def request_credits(self, max_groups: int) -> m.CreditGrant:
-        return self._call(m.CreditRequest(self.peer_id, max_groups), m.CreditGrant, self.timeout_s)
+    def request_credits(self, max_groups: int, held: list[str] | None = None) -> m.CreditGrant:
+        """Credits for up to `max_groups` groups; `held`: the groups this actor runs."""
+        return self._call(m.CreditRequest(self.peer_id, max_groups, held), m.CreditGrant,
+                          self.timeout_s)
 
     def sample(self, num_groups: int, learner_version: int, timeout_s: float) -> m.SampleBatch:
         """A batch (or `ready=False` after the buffer waited `timeout_s` for enough groups)."""

@@ -226,6 +226,11 @@ class ActorStats(_Wire, tag="actor_stats"):
     """Seconds, as of this report, since the actor last made progress: an engine or env call
     returned or an episode ended, or it had no episode in flight. A hung engine step keeps it
     growing while the reports still come (run/processes/supervisor.py judges it)."""
+    endpoint_requests: dict[str, int] = {}
+    """Requests the actor's generation endpoint answered since it started, per status class
+    (`2xx`, `401`, `4xx`, `5xx`); empty for an actor that serves none."""
+    endpoint_url: str = ""
+    """The root URL of the actor's generation endpoint ("" when it serves none)."""
 
 
 DataMessage = StepRecord | EpisodeEnd | ActorStats
@@ -269,10 +274,14 @@ class HelloAck(_Wire, tag="hello_ack"):
 
 
 class CreditRequest(_Wire, tag="credit_request"):
-    """An actor asks for admission to start up to `max_groups` new groups."""
+    """An actor asks for admission to start up to `max_groups` new groups (0: it only
+    reports what it runs)."""
 
     actor_id: str
     max_groups: int
+    held: list[str] | None = None
+    """The groups the actor runs now (None: not said); the buffer reconciles its credits
+    with them (buffers/buffer.py)."""
 
 
 class CreditGrant(_Wire, tag="credit_grant"):
@@ -285,6 +294,9 @@ class CreditGrant(_Wire, tag="credit_grant"):
     """Why fewer were granted than asked (staleness bound, memory full, ...)."""
     group_ids: list[str] = []
     """Ids the buffer allocated for the granted groups (actors should use them as group_id)."""
+    unknown: list[str] = []
+    """Groups of the request's `held` that hold no credit of this actor here (never granted
+    by this buffer, or dropped): the actor stops them, as their records would be refused."""
 
 
 class Episode(_Wire):

@@ -119,8 +119,8 @@ class _GrantRecordingClient(BufferClient):
 
     granted: ClassVar[list[str]] = []
 
-    def request_credits(self, max_groups: int):
-        grant = super().request_credits(max_groups)
+    def request_credits(self, max_groups: int, held=None):
+        grant = super().request_credits(max_groups, held)
         _GrantRecordingClient.granted.extend(grant.group_ids)
         return grant
 

@@ -27,6 +27,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -101,28 +102,42 @@ def _ray_temp_dirs(launcher_pid: int) -> list[Path]:
     return [s.parents[1] for s in sessions]
 
 
-def test_a_sigkilled_launcher_resumes_with_every_update_logged_once(tmp_path: Path):
-    proc = _start(tmp_path, "--set", f"learner.total_updates={TOTAL}",
-                  "--set", "learner.checkpoint_every=1")
-    out = _Output(proc)
+class _Killed:
+    run_dir: Path
+
+
+@contextlib.contextmanager
+def _killing(proc: subprocess.Popen, tmp_path: Path) -> Iterator[_Killed]:
+    """Around waiting for the moment: SIGKILL the launcher alone (its pid) when the block
+    ends, then end what outlived it and remove its Ray directory. The block sets
+    `run_dir` once it knows it (until then the test's own directory)."""
+    killed = _Killed()
+    killed.run_dir = tmp_path
     family: list[psutil.Process] = []
-    run_dir = tmp_path
     try:
-        metrics = _await_updates(proc, tmp_path, 2)
-        run_dir = metrics.parent
-        unlogged = _freeze_after_an_unlogged_checkpoint(proc, metrics)
+        yield killed
         family = _family(proc.pid)
-        assert _updates(metrics) == list(range(1, unlogged))  # the window: checkpointed, not logged
-        os.kill(proc.pid, signal.SIGKILL)  # the launcher alone
+        os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             family = family or _family(proc.pid)
             proc.kill()
             proc.wait()
-        _end(family, run_dir)
+        _end(family, killed.run_dir)
         for d in _ray_temp_dirs(proc.pid):
             shutil.rmtree(d, ignore_errors=True)
+
+
+def test_a_sigkilled_launcher_resumes_with_every_update_logged_once(tmp_path: Path):
+    proc = _start(tmp_path, "--set", f"learner.total_updates={TOTAL}",
+                  "--set", "learner.checkpoint_every=1")
+    out = _Output(proc)
+    with _killing(proc, tmp_path) as killed:
+        metrics = _await_updates(proc, tmp_path, 2)
+        run_dir = killed.run_dir = metrics.parent
+        unlogged = _freeze_after_an_unlogged_checkpoint(proc, metrics)
+        assert _updates(metrics) == list(range(1, unlogged))  # the window: checkpointed, not logged
     assert proc.returncode == -signal.SIGKILL, out.text()[-3000:]
     assert _latest_step(run_dir) == unlogged
 
@@ -143,3 +158,49 @@ def test_a_sigkilled_launcher_resumes_with_every_update_logged_once(tmp_path: Pa
                if x.startswith("v") and " | reward " in x]
     assert trained == list(range(unlogged + 1, TOTAL + 1)), stdout[-3000:]
     assert _latest_step(run_dir) == TOTAL
+
+
+def _wait_until(check, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"{what} within {timeout_s:.0f} s")
+
+
+def test_a_resumed_run_whose_buffer_is_killed_reaches_every_update(tmp_path: Path):
+    """The launcher SIGKILLed mid-run, `--resume`, then the buffer SIGKILLed once the resumed
+    run has logged an update: the restarted buffer's restored credits (granted before its
+    snapshot, their groups long gone) and the groups granted after it are reconciled with
+    what the actors run (buffers/buffer.py), so the run reaches its next update and its last,
+    each logged once. This sequence once stalled a run for minutes."""
+    total = 8
+    proc = _start(tmp_path, "--set", f"learner.total_updates={total}",
+                  "--set", "learner.checkpoint_every=1", "--set", "buffer.snapshot_interval_s=2")
+    with _killing(proc, tmp_path) as killed:
+        run_dir = killed.run_dir = _await_updates(proc, tmp_path, 2).parent
+        # mid-run: episodes in flight
+
+    resumed = subprocess.Popen([*CLI, "launch", "--resume", str(run_dir)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=cli_env(), cwd=ROOT)
+    out = _Output(resumed)
+    metrics = run_dir / "metrics.jsonl"
+    try:
+        before = len(_updates(metrics))
+        _wait_until(lambda: len(_updates(metrics)) > before, 300, "no update after the resume")
+        killed_at = len(_updates(metrics))
+        buffer_pid = int((run_dir / "buffer.pid").read_text())
+        os.kill(buffer_pid, signal.SIGKILL)
+        resumed.wait(timeout=420)
+    finally:
+        if resumed.poll() is None:
+            resumed.send_signal(signal.SIGINT)
+            resumed.wait(timeout=60)
+    text = out.text()
+    (run_dir / "resume-output.log").write_text(text)  # for a post-mortem
+    assert resumed.returncode == 0, text[-3000:]
+    assert "buffer process died" in text, text[-3000:]
+    assert killed_at < total, "the buffer was killed after the last update: nothing tested"
+    assert _updates(metrics) == list(range(1, total + 1))  # each exactly once, to the last

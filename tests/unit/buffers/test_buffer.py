@@ -154,3 +154,73 @@ def test_actor_silence_counts_only_the_buffers_listening_time() -> None:
     assert restored.stats().actor_silence_s == {"a2": 0.0}
     restored.orphan_all()  # a relaunch: those actors are gone
     assert restored.stats().actor_silence_s == {}
+
+
+def test_a_restarted_buffer_releases_the_restored_credits_their_actor_no_longer_runs() -> None:
+    """A buffer restarted from a snapshot held 4 credits no live episode held and refused
+    every record of groups granted after its snapshot: the run stalled for minutes. The
+    actor's list of the groups it runs reconciles both. Budget by hand: (max_staleness 3 +
+    version 0 + 1) x batch_groups 1 = 4 credits."""
+    from agent_r1_async.buffers.buffer import CLAIM_GRACE_S
+
+    buf = _buffer(max_staleness=3, min_group_episodes=1)
+    g0, g1, g2 = buf.grant("a0", 3).group_ids
+    buf.ingest(step(f"{g0}-e0", g0, 0))  # g0 started before the snapshot
+    restored = _buffer(max_staleness=3, min_group_episodes=1)
+    restored.restore(buf.state())
+    clock = restored._clock
+    assert isinstance(clock, FakeClock)
+    assert restored.admission.in_flight == 3 and restored.grant("a0", 4).groups == 1
+    (g3,) = restored.admission.held_by("a0")[3:]  # the one granted after the restore
+    # Within the grace: g1 claimed, "lost-9" (granted by the dead buffer after its snapshot)
+    # named unknown, nothing released yet (the actor's queued records may still arrive).
+    clock.advance(1.0)
+    grant = restored.grant("a0", 0, held=[g1, g3, "lost-9"])
+    assert grant.unknown == ["lost-9"] and restored.admission.in_flight == 4
+    # After the grace, g0 and g2 (restored, never claimed) are released: g0's open episode
+    # is dropped and its group, with no whole episode, too small.
+    clock.advance(CLAIM_GRACE_S)
+    grant = restored.grant("a0", 4, held=[g1, g3])
+    assert grant.unknown == [] and restored.drops["unclaimed_credit"] == 2
+    assert restored.stats().drops["group_too_small"] == 1
+    assert grant.groups == 2  # 4 - (g1, g3) in flight
+    assert set(restored.admission.held_by("a0")) == {g1, g3, *grant.group_ids}
+    assert not restored.admission.holds(g0) and not restored.admission.holds(g2)
+    # g1 is claimed for good: later requests that still list it keep it.
+    clock.advance(100.0)
+    restored.tick()
+    assert g1 in restored.admission.held_by("a0") and restored.drops["unclaimed_credit"] == 2
+
+
+def test_restored_credits_no_actor_claims_are_released_within_the_bound() -> None:
+    from agent_r1_async.buffers.buffer import CLAIM_WITHIN_S
+
+    buf = _buffer(max_staleness=3)
+    buf.grant("a0", 2)
+    buf.grant("a1", 1)
+    restored = _buffer(max_staleness=3)
+    restored.restore(buf.state())
+    clock = restored._clock
+    assert isinstance(clock, FakeClock)
+    clock.advance(CLAIM_WITHIN_S - 1.0)
+    restored.tick()
+    assert restored.admission.in_flight == 3
+    clock.advance(2.0)
+    restored.tick()
+    assert restored.admission.in_flight == 0 and restored.drops["unclaimed_credit"] == 3
+    assert restored.grant("a0", 4).groups == 4
+
+
+def test_a_running_buffer_names_the_groups_it_holds_no_credit_for() -> None:
+    """Without a restart nothing is released: a listed group is unknown when it was never
+    granted to this actor here (another actor's, or none) or was already closed."""
+    buf = _buffer(max_staleness=3, min_group_episodes=2)
+    g0, g1 = buf.grant("a0", 2).group_ids
+    (g2,) = buf.grant("a1", 1).group_ids
+    for r in group_records(g0, [0.0, 1.0]):
+        buf.ingest(r)  # g0 complete: its credit is spent
+    grant = buf.grant("a0", 0, held=[g0, g1, g2, "x"])
+    assert grant.unknown == [g0, g2, "x"] and grant.groups == 0
+    assert set(buf.admission.held_by("a0")) == {g1} and buf.drops["unclaimed_credit"] == 0
+    assert buf.grant("a0", 0, held=["g"] * 10_001).unknown == []
+    assert buf.drops["invalid_request/held"] == 1
