@@ -46,8 +46,14 @@ from agent_r1_async.run.output.run_dir import make_run_dir
 from agent_r1_async.run.output.startup import StartupClock
 from agent_r1_async.run.preflight.checks import preflight
 from agent_r1_async.run.preflight.feasibility import cluster_fits
+from agent_r1_async.run.processes.leftovers import (
+    forget_local_ray,
+    reap_left_behind,
+    record_local_ray,
+)
 from agent_r1_async.run.processes.periodic_eval import PeriodicEval, log_result
 from agent_r1_async.run.processes.ray_cluster import (
+    local_temp_dir,
     ray_address,
     set_ray_auth,
     start_ray,
@@ -254,7 +260,7 @@ def _launch(cfg: RunConfig, run_dir: Path, console: Console, address: str | None
         console.say(f"logs of every process: {run_dir / 'logs'}/ (--verbose: here too)")
     attn, why = attention_implementation(cfg.learner.device, cfg.learner.flash_attention)
     console.say(f"learner attention: {attn} ({why})")
-    console.say(describe_precision(cfg.engine, cfg.learner))
+    console.say(describe_precision(cfg.engine, cfg.learner, model=cfg.model.name_or_path))
     logger = MetricsLogger(cfg, run_dir, resume_id=_wandb_id(run_dir, resume))
     if logger.recovered:
         console.say(f"update {logger.recovered}: logged from its checkpoint (the launcher "
@@ -275,6 +281,11 @@ def _launch(cfg: RunConfig, run_dir: Path, console: Console, address: str | None
         if cfg.eval.in_launch and not resume:
             held_out(cfg, run_dir, logger, "before", cfg.model.start_from, step=0, console=console)
             clock.mark("evaluation before")
+        if resume:
+            ended = reap_left_behind(run_dir)
+            if ended:
+                console.say(f"ended {len(ended)} Ray process(es) the killed launch left "
+                            f"behind: {', '.join(ended)}")
         with contextlib.nullcontext() if cfg.logging.verbose else descriptors_to(
                 run_dir / "logs" / "launch.log"):
             start_ray(cfg, address)
@@ -288,6 +299,8 @@ def _launch(cfg: RunConfig, run_dir: Path, console: Console, address: str | None
         curve = run_keys(cfg, address)
         sup = Supervisor(cfg, run_dir, resume=bool(resume), curve=curve, events=events)
         sup.write_endpoints()
+        if not ray_address(cfg, address):
+            record_local_ray(run_dir, local_temp_dir())
         clock.mark("processes")
         if cfg.eval.every_updates:  # eval.every_updates: an evaluation actor (periodic_eval.py)
             evals = PeriodicEval(cfg, sup.endpoints["weights"], keys_for(curve, EVALUATOR),
@@ -315,6 +328,7 @@ def _launch(cfg: RunConfig, run_dir: Path, console: Console, address: str | None
         finally:
             signal.signal(signal.SIGTERM, previous)
             stop_ray()
+            forget_local_ray(run_dir)
     console.finish("rl")
     console.say(f"{stop_reason}; checkpoint: {ckpt}")
     try:

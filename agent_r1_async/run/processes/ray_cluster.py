@@ -89,6 +89,12 @@ def private_local_ray() -> dict[str, str]:
     return {"_temp_dir": os.path.join(private, "ray"), "_node_ip_address": "127.0.0.1"}
 
 
+def local_temp_dir() -> str | None:
+    """The private directory of the local Ray this process started (None when it joined a
+    cluster or started none)."""
+    return _private_dirs[-1] if _private_dirs else None
+
+
 def stop_ray() -> None:
     import ray
 
