@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from agent_r1_async.config import ConfigError, EnvConfig, RunConfig
 from agent_r1_async.endpoint.agent import AgentDefinition
 from agent_r1_async.envs.base import Env, Observation, StepResult, Task
@@ -89,6 +91,26 @@ def check_args(env_cfg: EnvConfig) -> Any:
     return parse_args(resolve_env(env_cfg), env_cfg.args)
 
 
+def named_env(env_cfg: EnvConfig, name: str) -> EnvConfig:
+    """The config's env section pointed at the env `name` (`envs check NAME`).
+
+    When NAME is not the config's env, the section's `env.max_turns` was chosen for another
+    env: it is raised to the definition's `suggested_max_turns(args)`, when it has one (a
+    long-horizon env checked with the default config). An env that cannot be resolved is
+    returned as named: `check_env` reports why."""
+    if name == env_cfg.name:
+        return env_cfg
+    out = msgspec.structs.replace(env_cfg, name=name)
+    try:
+        suggest = getattr(resolve_env(out), "suggested_max_turns", None)
+        turns = None if suggest is None else int(suggest(check_args(out)))
+    except ConfigError:
+        return out
+    if turns is None or turns <= out.max_turns:
+        return out
+    return msgspec.structs.replace(out, max_turns=turns)
+
+
 def build_spec(env_cfg: EnvConfig) -> EnvSpec:
     cls = resolve_env(env_cfg)
     check_args(env_cfg)
@@ -113,8 +135,12 @@ def split_tasks(spec: EnvSpec, split: str, min_tasks: int = 1) -> list[Task]:
 
 
 def preflight_env(env_cfg: EnvConfig, splits: dict[str, int]) -> EnvSpec:
-    """The cheap checks; `splits` maps each split the command uses to its minimum task count."""
+    """The cheap checks; `splits` maps each split the command uses to its minimum task count.
+    A definition that built without its server (`unavailable`: MCP) fails here, in its line."""
     spec = build_spec(env_cfg)
+    unavailable = getattr(spec.definition, "unavailable", "")
+    if unavailable:
+        raise ConfigError(unavailable)
     for split, min_tasks in splits.items():
         repeated = repeated_ids(split_tasks(spec, split, min_tasks))
         if repeated:
@@ -289,11 +315,14 @@ def _repeats(split: str, repeated: list[tuple[str, int]]) -> str:
 
 
 def check_env(env_cfg: EnvConfig, splits: list[str], episodes: int = 1,
-              prompt: PromptBudget | None = None, prompt_note: str = "") -> tuple[bool, list[str]]:
+              prompt: PromptBudget | None = None, prompt_note: str = "",
+              sessions: tuple[int, int] | None = None) -> tuple[bool, list[str]]:
     """Run every check; (all passed, report lines). Stops at the first cheap-check failure.
 
     `prompt`: the policy's budget for the prompt's length (checked at every reset); without
-    it, `prompt_note` says why the length was not checked."""
+    it, `prompt_note` says why the length was not checked. `sessions`: (episodes in flight
+    per process, processes) of the run, for an env whose server holds a session per episode
+    (`probe_capacity`: OpenEnv)."""
     lines = [f"env {env_cfg.name}"]
     try:
         cls = resolve_env(env_cfg)
@@ -303,11 +332,17 @@ def check_env(env_cfg: EnvConfig, splits: list[str], episodes: int = 1,
         t0 = time.perf_counter()
         spec = build_spec(env_cfg)
         lines.append(f"  build   {(time.perf_counter() - t0) * 1e3:.0f} ms")
+        unavailable = getattr(spec.definition, "unavailable", "")
+        if unavailable:
+            raise ConfigError(unavailable)
         tasks = {s: split_tasks(spec, s) for s in splits}
         for s, ts in tasks.items():
             first = ts[0].prompt
             shown = repr(first[:60]) if isinstance(first, str) else show(first)
             lines.append(f"  tasks   {s}: {len(ts)} (first: {ts[0].task_id}: {shown})")
+        probe = getattr(spec.definition, "probe_capacity", None)
+        if probe is not None and sessions is not None:
+            lines.append(f"  capacity  {probe(*sessions)} sessions at once")
     except ConfigError as e:
         return False, [*lines, f"  FAILED  {e}"]
     ok = True

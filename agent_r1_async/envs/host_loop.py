@@ -48,10 +48,11 @@ async def on_host(coro: Coroutine[Any, Any, T]) -> T:
     """Run `coro` on the host loop and await it from the calling loop."""
     loop = host_loop()
     try:
-        if asyncio.get_running_loop() is loop:
-            return await coro
-    except RuntimeError:
-        pass
+        running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:  # no loop runs in this thread
+        running = None
+    if running is loop:  # already on the host loop; what `coro` raises is the caller's
+        return await coro
     return await asyncio.wrap_future(submit(coro))
 
 

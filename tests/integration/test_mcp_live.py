@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -232,16 +233,48 @@ def test_a_shared_session_that_drops_is_reopened_and_the_call_retried():
     assert new.isdigit() and new != old  # a new server process answered the retried call
 
 
-def test_a_server_that_never_starts_is_one_line_naming_it():
+def _unavailable(server: dict[str, Any]) -> str:
+    """The one line a server that does not list its tools is: preflight fails with it, and
+    in an actor (the definition builds) every episode fails with it while the actor lives."""
+    from agent_r1_async.envs.check import preflight_env
+
+    spec = spec_for(server)
+    line = spec.definition.unavailable
     with pytest.raises(ConfigError) as err:
-        spec_for({"command": ["python", "-c", "import sys; sys.exit('no config file')"]})
-    assert str(err.value) == ("MCP server 'fx' (python -c import sys; sys.exit('no config "
-                              "file')) did not start: MCPError: Connection closed; "
-                              "stderr: no config file")
+        preflight_env(spec.env_cfg, {"train": 1})
+    assert str(err.value) == line
+    with pytest.raises(EnvError) as failed:
+        asyncio.run(spec.make().reset(spec.tasks("train")[0]))
+    assert str(failed.value) == line
+    return line
+
+
+def test_a_server_that_never_starts_is_one_line_naming_it():
+    line = _unavailable({"command": ["python", "-c", "import sys; sys.exit('no config file')"]})
+    assert line == ("MCP server 'fx' (python -c import sys; sys.exit('no config "
+                    "file')) did not start: MCPError: Connection closed; stderr: no config file")
     port = free_port()  # nothing listens there
-    with pytest.raises(ConfigError, match=rf"^MCP server 'fx' \(http://127.0.0.1:{port}/mcp\) "
-                                          "could not be reached: ConnectError"):
-        spec_for({"url": f"http://127.0.0.1:{port}/mcp"})
+    assert re.match(rf"^MCP server 'fx' \(http://127.0.0.1:{port}/mcp\) could not be reached: "
+                    "ConnectError", _unavailable({"url": f"http://127.0.0.1:{port}/mcp"}))
+
+
+def test_a_server_lost_after_the_build_fails_episodes_until_it_lists_again(monkeypatch):
+    """Listing fails at first (the server hangs after preflight): the actor's episodes fail
+    with the line; once a relisting (every RELIST_S) succeeds, episodes play again."""
+    from agent_r1_async.envs.mcp import env as mcp_env
+
+    spec = spec_for(stdio())
+    d = spec.definition
+    assert d.unavailable == "" and d.specs
+    d.unavailable = "MCP server 'fx' did not list its tools: TimeoutError"  # as if lost
+    monkeypatch.setattr(mcp_env, "RELIST_S", 0.0)
+    unlisted = spec.make()  # starts a relisting in the background, fails this episode
+    with pytest.raises(EnvError, match="did not list its tools"):
+        asyncio.run(unlisted.reset(spec.tasks("train")[0]))
+    assert d._relisting is not None
+    d._relisting.join(30)
+    assert d.unavailable == ""
+    assert [body(r) for r in asyncio.run(play(spec, [call("echo", text="back")]))] == ["back"]
 
 
 @pytest.mark.parametrize(("limit", "low", "high"), [(1, 1.6, 3.0), (2, 0.8, 1.5)])

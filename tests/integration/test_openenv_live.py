@@ -541,3 +541,33 @@ def test_a_started_server_ends_with_the_process_that_started_it(how: str):
     finally:
         if owner.poll() is None:
             owner.kill()
+
+
+def test_an_observation_over_max_observation_chars_is_cut_and_marked(guess_server: str):
+    spec = spec_for(url=guess_server, max_observation_chars=64)
+    intro = Game(secret_for(0)).intro()
+    assert len(intro) > 64  # the guess game's intro: cut at 64 characters
+
+    async def reset() -> str:
+        obs = await spec.make().reset(spec.tasks("train")[0])
+        return obs.messages[-1]["content"]
+
+    text = run(reset())
+    assert text == (f"{intro[:64]}\n[truncated by the OpenEnv client: {len(intro) - 64} of "
+                    f"{len(intro)} characters cut (server 'fx', max_observation_chars=64)]")
+
+
+def test_capacity_below_the_episodes_in_flight_is_refused_naming_the_key():
+    """A server with 2 sessions under 2 groups of 2 per process (4 episodes at once) is
+    refused before a run starts; one with 16 holds the 4, and closes them afterwards."""
+    small = spec_for(command=[sys.executable, SERVER, "--port", "{port}", "--max-sessions", "2"])
+    with pytest.raises(ConfigError) as err:
+        small.definition.probe_capacity(4, 3)
+    assert str(err.value).startswith(
+        "config key `actors.groups_in_flight`: 4 episodes at once (actors.groups_in_flight x "
+        "algorithm.group_size) need 4 sessions of the server, and OpenEnv server 'fx' (")
+    assert "CAPACITY_REACHED" in str(err.value) and "max_concurrent_envs" in str(err.value)
+    roomy = spec_for(command=[sys.executable, SERVER, "--port", "{port}", "--max-sessions", "4"])
+    assert roomy.definition.probe_capacity(4, 3) == 4
+    assert roomy.definition.pool.open == set()  # none kept: the run needs them all
+    assert roomy.definition.probe_capacity(4, 3) == 4  # and the server has them back

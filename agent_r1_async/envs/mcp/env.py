@@ -6,16 +6,21 @@
         servers: [{name: units, command: [python, examples/mcp_units_server.py]}]
         tasks: examples.mcp_units_server:tasks
 
-The definition lists each server's tools once per process (a server that does not start
-fails the build with one line naming it: `envs check` and launch preflight show it). Every
-episode gets fresh `McpTool`s bound to its own leases; a server lost mid-episode (server.py)
-fails that episode with `EnvError`, and the next episode connects again.
+The definition lists each server's tools once per process. A server that does not start or
+list its tools is one line naming it (`unavailable`): `envs check` and the launch's preflight
+fail with it, and in an actor (the server was lost after preflight) every episode fails with
+it (`env_error`) while a background thread lists the tools again every `RELIST_S`, so the
+actor lives and the launch's failing-episodes rule names the cause. Every episode gets fresh
+`McpTool`s bound to its own leases; a server lost mid-episode (server.py) fails that episode
+with `EnvError`, and the next episode connects again.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,8 +42,25 @@ DEFAULT_PROMPT = (
 _NUMBER = re.compile(r"-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?")
 
 
+RELIST_S = 10.0
+"""An actor whose servers did not list their tools tries again this often."""
+
+
 class McpServerUnavailable(ConfigError):
     """A server did not start or list its tools (one line naming the server)."""
+
+
+class _Unlisted:
+    """The env of an episode while a server has not listed its tools: its reset fails."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    async def reset(self, task: Task) -> Observation:
+        raise EnvError(self.why)
+
+    async def step(self, action: str) -> StepResult:
+        raise EnvError(self.why)
 
 
 class McpDomain:
@@ -121,6 +143,22 @@ class McpToolsEnv:
         self.task_fn = import_callable(args.tasks, "tasks")
         self.servers = [McpServer(s) for s in args.servers]
         self.specs: list[tuple[McpServer, Any, str]] = []
+        self.prompt = ""
+        self.unavailable = ""
+        """Why the tools are not listed ("" once they are): one line naming the server."""
+        self.shaping = Shaping(valid_call=args.valid_call_reward,
+                               invalid_call=args.invalid_call_penalty)
+        self._tasks: dict[str, list[Task]] = {}
+        self._relisting: threading.Thread | None = None
+        self._last_try = time.monotonic()
+        try:
+            self._list_all()
+        except McpServerUnavailable as e:
+            self.unavailable = str(e)
+
+    def _list_all(self) -> None:
+        """List every server's tools; the tools and the prompt change only when all list."""
+        specs: list[tuple[McpServer, Any, str]] = []
         seen: dict[str, str] = {}
         for server in self.servers:
             for spec in self._list(server):
@@ -130,12 +168,17 @@ class McpToolsEnv:
                         f"config key `env.args.servers`: tool {name!r} is offered by both "
                         f"{seen[name]!r} and {server.args.name!r}; give one a `prefix`")
                 seen[name] = server.args.name
-                self.specs.append((server, spec, name))
-        first = self.specs[0][2] if self.specs else "TOOL"
-        self.prompt = args.system_prompt or DEFAULT_PROMPT.format(tool=first)
-        self.shaping = Shaping(valid_call=args.valid_call_reward,
-                               invalid_call=args.invalid_call_penalty)
-        self._tasks: dict[str, list[Task]] = {}
+                specs.append((server, spec, name))
+        first = specs[0][2] if specs else "TOOL"
+        self.prompt = self.args.system_prompt or DEFAULT_PROMPT.format(tool=first)
+        self.specs = specs
+        self.unavailable = ""
+
+    def _relist(self) -> None:
+        try:
+            self._list_all()
+        except McpServerUnavailable as e:
+            self.unavailable = str(e)
 
     def _list(self, server: McpServer) -> list[Any]:
         a = server.args
@@ -148,7 +191,16 @@ class McpToolsEnv:
                 f"{server.label} did not list its tools: {describe(e)}")
             raise McpServerUnavailable(msg) from None
 
-    def make(self) -> McpToolEnv:
+    def make(self) -> McpToolEnv | _Unlisted:
+        if self.unavailable:
+            running = self._relisting is not None and self._relisting.is_alive()
+            if not running and time.monotonic() - self._last_try >= RELIST_S:
+                self._last_try = time.monotonic()
+                self._relisting = threading.Thread(target=self._relist, daemon=True,
+                                                   name="mcp-relist")
+                self._relisting.start()
+            if self.unavailable:
+                return _Unlisted(self.unavailable)
         episode = Episode(self.servers)
         tools = [McpTool(server, spec, name, episode) for server, spec, name in self.specs]
         cfg = self.env_cfg

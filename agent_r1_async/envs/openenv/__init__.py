@@ -33,7 +33,9 @@ What happens:
   the key and listing the fields there are.
 - The action text, exactly as decoded from the policy's tokens, becomes the Action's
   `action_field` (plus the constant `action_extra` fields). The Observation's
-  `observation_field` is the user message (after `system_prompt`, when set); a task's
+  `observation_field` is the user message (after `system_prompt`, when set), cut at
+  `max_observation_chars` with the cut marked (a message over `max_message_mb` fails its
+  episode, naming that key); a task's
   `Task.prompt` is only its label ("seed 17", or its prompt) in reports.
 - Rewards: each step's `reward` (none: 0). `outcome: last`: the final step's reward is the
   outcome and earlier ones are process rewards; `outcome: sum`: the outcome is their sum
@@ -42,7 +44,9 @@ What happens:
 - Concurrency: every episode in flight holds a session, so the server's
   `max_concurrent_envs` must cover `actors.groups_in_flight x algorithm.group_size` per
   process (a command server serves one process; a URL server the sum over every process).
-  A refused session (CAPACITY_REACHED) fails its episode with a line naming that setting.
+  A refused session (CAPACITY_REACHED) fails its episode with a line naming that setting;
+  `launch`'s preflight and `envs check` hold that many sessions at once first
+  (`OpenEnvEnv.probe_capacity`) and refuse a server that cannot, naming the keys.
   An ended episode's session is kept (`max_idle_sessions`) for the next reset.
 
 Failures, each one `EnvError` line naming the server (the episode ends as env_error; the

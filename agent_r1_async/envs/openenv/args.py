@@ -77,7 +77,11 @@ class OpenEnvArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Sessions kept open between episodes for the next episode's reset (per process);
     0: each episode's session closes when the episode ends."""
     max_message_mb: float = 16.0
-    """The largest WebSocket message accepted from the server."""
+    """The largest WebSocket message accepted from the server (a larger one closes the session
+    and fails its episode, naming this key)."""
+    max_observation_chars: int = 8000
+    """The most characters of an observation's text the agent reads; a longer one is cut, and
+    the cut is marked in the text (as MCP's `max_result_chars`)."""
     action_field: str = "message"
     """The Action field that gets the agent's action text."""
     action_extra: dict[str, Any] = {}
@@ -122,6 +126,8 @@ class OpenEnvArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         for key in ("restarts", "max_idle_sessions"):
             if getattr(self, key) < 0:
                 raise ValueError(f"{key}: must be >= 0")
+        if self.max_observation_chars < 64:
+            raise ValueError("max_observation_chars: must be >= 64")
         if not self.action_field:
             raise ValueError("action_field: must name the Action field of the action text")
         if self.action_field in self.action_extra:

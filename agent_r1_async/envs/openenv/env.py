@@ -16,6 +16,7 @@ WebSocket session of its own (see the package docstring for the config and the b
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import threading
@@ -179,7 +180,13 @@ class OpenEnvEpisode:
                            f"(env.args.observation_field); its fields: "
                            f"{', '.join(sorted(obs)) or '(none)'}")
         value = obs[name]
-        return value if isinstance(value, str) else json.dumps(value)
+        text = value if isinstance(value, str) else json.dumps(value)
+        cap = self.d.args.max_observation_chars
+        if len(text) <= cap:
+            return text
+        return (f"{text[:cap]}\n[truncated by the OpenEnv client: {len(text) - cap} of "
+                f"{len(text)} characters cut (server {self.d.args.name!r}, "
+                f"max_observation_chars={cap})]")
 
     def _metrics(self, obs: dict[str, Any], what: str) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -197,6 +204,12 @@ class OpenEnvEpisode:
 async def _close(pool: SessionPool, server: OpenEnvServer) -> None:
     await pool.close_all()
     await server.aclose()
+
+
+def _first_line(e: BaseException) -> str:
+    """An EnvError's first line as it is (it names the server); another's with its type."""
+    text = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
+    return text if isinstance(e, EnvError) else f"{type(e).__name__}: {text}"
 
 
 def _stop_in_background(server: OpenEnvServer) -> None:
@@ -240,6 +253,34 @@ class OpenEnvEnv:
 
     def make(self) -> OpenEnvEpisode:
         return OpenEnvEpisode(self)
+
+    def probe_capacity(self, per_process: int, processes: int) -> int:
+        """Hold as many sessions at once as the run's episodes in flight will, each reset on
+        the first task of the first split, then close them; the count probed. A command server
+        serves one process (`per_process` episodes: actors.groups_in_flight x
+        algorithm.group_size); a URL server every process (x `processes`). ConfigError naming
+        the keys when the server refuses one."""
+        sessions = per_process * (1 if self.server.local else processes)
+        task = self.tasks(next(iter(self.args.tasks)))[0]
+
+        async def probe() -> BaseException | None:
+            envs = [self.make() for _ in range(sessions)]
+            try:
+                results = await asyncio.gather(*(e.reset(task) for e in envs),
+                                               return_exceptions=True)
+            finally:
+                await self.pool.close_all()  # held sessions would take the run's capacity
+            return next((r for r in results if isinstance(r, BaseException)), None)
+
+        budget = self.args.connect_timeout_s + 2 * self.args.timeout_s + 10.0
+        err = host_loop.run_sync(probe(), budget)
+        if err is not None:
+            keys = ("actors.groups_in_flight x algorithm.group_size" if self.server.local else
+                    "actors.num_actors x actors.groups_in_flight x algorithm.group_size")
+            raise ConfigError(f"config key `actors.groups_in_flight`: {sessions} episodes at "
+                              f"once ({keys}) need {sessions} sessions of the server, and "
+                              f"{_first_line(err)}")
+        return sessions
 
     def tasks(self, split: str) -> list[Task]:
         if split not in self._tasks:

@@ -171,6 +171,9 @@ class Session:
     def _closed_why(e: BaseException) -> str:
         from websockets.exceptions import ConnectionClosed
 
+        if isinstance(e, ConnectionClosed) and e.sent is not None and e.sent.code == 1009:
+            return ("an answer larger than the client accepts (env.args.max_message_mb): the "
+                    "client closed the socket (code 1009, message too big)")
         if isinstance(e, ConnectionClosed) and e.rcvd is not None:
             reason = f", {e.rcvd.reason}" if e.rcvd.reason else ""
             return f"the server closed the socket (code {e.rcvd.code}{reason})"

@@ -59,4 +59,13 @@ def env_preflight(cfg: RunConfig, command: str, split: str | None = None) -> Non
             splits.setdefault(env.eval_split, 1)
     if command == "sft" and (cfg.sft.eval_before or cfg.sft.eval_after):
         splits.setdefault(env.eval_split, 1)
-    preflight_env(env, splits)
+    spec = preflight_env(env, splits)
+    probe = getattr(spec.definition, "probe_capacity", None)
+    if command == "launch" and probe is not None:  # a server's sessions: one per episode
+        probe(cfg.actors.groups_in_flight * cfg.algorithm.group_size, cfg.actors.num_actors)
+    if command != "sft":
+        from agent_r1_async.endpoint.agent import AgentDefinition
+        from agent_r1_async.endpoint.episodes import check_credentials
+
+        if isinstance(spec.definition, AgentDefinition):
+            check_credentials(cfg, spec.definition)
