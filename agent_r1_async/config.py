@@ -101,8 +101,10 @@ class EngineConfig(_Section):
     backend: Literal["vllm", "hf"] = "vllm"
     """Actor inference engine: vLLM (async engine, continuous batching) or transformers."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    """Engine weights/activations dtype; auto: bfloat16 where the engine's device multiplies
-    bf16 natively (CUDA, or a CPU with AMX-BF16 / AVX512-BF16), else float32 (precision.py)."""
+    """Engine weights/activations dtype; auto: bfloat16 on CUDA with bf16 support, and on a CPU
+    with AMX-BF16 or AVX512-BF16 where a micro-benchmark of the engine's own linear op runs
+    bf16 at least 1.1x as fast as fp32 (measured once per machine and cached), else float32
+    (precision.py)."""
     max_new_tokens: int = 256
     """Token budget of one action (one assistant turn)."""
     temperature: float = 1.0
@@ -388,7 +390,9 @@ class LearnerConfig(_Section):
     one is in place (never the one `checkpoints/latest` names); 0 = keep all."""
     bf16: bool | Literal["auto"] = "auto"
     """bf16 autocast for forward/backward (fp32 master weights and AdamW state); auto: on
-    where `learner.device` multiplies bf16 natively, as `engine.dtype: auto` (precision.py)."""
+    where `learner.device` runs bf16 matmuls faster: CUDA with bf16 support, or a CPU whose
+    measured torch bf16 matmul is at least 1.1x as fast as fp32, as `engine.dtype: auto`
+    (precision.py)."""
     bf16_copy: bool = True
     """With bf16 on and one learner process (no LoRA): forward and backward run on a bf16 copy
     of the weights, refreshed after each optimizer step, whose gradients accumulate into the
@@ -594,12 +598,17 @@ class LaunchConfig(_Section):
 
 class EndpointConfig(_Section):
     host: str = "127.0.0.1"
-    """Host each actor's generation endpoint binds to (endpoint/: token-in/token-out and chat completions, started for `env.name: blackbox`). Beyond loopback every request must carry the actor's bearer token, derived from its CurveZMQ keys, so launch.curve must be on."""
+    """Host each actor's generation endpoint binds to (endpoint/: token-in/token-out and chat completions, started for `env.name: blackbox` and `verifiers`). Beyond loopback launch.curve must be on."""
     port: int = 0
     """Port of actor 0's endpoint; actor i binds port + i (0 = a free port for each)."""
+    auth: Literal["token", "none"] = "token"
+    """token: every request carries a bearer token, each episode's agent its session's own (endpoint/auth.py). none: no check, for a trusted single-user machine only (any local process may then write steps into training); loopback only."""
 
     def __post_init__(self) -> None:
         _require(bool(self.host), "endpoint.host", "must name a host, e.g. 127.0.0.1")
+        _require(self.auth == "token" or self.host in LOOPBACK_HOSTS, "endpoint.auth",
+                 f"none is for a trusted single-user machine, and endpoint.host {self.host!r} "
+                 "is beyond loopback: use token")
         _require(0 <= self.port <= 65535, "endpoint.port", f"({self.port}) must be in [0, 65535]")
 
 

@@ -44,6 +44,8 @@ _BUILTINS = {
     "openenv": "agent_r1_async.envs.openenv.env:OpenEnvEnv",
     "blackbox": "agent_r1_async.envs.blackbox:BlackboxEnv",
     "verifiers": "agent_r1_async.envs.verifiers.env:VerifiersEnv",
+    "textworld_express": "agent_r1_async.envs.twx.env:TwxEnv",
+    "world": "agent_r1_async.envs.world.env:WorldEnv",
 }
 _REGISTRY: dict[str, type] = {}
 
