@@ -567,6 +567,8 @@ class LaunchConfig(_Section):
     """The run's seed (in [0, 2**32)): `actors.seed`, `buffer.seed` and `learner.seed` take it unless set themselves, and held-out evaluations sample with it."""
     stop_after_failed_episodes: int = 32
     """Stop the run with the env's error when the last this-many episodes all failed (each actor's last ceil(N / actors.num_actors)); 0 = never."""
+    stop_after_stall_s: float = 600.0
+    """Stop the run, naming the latest failure, when no group has become ready for this long while actors end episodes and most of them fail (a shared cause, though some succeed: too few of a group's episodes complete); 0 = never."""
     stop_timeout_s: float = 300.0
     """Longest the learner's final checkpoint may take when the run stops; past it the launch ends without that checkpoint and says so (the last periodic one stands). A second Ctrl-C ends the stop at once, naming what is left unsaved."""
     unresponsive_s: float = 120.0
@@ -586,6 +588,7 @@ class LaunchConfig(_Section):
         _require(self.stop_after_failed_episodes >= 0, "launch.stop_after_failed_episodes",
                  "must be >= 0 (0 = never)")
         _require(self.max_wall_time_s >= 0, "launch.max_wall_time_s", "must be >= 0 (0 = no limit)")
+        _require(self.stop_after_stall_s >= 0, "launch.stop_after_stall_s", "must be >= 0 (0 = never)")
         _require(self.stop_timeout_s > 0, "launch.stop_timeout_s", "must be > 0")
         _require(self.unresponsive_s >= 0, "launch.unresponsive_s", "must be >= 0 (0 = never)")
         _require(

@@ -67,4 +67,7 @@ if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--http":
         build().run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
     else:
+        if "--junk" in sys.argv:  # a line that is JSON but not JSON-RPC, before serving
+            sys.stdout.write('{"jsonrpc": "2.0", "nonsense": true}\n')
+            sys.stdout.flush()
         build().run("stdio")

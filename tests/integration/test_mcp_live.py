@@ -258,6 +258,13 @@ def test_a_server_that_never_starts_is_one_line_naming_it():
                     "ConnectError", _unavailable({"url": f"http://127.0.0.1:{port}/mcp"}))
 
 
+def test_a_server_that_writes_invalid_json_rpc_is_one_line(capfd):
+    line = _unavailable({"command": ["python", SERVER, "--junk"]})
+    assert line.startswith(f"MCP server 'fx' (python {SERVER} --junk) wrote 1 message(s) that "
+                           "are not JSON-RPC while listing its tools (first: ")
+    assert "Traceback" not in capfd.readouterr().err  # the SDK's traceback is not printed
+
+
 def test_a_server_lost_after_the_build_fails_episodes_until_it_lists_again(monkeypatch):
     """Listing fails at first (the server hangs after preflight): the actor's episodes fail
     with the line; once a relisting (every RELIST_S) succeeds, episodes play again."""

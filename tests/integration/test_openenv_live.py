@@ -571,3 +571,39 @@ def test_capacity_below_the_episodes_in_flight_is_refused_naming_the_key():
     assert roomy.definition.probe_capacity(4, 3) == 4
     assert roomy.definition.pool.open == set()  # none kept: the run needs them all
     assert roomy.definition.probe_capacity(4, 3) == 4  # and the server has them back
+
+
+def test_a_nan_outcome_from_openenv_core_is_refused_not_scored_zero():
+    """openenv-core's server writes a NaN reward as null: with `outcome: last` the final
+    step's null reward fails the episode in one line instead of scoring it 0."""
+    nan_server = str(ROOT / "tests" / "integration" / "openenv_nan_server.py")
+    spec = spec_for(command=[sys.executable, nan_server, "--port", "{port}"], oracle="",
+                    metric_fields=[])
+
+    async def episode() -> EnvError:
+        env = spec.make()
+        await env.reset(spec.tasks("train")[0])
+        with pytest.raises(EnvError) as err:
+            await env.step("hello")
+        return err.value
+
+    err = run(episode())
+    assert "step 1: the final step's reward is the outcome (env.args.outcome: last), and the " \
+           "server sent none (null; openenv-core's server also writes a NaN reward as null)" \
+        in str(err)
+
+
+def test_launch_preflight_refuses_a_server_with_less_capacity_than_the_episodes_in_flight():
+    from agent_r1_async.config import config_from_dict
+    from agent_r1_async.run.preflight.checks import env_preflight
+
+    env = {"name": "openenv", "max_turns": MAX_GUESSES, "step_timeout_s": 60.0, "args": {
+        "name": "fx", "tasks": TASKS, "timeout_s": 20.0,
+        "command": [sys.executable, SERVER, "--port", "{port}", "--max-sessions", "2"]}}
+    cfg = config_from_dict({"env": env, "actors": {"groups_in_flight": 1},
+                            "algorithm": {"group_size": 4, "batch_groups": 1},
+                            "eval": {"in_launch": False}})
+    with pytest.raises(ConfigError, match=r"^config key `actors.groups_in_flight`: 4 episodes at "
+                                          r"once .* CAPACITY_REACHED"):
+        env_preflight(cfg, "launch")
+    env_preflight(cfg, "eval")  # an evaluation plays one episode at a time: no probe

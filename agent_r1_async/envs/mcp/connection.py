@@ -6,6 +6,10 @@ transport and the `ClientSession`, holds them until `close()`, then leaves them 
 server is stopped there; an HTTP session is ended with DELETE). Calls come from other
 tasks of the same loop. When the transport ends (the server died, the socket closed) the
 task ends and `alive` turns False.
+
+A line from the server that is not JSON-RPC (the SDK skips it and logs its traceback) is kept
+as `protocol_errors` and the first one's one-line description, and the SDK's traceback is kept
+off the console (`_quiet_sdk`): listing tools fails on it in one line (server.py).
 """
 
 from __future__ import annotations
@@ -20,6 +24,20 @@ from typing import IO, Any
 from agent_r1_async.envs.mcp.args import McpServerArgs
 
 log = logging.getLogger(__name__)
+_SDK_PARSE_FAILURE = "Failed to parse JSONRPC message from server"
+
+
+class _DropParseFailures(logging.Filter):
+    """The SDK logs each unparsable line with a traceback; the connection reports it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != _SDK_PARSE_FAILURE
+
+
+def _quiet_sdk() -> None:
+    sdk = logging.getLogger("mcp.client.stdio")
+    if not any(isinstance(f, _DropParseFailures) for f in sdk.filters):
+        sdk.addFilter(_DropParseFailures())
 
 
 class McpConnectError(RuntimeError):
@@ -39,6 +57,9 @@ class Connection:
         self._errlog: IO[str] | None = None
         """A stdio server's stderr (its last line goes into failure messages)."""
         self._stderr_last = ""
+        self.protocol_errors = 0
+        """Messages from the server that were not JSON-RPC (module docstring)."""
+        self.first_protocol_error = ""
 
     @property
     def alive(self) -> bool:
@@ -96,7 +117,9 @@ class Connection:
         try:
             async with contextlib.AsyncExitStack() as stack:
                 read, write = await self._open_transport(stack)
-                session = await stack.enter_async_context(ClientSession(read, write))
+                _quiet_sdk()
+                session = await stack.enter_async_context(
+                    ClientSession(read, write, message_handler=self._on_message))
                 await session.initialize()
                 self.session = session
                 self._ready.set()
@@ -109,6 +132,14 @@ class Connection:
         finally:
             self.session = None
             self._errlog = None
+
+    async def _on_message(self, message: Any) -> None:
+        """The session's incoming notifications and transport errors: count the latter."""
+        if isinstance(message, Exception):
+            self.protocol_errors += 1
+            if not self.first_protocol_error:
+                self.first_protocol_error = describe(message)
+        await asyncio.sleep(0)
 
     async def _open_transport(self, stack: contextlib.AsyncExitStack) -> Any:
         s = self.server

@@ -75,7 +75,12 @@ class McpServer:
                 tools += page.tools
                 cursor = page.next_cursor
                 if not cursor:
-                    return tools
+                    break
+            if conn.protocol_errors:
+                raise McpConnectError(
+                    f"{self.label} wrote {conn.protocol_errors} message(s) that are not "
+                    f"JSON-RPC while listing its tools (first: {conn.first_protocol_error})")
+            return tools
         finally:
             await conn.close()
 

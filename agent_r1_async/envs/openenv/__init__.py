@@ -38,7 +38,8 @@ What happens:
   episode, naming that key); a task's
   `Task.prompt` is only its label ("seed 17", or its prompt) in reports.
 - Rewards: each step's `reward` (none: 0). `outcome: last`: the final step's reward is the
-  outcome and earlier ones are process rewards; `outcome: sum`: the outcome is their sum
+  outcome (none there fails the episode: openenv-core's server writes a NaN reward as null,
+  which must not score 0) and earlier ones are process rewards; `outcome: sum`: the outcome is their sum
   and process rewards are 0. The episode's metrics hold `return` (the sum) and the
   `metric_fields` of the last observation.
 - Concurrency: every episode in flight holds a session, so the server's

@@ -76,7 +76,7 @@ class OpenEnvArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_idle_sessions: int = 64
     """Sessions kept open between episodes for the next episode's reset (per process);
     0: each episode's session closes when the episode ends."""
-    max_message_mb: float = 16.0
+    max_message_mb: float = 32.0
     """The largest WebSocket message accepted from the server (a larger one closes the session
     and fails its episode, naming this key)."""
     max_observation_chars: int = 8000

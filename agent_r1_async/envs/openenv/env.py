@@ -119,6 +119,12 @@ class OpenEnvEpisode:
             raise await self._fail(what, e) from None
         try:
             obs, reward, done = self._parse(data, what)
+            if done and a.outcome == "last" and data.get("reward") is None:
+                raise EnvError(
+                    f"{self.label} {what}: the final step's reward is the outcome "
+                    "(env.args.outcome: last), and the server sent none (null; openenv-core's "
+                    "server also writes a NaN reward as null): the episode is refused, not "
+                    "scored 0")
             metrics = self._metrics(obs, what)
             text = "" if done else self._text(obs, what)
         except EnvError:

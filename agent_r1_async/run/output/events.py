@@ -274,6 +274,11 @@ class StallWatch:
 
     A learner busy with a long update while the actors wait (admission control) is none of
     these: no sample request waits, nothing ends and nothing is refused, and nothing is said.
+
+    `failing` holds (seconds, text) while the stall is "no groups ready" and most of the
+    episodes ended since the last progress failed (some may succeed: a server that serves one
+    episode of a group of 8 makes every group too small), updated at every look; the
+    supervisor stops the run on it after `launch.stop_after_stall_s`.
     """
 
     def __init__(self, stall_s: float = STALL_S, clock: Any = time.monotonic) -> None:
@@ -283,6 +288,7 @@ class StallWatch:
         self._base = (0, 0)  # episodes ended and failed at the last progress
         self._base_drops: dict[str, int] = {}  # the buffer's drops then
         self._said = False
+        self.failing: tuple[float, str] | None = None
 
     def observe(self, buffer: dict[str, Any]) -> tuple[str, str] | None:
         now = self.clock()
@@ -298,14 +304,19 @@ class StallWatch:
         if prev is None or mark[0] != prev[0] or mark[1] > prev[1]:
             self._since, self._base, self._said = now, (ended, failed), False
             self._base_drops = {k: int(v) for k, v in drops.items()}
+            self.failing = None
             return None
         # An actor restarted by Ray counts from 0 again: its totals are the new baseline.
         self._base = (min(self._base[0], ended), min(self._base[1], failed))
         waited = now - self._since
-        if self._said or waited < self.stall_s:
-            return None
         d_ended, d_failed = ended - self._base[0], failed - self._base[1]
         d_refused = refused - self._base_drops.get("invalid_record", 0)
+        self.failing = None
+        if waited >= self.stall_s and 2 * d_failed > d_ended and d_refused == 0 and actors:
+            self.failing = (waited, self._no_groups(waited, actors, d_ended, d_failed,
+                                                    float(buffer.get("time", time.time()))))
+        if self._said or waited < self.stall_s:
+            return None
         t = float(buffer.get("time", time.time()))
         seen = {a: t - float(s.get("time", 0.0)) for a, s in actors.items()}  # report ages
         alive = [a for a, age in seen.items() if age < self.stall_s]
@@ -331,18 +342,24 @@ class StallWatch:
                 f"{head}: every episode refused: the buffer refused {d_refused} records "
                 f"({reasons}) and no group became ready")
         if d_ended > 0:
-            newest = min(alive, key=lambda a: seen[a])  # the freshest report
-            last = str(actors[newest].get("last_error", ""))
-            why = f"; latest failure: {_first_line(last, 240)}" if d_failed and last else ""
             self._said = True
-            return "no groups ready", (
-                f"{head}: no groups ready: actors ended {d_ended} episodes ({d_failed} failed"
-                f"{why}) and none made a group ready")
+            return "no groups ready", self._no_groups(waited, actors, d_ended, d_failed, t)
         waiting = int(buffer.get("sample_waiting", 0))
         if waiting > int(buffer.get("groups_ready", 0)):
             self._said = True
             return "learner waiting", f"{head}: {waiting_on(buffer)}"
         return None
+
+
+    @staticmethod
+    def _no_groups(waited: float, actors: dict[str, Any], ended: int, failed: int,
+                   t: float) -> str:
+        """The "no groups ready" line, with the freshest report's latest failure."""
+        newest = max(actors, key=lambda a: float(actors[a].get("time", 0.0)))
+        last = str(actors[newest].get("last_error", ""))
+        why = f"; latest failure: {_first_line(last, 240)}" if failed and last else ""
+        return (f"no progress for {waited:.0f} s: no groups ready: actors ended {ended} "
+                f"episodes ({failed} failed{why}) and none made a group ready")
 
 
 def waiting_on(buffer: dict[str, Any]) -> str:

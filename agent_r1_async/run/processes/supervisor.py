@@ -440,7 +440,8 @@ class Supervisor:
         return result
 
     def check_failures(self, buffer_stats: dict[str, Any]) -> None:
-        """Raise `EnvFailing` when every actor's recent episodes all failed."""
+        """Raise `EnvFailing` when every actor's recent episodes all failed, or when episodes
+        keep failing and no group has become ready for `launch.stop_after_stall_s`."""
         from agent_r1_async.run.output.metrics import failing_actors
 
         self.events.watch(buffer_stats)  # env errors, blocking warnings, a stall's cause
@@ -448,6 +449,10 @@ class Supervisor:
                              self.cfg.launch.stop_after_failed_episodes, self.cfg.actors.num_actors)
         if why:
             raise EnvFailing(why)
+        limit = self.cfg.launch.stop_after_stall_s
+        failing = self.events.stall.failing
+        if limit and failing is not None and failing[0] >= limit:
+            raise EnvFailing(f"{failing[1]} (launch.stop_after_stall_s={limit:g})")
 
     def _dead_rank(self, refs: list[Any], ready: list[Any]) -> tuple[int, Exception] | None:
         """(rank, error) of a rank whose process died. A rank whose update *raised* (a bug,

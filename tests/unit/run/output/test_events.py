@@ -369,3 +369,29 @@ def test_bound_rotates_a_log_past_its_size_and_writers_continue(tmp_path: Path) 
     os.close(fd)
     assert path.read_bytes() == b"after\n"
     assert (tmp_path / "learner-0.log.1").read_bytes() == b"x" * 100 + b"y"
+
+
+def test_most_episodes_failing_with_no_group_ready_is_held_as_failing():
+    """A server that serves 1 episode of each group of 8: 7 of every 8 episodes fail, no
+    group is ever whole. `failing` holds the line from the stall time on, with the seconds
+    (the supervisor stops at launch.stop_after_stall_s); a few failures among successes, or
+    progress, clear it."""
+    clock = FakeClock(0.0)
+    watch = StallWatch(clock=clock)
+    err = "env_error in env openenv: it refused a new session: CAPACITY_REACHED"
+    for i in range(8):  # 8 episodes ended per look, 7 failed
+        watch.observe(_buffer(T0 + 10 * i, {"actor-0": _actor(
+            T0 + 10 * i, done=i, failed=7 * i, last_error=err)}))
+        if i < 6:
+            assert watch.failing is None
+        clock.advance(10.0)
+    assert watch.failing == (70.0, "no progress for 70 s: no groups ready: actors ended 56 "
+                                   f"episodes (49 failed; latest failure: {err}) and none made "
+                                   "a group ready")
+    watch.observe(_buffer(T0 + 80, {"actor-0": _actor(T0 + 80, done=8, failed=56)}, ready=1))
+    assert watch.failing is None  # progress
+    for i in range(9, 17):  # then 1 of every 8 fails: most succeed, nothing is held
+        clock.advance(10.0)
+        watch.observe(_buffer(T0 + 10 * i, {"actor-0": _actor(
+            T0 + 10 * i, done=8 + 7 * (i - 8), failed=56 + (i - 8))}, ready=1))
+    assert watch.failing is None

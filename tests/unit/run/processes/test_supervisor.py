@@ -600,3 +600,30 @@ def test_after_the_buffer_moved_the_learner_and_the_actors_follow_it(tmp_path):
     assert json.loads((tmp_path / "endpoints.json").read_text()) == sup.endpoints  # operators
     sup._follow_buffer()  # followed once
     assert calls.count("learner.set_buffer") == 1
+
+
+def test_episodes_failing_with_no_group_ready_stop_the_run_after_the_bound(tmp_path):
+    """Most episodes failing (some succeed, none completes a group) stops the run once the
+    stall has lasted launch.stop_after_stall_s, naming the latest failure; 0 never stops."""
+    from agent_r1_async.config import config_from_dict
+    from agent_r1_async.run.processes.supervisor import EnvFailing
+
+    def sup_with(limit: float) -> Supervisor:
+        sup = Supervisor.__new__(Supervisor)
+        sup.cfg = config_from_dict({"launch": {"stop_after_stall_s": limit}})
+        sup.events = Events(Console(tmp_path / "logs", live=False), tmp_path, 1, 2)
+        return sup
+
+    stops, never = sup_with(300), sup_with(0)
+    for sup in (stops, never):
+        sup.events.watch = lambda _stats: None  # type: ignore[method-assign]
+    line = ("no progress for 300 s: no groups ready: actors ended 56 episodes (49 failed; "
+            "latest failure: boom) and none made a group ready")
+    for sup in (stops, never):
+        sup.events.stall.failing = (299.0, line)
+        sup.check_failures({"actors": {}})  # not yet
+    stops.events.stall.failing = never.events.stall.failing = (300.0, line)
+    with pytest.raises(EnvFailing) as err:
+        stops.check_failures({"actors": {}})
+    assert str(err.value) == f"{line} (launch.stop_after_stall_s=300)"
+    never.check_failures({"actors": {}})
