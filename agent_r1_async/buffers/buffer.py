@@ -244,23 +244,26 @@ class TrajectoryBuffer:
         self.assembler.poll(now)
         self._collect()
         self.drops["expired_credit"] += len(self.admission.expire())
-        self._release(self.admission.unclaimed_since(now - CLAIM_WITHIN_S), "unclaimed_credit")
+        unclaimed = self.admission.unclaimed_since(now - CLAIM_WITHIN_S)
+        if unclaimed:
+            self._release(unclaimed, "unclaimed_credit")
 
-    def _release(self, group_ids: list[str], reason: str) -> None:
-        """Give back these groups' credits now: each open group closes as after
-        `group_wait_s` (ready with `min_group_episodes` done, else dropped)."""
-        if not group_ids:
-            return
+    def _release(self, group_ids: list[str], reason: str) -> int:
+        """Give back these groups' credits now, each counted once in `drops[reason]`: their
+        open episodes are dropped (`reclaimed_episode`) and each group closes as after
+        `group_wait_s` (ready with `min_group_episodes` done, else dropped). Returns the
+        episodes dropped."""
         now = self._clock()
+        episodes = sum(self.assembler.reclaim(gid, now) for gid in group_ids)
+        self._collect()  # closed groups: accepted or dropped, their credits released
         for gid in group_ids:
-            self.assembler.reclaim(gid, now)
-        self._collect()
-        for gid in group_ids:
-            if self.admission.holds(gid):
+            if self.admission.holds(gid):  # granted, never started
                 self.admission.on_dropped(gid)
         self.drops[reason] += len(group_ids)
-        log.info("released %d credit(s) (%s): %s", len(group_ids), reason,
-                 ", ".join(group_ids[:8]))
+        if group_ids:
+            log.info("released %d credit(s) (%s): %s", len(group_ids), reason,
+                     ", ".join(group_ids[:8]))
+        return episodes
 
     def reconcile(self, actor_id: str, held: list[str]) -> list[str]:
         """`actor_id` runs the groups `held`: claim its restored credits among them, release
@@ -271,8 +274,9 @@ class TrajectoryBuffer:
             return []
         claimed = set(held)
         self.admission.claim(actor_id, claimed)
-        if self._clock() - self._restored_at >= CLAIM_GRACE_S:
-            self._release(self.admission.unclaimed(actor_id), "unclaimed_credit")
+        unclaimed = self.admission.unclaimed(actor_id)
+        if unclaimed and self._clock() - self._restored_at >= CLAIM_GRACE_S:
+            self._release(unclaimed, "unclaimed_credit")
         return [g for g in held if self.admission.owner(g) != actor_id]
 
     def orphan_all(self) -> None:
@@ -294,12 +298,7 @@ class TrajectoryBuffer:
         report and silence are forgotten: the next process is judged from its own first
         report. Returns (credits, episodes) reclaimed."""
         held = self.admission.held_by(actor_id)
-        now = self._clock()
-        episodes = sum(self.assembler.reclaim(gid, now) for gid in held)
-        self._collect()  # closed groups: accepted or dropped, their credits released
-        for gid in self.admission.held_by(actor_id):  # granted, never started
-            self.admission.on_dropped(gid)
-        self.drops["reclaimed_credit"] += len(held)
+        episodes = self._release(held, "reclaimed_credit")
         self._progress.pop(actor_id, None)
         self.actor_stats.pop(actor_id, None)
         return len(held), episodes
