@@ -235,17 +235,19 @@ class Actor:
         """Stop the groups the buffer does not know (a restarted buffer that lost them, or
         groups it dropped): their records would be refused. Their episodes end "aborted"."""
         gone = set(unknown)
-        tasks = [t for t, g in running.items() if g in gone]
-        if not tasks:
+        # A finished group (the buffer accepted it before this loop collected it) stays for
+        # `_loop` to collect: its result, an emit failure included, must surface there.
+        stopped = {t: g for t, g in running.items() if g in gone and not t.done()}
+        if not stopped:
             return
-        for t in tasks:
+        for t in stopped:
             del running[t]
             t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self.groups_dropped += len(tasks)
+        await asyncio.gather(*stopped, return_exceptions=True)
+        self.groups_dropped += len(stopped)
         log.warning("%s: the buffer holds no credit for %d group(s) this actor ran (%s): "
-                    "stopped them", self.actor_id, len(tasks),
-                    ", ".join(sorted(gone)[:4]))
+                    "stopped them", self.actor_id, len(stopped),
+                    ", ".join(sorted(stopped.values())[:4]))
 
     def _too_stale(self) -> bool:
         """The engine's weights are more than max_staleness behind the learner (a restarted

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from agent_r1_async.actors.actor import Actor, actor_index
 from agent_r1_async.actors.emitter import BatchEmitter
@@ -261,3 +262,29 @@ def test_a_hung_engine_step_shows_as_silence_while_the_reports_still_come():
     report = stats.actors["actor-0"]
     assert report.time > first.time and report.progress_age_s > first.progress_age_s
     assert stats.actor_silence_s["actor-0"] >= 2.5  # it kept growing
+
+
+def test_groups_the_buffer_no_longer_knows_are_stopped_and_finished_ones_left_to_collect():
+    """`_drop` cancels the running groups the buffer named unknown; one that already finished
+    (here with an emit failure) stays in `running` so the loop surfaces its result."""
+    async def scenario() -> tuple[dict, bool, int]:
+        actor = Actor.__new__(Actor)
+        actor.actor_id, actor.groups_dropped = "actor-0", 0
+
+        async def fails() -> None:
+            raise RuntimeError("emit failed")
+
+        finished = asyncio.create_task(fails())
+        pending = asyncio.create_task(asyncio.sleep(60))
+        kept = asyncio.create_task(asyncio.sleep(60))
+        await asyncio.sleep(0)
+        running = {finished: "g-done", pending: "g-lost", kept: "g-known"}
+        await actor._drop(running, ["g-done", "g-lost", "g-never-here"])
+        left = set(running.values())
+        kept.cancel()
+        with contextlib.suppress(RuntimeError):
+            await finished
+        return left, pending.cancelled(), actor.groups_dropped
+
+    left, cancelled, dropped = asyncio.run(scenario())
+    assert left == {"g-done", "g-known"} and cancelled and dropped == 1
