@@ -71,11 +71,14 @@ class ChatRequest:
     tools: list[dict[str, Any]]
     parse_tools: bool
     """Tool-call blocks in the answer become `tool_calls` (tools offered, tool_choice not none)."""
-    max_new_tokens: int
     want_logprobs: bool
     model: str | None
     user: str | None
     budget: Budget
+
+    @property
+    def max_new_tokens(self) -> int:
+        return self.budget.tokens
 
 
 def _text(content: Any, where: str) -> str:
@@ -173,7 +176,7 @@ def parse_chat(body: Mapping[str, Any], engine: EngineSampling) -> ChatRequest:
     user, model = body.get("user"), body.get("model")
     return ChatRequest(
         messages=messages, tools=tools, parse_tools=bool(tools) and choice != "none",
-        max_new_tokens=budget.tokens, want_logprobs=bool(body.get("logprobs")),
+        want_logprobs=bool(body.get("logprobs")),
         model=model if isinstance(model, str) else None,
         user=user if isinstance(user, str) and user else None, budget=budget,
     )

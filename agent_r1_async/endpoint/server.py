@@ -23,9 +23,8 @@ token-in/token-out prompt before its ids are checked one by one. A refused reque
 answered after `REFUSED_DELAY_S` (the caller waits; the loop does not), so a caller that
 sends junk back to back gets at most a few answers a second per connection; one refused
 before its body was read (401, 413) also has its connection closed, so its body is never
-read at all. Each answer is counted by
-status class (`2xx`, `401`, `4xx`, `5xx`) in the actor's counters, which reach the metrics
-as `endpoint/requests/<class>`.
+read at all. Each answer is counted by status class (`2xx`, `401`, `4xx`, `5xx`) in the
+actor's counters, which reach the metrics as `endpoint/requests/<class>`.
 """
 
 from __future__ import annotations

@@ -13,9 +13,9 @@ text alone cannot fit is refused the same way before it is rendered: no token of
 model's vocabulary spells more than `max_token_chars` characters, so a conversation whose
 message and tool text holds N characters renders into at least N / max_token_chars tokens
 (for a windowed context builder, only the first and newest messages and the tools count:
-every window keeps them). The actor's
-counters see every call's tokens and generation time, and a recorded agent's own time
-between calls as env time (the launcher reads their growth as the actor's progress).
+every window keeps them). The actor's counters see every call's tokens and generation time,
+and a recorded agent's own time between calls as env time (the launcher reads their growth
+as the actor's progress).
 """
 
 from __future__ import annotations

@@ -45,12 +45,15 @@ is refused, naming it."""
 @dataclass
 class GenerateRequest:
     token_ids: list[int]
-    max_new_tokens: int
     request_id: str
     model: str | None
     want_logprobs: bool
     return_token_ids: bool
     budget: Budget
+
+    @property
+    def max_new_tokens(self) -> int:
+        return self.budget.tokens
 
 
 def _token_ids(value: Any, vocab_size: int, max_model_len: int) -> list[int]:
@@ -86,7 +89,7 @@ def parse_generate(body: Mapping[str, Any], engine: EngineSampling, vocab_size: 
     model = body.get("model")
     return GenerateRequest(
         token_ids=_token_ids(body.get("token_ids"), vocab_size, max_model_len),
-        max_new_tokens=budget.tokens, budget=budget,
+        budget=budget,
         request_id=str(request_id), model=model if isinstance(model, str) else None,
         want_logprobs=sampling.get("logprobs") is not None,
         return_token_ids=bool(body.get("return_token_ids")),
