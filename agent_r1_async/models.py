@@ -203,17 +203,23 @@ def tiny_model_dir(seed: int = 0) -> str:
     return str(build_atomically(cache_dir() / "models" / f"{TINY_MODEL_ALIAS}-s{seed}", build))
 
 
+def text_config(directory: str | Path) -> dict[str, Any] | None:
+    """The language model's part of a model directory's config.json (multimodal configs nest
+    it as `text_config`); None when there is no config.json."""
+    import json
+
+    path = Path(directory).expanduser() / "config.json"
+    if not path.is_file():
+        return None
+    cfg = json.loads(path.read_text())
+    return cfg.get("text_config", cfg)
+
+
 def model_vocab_size(name_or_path: str) -> int:
     """`vocab_size` from a model's config.json (the rows of its embedding), without loading it;
     0 for a hub id that is not on disk (nothing to read without network)."""
-    import json
-
-    path = Path(resolve_model(name_or_path)) / "config.json"
-    if not path.is_file():
-        return 0
-    cfg = json.loads(path.read_text())
-    cfg = cfg.get("text_config", cfg)  # multimodal configs nest the language model's
-    return int(cfg["vocab_size"])
+    cfg = text_config(resolve_model(name_or_path))
+    return 0 if cfg is None else int(cfg["vocab_size"])
 
 
 def load_tokenizer(path: str) -> Any:

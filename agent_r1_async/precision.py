@@ -185,15 +185,16 @@ def model_shape(name_or_path: str | None) -> tuple[int, int]:
     process must measure the same shape)."""
     if not name_or_path:
         return DEFAULT_SHAPE
-    from agent_r1_async.models import TINY_CONFIG, TINY_MODEL_ALIAS
+    from agent_r1_async.models import TINY_CONFIG, TINY_MODEL_ALIAS, text_config
 
     if name_or_path == TINY_MODEL_ALIAS:
         return int(TINY_CONFIG["hidden_size"]), int(TINY_CONFIG["intermediate_size"])
     if name_or_path in _KNOWN_SHAPES:
         return _KNOWN_SHAPES[name_or_path]
     try:
-        c = json.loads((Path(name_or_path).expanduser() / "config.json").read_text())
-        c = c.get("text_config", c)
+        c = text_config(name_or_path)
+        if c is None:
+            return DEFAULT_SHAPE
         return int(c["hidden_size"]), int(c["intermediate_size"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return DEFAULT_SHAPE
