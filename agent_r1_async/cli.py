@@ -130,14 +130,14 @@ def cmd_envs_list(args: argparse.Namespace) -> int:
 
 def cmd_envs_check(args: argparse.Namespace) -> int:
     from agent_r1_async.envs.check import check_env, named_env, prompt_budget
+    from agent_r1_async.run.preflight.checks import episodes_in_flight
 
     cfg = _load(args)
     env_cfg = named_env(cfg.env, args.name) if args.name else cfg.env
     splits = args.split or [env_cfg.train_split, env_cfg.eval_split]
     budget, note = prompt_budget(cfg)  # the policy's tokenizer: prompts must fit max_model_len
-    sessions = (cfg.actors.groups_in_flight * cfg.algorithm.group_size, cfg.actors.num_actors)
     ok, lines = check_env(env_cfg, list(dict.fromkeys(splits)), args.episodes, budget, note,
-                          sessions)
+                          episodes_in_flight(cfg))
     if env_cfg.max_turns != cfg.env.max_turns:
         lines.insert(1, f"  turns   env.max_turns {env_cfg.max_turns} (the env's suggestion; "
                         f"the config's {cfg.env.max_turns} is for {cfg.env.name})")

@@ -151,10 +151,7 @@ class McpToolsEnv:
         self._tasks: dict[str, list[Task]] = {}
         self._relisting: threading.Thread | None = None
         self._last_try = time.monotonic()
-        try:
-            self._list_all()
-        except McpServerUnavailable as e:
-            self.unavailable = str(e)
+        self._try_listing()
 
     def _list_all(self) -> None:
         """List every server's tools; the tools and the prompt change only when all list."""
@@ -174,7 +171,9 @@ class McpToolsEnv:
         self.specs = specs
         self.unavailable = ""
 
-    def _relist(self) -> None:
+    def _try_listing(self) -> None:
+        """`_list_all`, its failure kept as `unavailable` (in the constructor, and on the
+        relisting thread)."""
         try:
             self._list_all()
         except McpServerUnavailable as e:
@@ -192,15 +191,15 @@ class McpToolsEnv:
             raise McpServerUnavailable(msg) from None
 
     def make(self) -> McpToolEnv | _Unlisted:
-        if self.unavailable:
+        why = self.unavailable
+        if why:
             running = self._relisting is not None and self._relisting.is_alive()
             if not running and time.monotonic() - self._last_try >= RELIST_S:
                 self._last_try = time.monotonic()
-                self._relisting = threading.Thread(target=self._relist, daemon=True,
+                self._relisting = threading.Thread(target=self._try_listing, daemon=True,
                                                    name="mcp-relist")
                 self._relisting.start()
-            if self.unavailable:
-                return _Unlisted(self.unavailable)
+            return _Unlisted(why)
         episode = Episode(self.servers)
         tools = [McpTool(server, spec, name, episode) for server, spec, name in self.specs]
         cfg = self.env_cfg

@@ -36,6 +36,7 @@ from agent_r1_async.envs.openenv.session import (
     SessionError,
     SessionRefused,
     SessionTimeout,
+    one_line,
 )
 from agent_r1_async.envs.registry import import_callable, register_env
 
@@ -213,9 +214,11 @@ async def _close(pool: SessionPool, server: OpenEnvServer) -> None:
 
 
 def _first_line(e: BaseException) -> str:
-    """An EnvError's first line as it is (it names the server); another's with its type."""
-    text = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
-    return text if isinstance(e, EnvError) else f"{type(e).__name__}: {text}"
+    """An EnvError's first line as it is (it names the server, and may run past `one_line`'s
+    200 characters); another exception's `one_line`."""
+    if not isinstance(e, EnvError):
+        return one_line(e)
+    return next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
 
 
 def _stop_in_background(server: OpenEnvServer) -> None:

@@ -46,6 +46,12 @@ def preflight(cfg: RunConfig, address: str | None = None, resume: str | None = N
         memory_preflight(cfg, force=force, joined=ray_address(cfg, address) is not None)
 
 
+def episodes_in_flight(cfg: RunConfig) -> tuple[int, int]:
+    """(episodes one actor plays at once, actors): what an env server that holds a session
+    per episode must serve (`probe_capacity`)."""
+    return cfg.actors.groups_in_flight * cfg.algorithm.group_size, cfg.actors.num_actors
+
+
 def env_preflight(cfg: RunConfig, command: str, split: str | None = None) -> None:
     """The env's cheap checks (envs/check.py) for the splits `command` will use: the actors
     need one train task per actor; evaluations need one task of their split."""
@@ -62,7 +68,7 @@ def env_preflight(cfg: RunConfig, command: str, split: str | None = None) -> Non
     spec = preflight_env(env, splits)
     probe = getattr(spec.definition, "probe_capacity", None)
     if command == "launch" and probe is not None:  # a server's sessions: one per episode
-        probe(cfg.actors.groups_in_flight * cfg.algorithm.group_size, cfg.actors.num_actors)
+        probe(*episodes_in_flight(cfg))
     if command != "sft":
         from agent_r1_async.endpoint.agent import AgentDefinition
         from agent_r1_async.endpoint.episodes import check_credentials
