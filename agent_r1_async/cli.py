@@ -79,9 +79,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     env_preflight(cfg, "eval", split)
     num_tasks = args.num_tasks or cfg.eval.num_tasks
     errors: list[str] = []
+    rows: list[dict] = []
     result = evaluate(cfg, split=split, num_tasks=num_tasks, model_path=args.model,
-                      baseline=args.baseline, rag_k=args.rag_k, errors=errors)
+                      baseline=args.baseline, rag_k=args.rag_k, errors=errors, episodes=rows)
     print(format_table([{"model": args.baseline or "policy", **result}]))
+    if args.episodes_out:
+        import json
+
+        with open(args.episodes_out, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
     if result["failed_rate"] >= 1.0:  # nothing was measured: a script must not take it for 0
         n = int(result["episodes"])
         print(f"agent-r1-async: every episode failed ({n} of {n}); first: "
@@ -190,6 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "naive_rag: top-k BM25 passages for the question in the prompt, one turn")
     p.add_argument("--rag-k", type=int, default=0,
                    help="passages naive_rag puts in the prompt (default: env.args.top_k)")
+    p.add_argument("--episodes-out", default="", metavar="FILE",
+                   help="also write one JSON line per episode: task, status, outcome, return, "
+                        "steps, the env's metrics")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("sft", help="supervised warm start on demonstrations")

@@ -135,17 +135,39 @@ class EngineConfig(_Section):
         )
 
 
+SUMMARY_PROMPT = (
+    "Your context is nearly full. Write a summary of the episode so far that will replace "
+    "the history: what the task asks, what you have done and learned, where things stand "
+    "now, and what remains to do. Write only the summary, in a few sentences, without a "
+    "tool call."
+)
+"""The default compaction request (`context.summary_prompt`)."""
+
+
 class ContextConfig(_Section):
-    builder: Literal["full", "last_k", "truncate"] = "full"
-    """How a step's context is built from the history: all of it, the last k turns, or a token budget."""
+    builder: Literal["full", "last_k", "truncate", "compact"] = "full"
+    """How a step's context is built from the history: all of it, the last k turns, a token budget (newest turns kept), or a token budget the agent keeps by summarizing the history itself (compact: the summary is a trained step)."""
     last_k: int = 4
     """Turns kept by `last_k` (the instruction is always kept)."""
     max_tokens: int = 1536
-    """Token budget of `truncate` (oldest turns dropped first, the instruction kept)."""
+    """Token budget: `truncate` keeps the newest turns within it (oldest dropped first, the instruction kept); `compact` asks the agent for a summary when the next context would exceed it."""
+    summary_max_tokens: int = 256
+    """`compact`: the most tokens a summary may have (the engine's budget for the summary step)."""
+    summary_prompt: str = SUMMARY_PROMPT
+    """`compact`: the request for a summary, a user message after the history; the summary answers it, and later contexts show the summary without it."""
 
     def __post_init__(self) -> None:
         _require(self.last_k >= 1, "context.last_k", "must be >= 1")
         _require(self.max_tokens >= 16, "context.max_tokens", "must be >= 16")
+        _require(self.summary_max_tokens >= 1, "context.summary_max_tokens", "must be >= 1")
+        _require(bool(self.summary_prompt.strip()), "context.summary_prompt",
+                 "must not be empty (it asks the agent for its summary)")
+        _require(
+            self.builder != "compact" or self.summary_max_tokens < self.max_tokens,
+            "context.summary_max_tokens",
+            f"({self.summary_max_tokens}) must be below context.max_tokens ({self.max_tokens}): "
+            "the context after a summary holds it and must be within the budget",
+        )
 
 
 class EnvConfig(_Section):
@@ -195,6 +217,8 @@ class ActorsConfig(_Section):
     """Times Ray restarts a dead actor before the launch fails."""
     seed: int = 0
     """Base seed; actor i uses seed + i for task order and sampling (all in [0, 2**32)). Unset: `launch.seed`."""
+    delta_records: bool = True
+    """A step whose context extends the previous step's context + action is sent as the appended tokens only, so an episode's records grow linearly with its length, not with its square (docs/architecture.md, "Delta step records"); false: every record carries its whole context."""
 
     def __post_init__(self) -> None:
         _require(self.num_actors >= 1, "actors.num_actors", "must be >= 1")
@@ -684,8 +708,17 @@ class SftConfig(_Section):
     """Learning rate after warmup: constant, or linear decay to 0 at the last step."""
     warmup_steps: int = 0
     """Optimizer steps of linear lr warmup."""
+    demo_seed: int = -1
+    """Which train tasks become demonstrations (oracle): -1, the split's first ones in order; a seed, a random order of the split drawn with it (one warm start per seed: its own sample and order)."""
+    demo_offset: int = 0
+    """Skip this many tasks of that order first: demonstrations that no warm start of the same order and at most this many demos saw (SFT continued on fresh demonstrations)."""
+    max_wall_time_s: float = 0.0
+    """Stop training after this many seconds (the step in progress completes) and save the checkpoint; 0 = run every epoch."""
 
     def __post_init__(self) -> None:
+        _require(self.demo_seed >= -1, "sft.demo_seed", "must be -1 (split order) or a seed >= 0")
+        _require(self.demo_offset >= 0, "sft.demo_offset", "must be >= 0")
+        _require(self.max_wall_time_s >= 0, "sft.max_wall_time_s", "must be >= 0 (0 = no limit)")
         _require(
             self.demos_source != "jsonl" or bool(self.jsonl_path),
             "sft.jsonl_path", "is required when sft.demos_source is jsonl",
@@ -747,11 +780,20 @@ class RunConfig(_Section):
         )
         _require(
             self.context.max_tokens + self.engine.max_new_tokens <= self.model.max_model_len
-            or self.context.builder != "truncate",
+            or self.context.builder not in ("truncate", "compact"),
             "context.max_tokens",
             f"context.max_tokens ({self.context.max_tokens}) + engine.max_new_tokens "
             f"({self.engine.max_new_tokens}) must fit in model.max_model_len "
             f"({self.model.max_model_len})",
+        )
+        _require(
+            self.context.max_tokens + self.context.summary_max_tokens < self.model.max_model_len
+            or self.context.builder != "compact",
+            "context.max_tokens",
+            f"context.max_tokens ({self.context.max_tokens}) + context.summary_max_tokens "
+            f"({self.context.summary_max_tokens}) must leave room in model.max_model_len "
+            f"({self.model.max_model_len}) for the compaction request (context.summary_prompt): "
+            "a context at the budget, the request and a whole summary are one step",
         )
         _require(
             self.buffer.min_group_episodes <= self.algorithm.group_size,

@@ -72,9 +72,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -82,7 +80,12 @@ from typing import Any
 
 from agent_r1_async.run.output.report import read_metrics
 from agent_r1_async.run.output.run_dir import created_at
-from bench.stats import mean_ci, mean_sd
+from bench.cli_runs import cli as _cli
+from bench.cli_runs import python_exe as _python
+from bench.cli_runs import run_logged as _run
+from bench.cli_runs import sets as _sets
+from bench.stats import mean_sd
+from bench.stats import paired_diffs as paired_stats
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -114,31 +117,6 @@ NOISE_SEED_STEP = 1000
 def rag_label(model: str, k: int) -> str:
     """The Naive RAG row of `model` ("untrained" or "warm start") at k passages."""
     return f"Naive RAG ({model}, k={k})"
-
-
-def _python() -> str:
-    venv = ROOT / ".venv/bin/python"
-    return str(venv) if venv.exists() else sys.executable
-
-
-def _cli(*args: str) -> list[str]:
-    return [_python(), "-m", "agent_r1_async.cli", *args]
-
-
-def _sets(overrides: list[str]) -> list[str]:
-    return [a for o in overrides for a in ("--set", o)]
-
-
-def _run(cmd: list[str], log: Path) -> str:
-    print("$", " ".join(cmd), flush=True)
-    t0 = time.monotonic()
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    log.write_text(out.stdout + "\n--- stderr ---\n" + out.stderr)
-    if out.returncode != 0:
-        sys.stderr.write(out.stdout[-3000:] + out.stderr[-3000:])
-        raise SystemExit(f"failed ({out.returncode}); log: {log}")
-    print(f"  done in {time.monotonic() - t0:.0f} s (log: {log})", flush=True)
-    return out.stdout
 
 
 def split_setup(args: argparse.Namespace) -> dict[str, Any]:
@@ -243,15 +221,6 @@ def summarize_run(run_dir: Path, before: dict[str, Any], after: dict[str, Any],
 
 
 # --- statistics ---------------------------------------------------------------------------
-
-
-def paired_stats(seeds: list[int], diffs: list[float]) -> dict[str, Any]:
-    """Per-seed differences, their mean and two-sided 95 % t interval [lo, hi] (nan for one
-    seed) and whether it excludes 0."""
-    m, half = mean_ci(diffs)
-    lo, hi = m - half, m + half
-    return {"seeds": seeds, "diffs": diffs, "mean": m, "half": half, "lo": lo, "hi": hi,
-            "excludes_zero": not math.isnan(half) and (lo > 0 or hi < 0)}
 
 
 def paired(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, Any] | None:

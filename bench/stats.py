@@ -40,6 +40,15 @@ def mean_ci(values: Sequence[float]) -> tuple[float, float]:
     return m, t975(len(values) - 1) * se
 
 
+def paired_diffs(seeds: Sequence[int], diffs: Sequence[float]) -> dict:
+    """Per-seed differences of two arms, their mean and two-sided 95 % t interval [lo, hi]
+    (nan for one seed) and whether it excludes 0."""
+    m, half = mean_ci(diffs)
+    lo, hi = m - half, m + half
+    return {"seeds": list(seeds), "diffs": list(diffs), "mean": m, "half": half, "lo": lo,
+            "hi": hi, "excludes_zero": not math.isnan(half) and (lo > 0 or hi < 0)}
+
+
 def mean_sd(values: Sequence[float]) -> tuple[float, float]:
     """(mean, sample standard deviation, n − 1 in the denominator); sd nan for one value."""
     if not values:

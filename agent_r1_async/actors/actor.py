@@ -137,7 +137,8 @@ class Actor:
         if self.engine is None:
             self.engine = make_engine(cfg, model_path, seed=cfg.actors.seed + self.index)
         tokenizer = load_tokenizer(model_path)
-        self.rollout = Rollout.from_config(cfg, self.engine, tokenizer, spec.name, self.actor_id)
+        self.rollout = Rollout.from_config(cfg, self.engine, tokenizer, spec.name, self.actor_id,
+                                           cfg.actors.delta_records)
         self._reporter = StatsReporter(self.actor_id, self.rollout.counters)
         self._pusher = self.transport.pusher(self.data_endpoint)
         self._emitter = BatchEmitter(self._pusher)

@@ -21,7 +21,9 @@ Invariants:
   generation stopped at the length limit).
 
 Builders: `full` (everything), `last_k` (instruction + last k turns), `truncate` (instruction +
-as many of the newest turns as fit `max_tokens`, counting the generation prompt).
+as many of the newest turns as fit `max_tokens`, counting the generation prompt), `compact`
+(everything until the next context would exceed `max_tokens`; then the agent writes a summary
+and later contexts are the instruction, the summary and the turns since: `CompactContext`).
 """
 
 from __future__ import annotations
@@ -134,6 +136,21 @@ class Turn:
         )
 
 
+@dataclass
+class Summary:
+    """A summary the agent wrote of the history before it (`CompactContext`)."""
+
+    at: int
+    """The turns it folds: it was written after `History.turns[:at]`."""
+    request_ids: list[int]
+    """The compaction request (a user turn) it answers; shown only in the summary step's context."""
+    turn: Turn
+    """An assistant turn: the generation prompt, the summary ids exactly as sampled, the closing
+    ids, then (`observation_ids`) the env's last answer before the summary when it is kept."""
+    carried: int = 0
+    """The leading `turn.observation_ids` that repeat that answer."""
+
+
 class History:
     """The interaction history of one episode as token segments."""
 
@@ -145,6 +162,10 @@ class History:
         self.tools: list[dict[str, Any]] = []
         """Tool schemas shown with the instruction."""
         self.turns: list[Turn] = []
+        self.summaries: list[Summary] = []
+        """Summaries the agent wrote (`CompactContext`), oldest first."""
+        self._since_action: list[Message] = []
+        """The messages added since the last action (what a compaction request follows)."""
 
     def add_messages(
         self, messages: list[Message], tools: list[dict[str, Any]] | None = None
@@ -162,7 +183,8 @@ class History:
             self.instruction_ids = self.template.render_instruction(list(self.messages), self.tools)
         else:
             ids = self.template.render_delta(self.template.after_action, messages)
-            self.turns[-1].observation_ids.extend(ids)
+            self.newest_turn.observation_ids.extend(ids)
+            self._since_action.extend(messages)
 
     def add_action(self, action_ids: list[int]) -> None:
         """Append an action exactly as sampled."""
@@ -170,25 +192,65 @@ class History:
             raise ValueError("History.add_action before any instruction messages")
         ids = list(action_ids)
         self.turns.append(Turn(self.generation_prompt, ids, self.template.close_ids(ids)))
+        self._since_action = []
+
+    def request_ids(self, text: str) -> list[int]:
+        """`text` as a user turn after the newest messages (a compaction request), rendered
+        against them so that a template whose turn boundaries depend on the previous role
+        renders it as it would in the whole conversation."""
+        return self.template.render_delta(
+            [*self.template.after_action, *self._since_action], [{"role": "user", "content": text}])
+
+    def add_summary(self, request_ids: list[int], summary_ids: list[int], carry: bool) -> None:
+        """Append a summary exactly as sampled, written in answer to `request_ids` after the
+        newest turn; `carry`: the newest turn's env answer follows the summary in later
+        contexts (the message the next action answers)."""
+        if not self.turns or self.turns_since_summary() == 0:
+            raise ValueError("History.add_summary with no turn since the last summary")
+        ids = list(summary_ids)
+        carried = list(self.turns[-1].observation_ids) if carry else []
+        turn = Turn(self.generation_prompt, ids, self.template.close_ids(ids), carried)
+        self.summaries.append(Summary(len(self.turns), list(request_ids), turn, len(carried)))
+
+    def turns_since_summary(self) -> int:
+        return len(self.turns) - (self.summaries[-1].at if self.summaries else 0)
+
+    @property
+    def newest_turn(self) -> Turn:
+        """The turn that new messages follow: the newest action's, or the newest summary's when
+        no action came after it."""
+        if self.summaries and self.summaries[-1].at == len(self.turns):
+            return self.summaries[-1].turn
+        return self.turns[-1]
 
     @property
     def generation_prompt(self) -> list[int]:
         return self.template.generation_prompt
 
     def full_ids(self) -> list[int]:
-        """Every segment in order (without the generation prompt)."""
-        return [*self.instruction_ids, *(i for t in self.turns for i in t.ids())]
+        """Every segment in order (without the generation prompt): with summaries, each one's
+        request and summary after the turns it folds (a carried answer is not repeated)."""
+        ids = list(self.instruction_ids)
+        at = {s.at: s for s in self.summaries}
+        for n, turn in enumerate(self.turns, 1):
+            ids.extend(turn.ids())
+            if n in at:
+                s = at[n]
+                ids += [*s.request_ids, *s.turn.prompt_ids, *s.turn.action_ids,
+                        *s.turn.close_ids, *s.turn.observation_ids[s.carried:]]
+        return ids
 
 
 class ContextBuilder(Protocol):
     def build(self, history: History) -> list[int]: ...
 
 
-def _assemble(history: History, turns: list[Turn]) -> list[int]:
+def _assemble(history: History, turns: list[Turn], prompt: bool = True) -> list[int]:
     ids = list(history.instruction_ids)
     for t in turns:
         ids.extend(t.ids())
-    ids.extend(history.generation_prompt)
+    if prompt:
+        ids.extend(history.generation_prompt)
     return ids
 
 
@@ -232,6 +294,81 @@ class TruncateContext:
         return _assemble(history, history.turns[len(history.turns) - kept:])
 
 
+class CompactContext:
+    """The whole history until it outgrows `max_tokens`; then the agent writes a summary of it,
+    and later contexts are [instruction, summary, the env's last answer, the turns since].
+
+    - Trigger (`due`): the next context (generation prompt included) would exceed
+      `max_tokens` and at least one turn came since the last summary (a summary is never
+      asked to summarize only itself).
+    - The summary step (`summary_context`): the context the next action would have seen, with
+      the request (`summary_prompt`, a user turn rendered by the chat template) before the
+      generation prompt. Its context extends the previous step's, like any step's. The summary
+      is an action: the rollout samples it (at most `summary_max_tokens`), records it and the
+      learner trains it; it never reaches the env.
+    - After it (`add_summary`): the summary is an assistant turn of its own (the generation
+      prompt, the sampled ids, the turn's closing ids: an action's layout, so the chat template
+      renders [system, task, assistant summary, ...] to the same tokens), followed by the env's
+      last answer before it, kept verbatim when the context then still fits `max_tokens` (it is
+      what the next action answers; without it the summary has to carry it). The compaction
+      request is not shown again, and an earlier summary is folded into the new one.
+    """
+
+    def __init__(self, max_tokens: int, summary_prompt: str, summary_max_tokens: int) -> None:
+        if summary_max_tokens < 1:
+            raise ValueError(f"context.summary_max_tokens must be >= 1, got {summary_max_tokens}")
+        self.max_tokens = max_tokens
+        self.summary_prompt = summary_prompt
+        self.summary_max_tokens = summary_max_tokens
+
+    @staticmethod
+    def _segments(history: History) -> list[Turn]:
+        if not history.summaries:
+            return history.turns
+        s = history.summaries[-1]
+        return [s.turn, *history.turns[s.at:]]
+
+    def build(self, history: History) -> list[int]:
+        return _assemble(history, self._segments(history))
+
+    def due(self, history: History) -> bool:
+        """A summary comes before the next action."""
+        return (history.turns_since_summary() > 0
+                and len(self.build(history)) > self.max_tokens)
+
+    def summary_context(self, history: History) -> list[int]:
+        """The summary step's context: the current context with the request before the
+        generation prompt."""
+        return [*_assemble(history, self._segments(history), prompt=False),
+                *history.request_ids(self.summary_prompt), *history.generation_prompt]
+
+    def add_summary(self, history: History, summary_ids: list[int]) -> None:
+        """Fold the history into the sampled summary (see the class doc for the layout)."""
+        close = history.template.close_ids(list(summary_ids))
+        answer = history.turns[-1].observation_ids if history.turns else []
+        # The next context with the answer kept: instruction, summary turn, generation prompt.
+        kept = (len(history.instruction_ids) + 2 * len(history.generation_prompt)
+                + len(summary_ids) + len(close) + len(answer))
+        history.add_summary(history.request_ids(self.summary_prompt), list(summary_ids),
+                            carry=kept <= self.max_tokens)
+
+    def request_len(self, tokenizer: Any) -> int:
+        """Tokens the compaction request adds to a context (after an env answer)."""
+        return len(History(tokenizer).request_ids(self.summary_prompt))
+
+    def room_problem(self, tokenizer: Any, max_model_len: int) -> str:
+        """Why a context at the budget, the request and a whole summary would not fit
+        `max_model_len` (one summary step), or ""."""
+        request = self.request_len(tokenizer)
+        need = self.max_tokens + request + self.summary_max_tokens
+        if need <= max_model_len:
+            return ""
+        return (f"context.max_tokens: context.max_tokens ({self.max_tokens}) + the compaction "
+                f"request ({request} tokens, context.summary_prompt) + "
+                f"context.summary_max_tokens ({self.summary_max_tokens}) = {need} must fit in "
+                f"model.max_model_len ({max_model_len})")
+
+
 def make_context_builder(cfg: ContextConfig, tokenizer: Any = None) -> ContextBuilder:
     """The builder `cfg.builder` names (the tokenizer lives in the History)."""
     if cfg.builder == "full":
@@ -240,4 +377,7 @@ def make_context_builder(cfg: ContextConfig, tokenizer: Any = None) -> ContextBu
         return LastKContext(cfg.last_k)
     if cfg.builder == "truncate":
         return TruncateContext(cfg.max_tokens)
-    raise ValueError(f"context.builder: unknown builder {cfg.builder!r} (full, last_k, truncate)")
+    if cfg.builder == "compact":
+        return CompactContext(cfg.max_tokens, cfg.summary_prompt, cfg.summary_max_tokens)
+    raise ValueError(
+        f"context.builder: unknown builder {cfg.builder!r} (full, last_k, truncate, compact)")

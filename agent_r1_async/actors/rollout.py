@@ -21,6 +21,20 @@ Design choices
   the first one: a prompt that alone fills `model.max_model_len` is the env's `env_error`. An
   env that never says done is cut at `env.max_turns` (also `truncated`).
 - The env sees the decoded action text; the history keeps the exact sampled ids.
+- Records: with `delta_records` (the actors', `actors.delta_records`), a step whose context
+  extends the previous step's context + action carries only the appended tokens
+  (wire/delta.py); otherwise every record carries its whole context.
+- Compaction (`context.builder: compact`, actors/context.py `CompactContext`): when the next
+  context would exceed `context.max_tokens`, the step before the next action is a summary
+  step: its context is that context with the compaction request, its action the summary the
+  engine samples (at most `context.summary_max_tokens`), recorded like any step (log-probs,
+  versions, the next step index) with process reward 0 and never sent to the env, so the
+  learner trains it with the episode's credit. It counts toward `env.max_turns` (which
+  bounds an episode's steps, the buffer's records), so no summary is asked for when only one
+  step is left. The step after it sees [instruction, summary, the env's last answer, ...]:
+  it does not extend the summary step's context, so it is sent whole and starts a new
+  training sequence. Per episode: `context/compactions`, and with at least one,
+  `context/summary_tokens` (mean) and `context/success_after_compaction`.
 """
 
 from __future__ import annotations
@@ -33,12 +47,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_r1_async.actors.context import ContextBuilder, History, make_context_builder
+from agent_r1_async.actors.context import (
+    CompactContext,
+    ContextBuilder,
+    History,
+    make_context_builder,
+)
 from agent_r1_async.actors.engines.base import Engine, GenResult
 from agent_r1_async.actors.env_errors import EnvErrorLog
 from agent_r1_async.actors.stats import ActorCounters
 from agent_r1_async.config import RunConfig
-from agent_r1_async.envs.base import Env, StepResult, Task
+from agent_r1_async.envs.base import Env, Observation, StepResult, Task
 from agent_r1_async.envs.contract import (
     EnvContractError,
     check_observation,
@@ -46,6 +65,7 @@ from agent_r1_async.envs.contract import (
     prompt_too_long,
 )
 from agent_r1_async.envs.offload import run_offloaded
+from agent_r1_async.wire.delta import DeltaEncoder
 from agent_r1_async.wire.messages import (
     MAX_METRICS,
     TRAINABLE_STATUSES,
@@ -57,6 +77,12 @@ from agent_r1_async.wire.messages import (
 )
 
 Emit = Callable[[StepRecord | EpisodeEnd], Awaitable[None]]
+
+CONTEXT_METRICS = ("context/compactions", "context/summary_tokens",
+                   "context/success_after_compaction")
+"""The episode metrics of `context.builder: compact` (EpisodeEnd.metrics, next to the env's)."""
+_SUMMARY_STEP = StepResult(Observation([]), reward=0.0, done=False)
+"""What a summary step's record says in the env's place: no reward, not the end."""
 
 
 class _EpisodeOver(Exception):
@@ -110,6 +136,8 @@ class _State:
     status: EpisodeStatus = "ok"
     reason: str = ""
     metrics: dict[str, float] = field(default_factory=dict)
+    summary_tokens: list[int] = field(default_factory=list)
+    """The length of each summary of the episode (`context.builder: compact`)."""
 
 
 @dataclass
@@ -125,6 +153,8 @@ class Rollout:
     max_turns: int
     step_timeout_s: float
     counters: ActorCounters = field(default_factory=ActorCounters)
+    delta_records: bool = False
+    """Send a step whose context extends the previous step's as a delta (wire/delta.py)."""
     errors: EnvErrorLog = field(init=False)
 
     def __post_init__(self) -> None:
@@ -132,14 +162,22 @@ class Rollout:
 
     @classmethod
     def from_config(
-        cls, cfg: RunConfig, engine: Engine, tokenizer: Any, env_name: str, actor_id: str
+        cls, cfg: RunConfig, engine: Engine, tokenizer: Any, env_name: str, actor_id: str,
+        delta_records: bool = False,
     ) -> Rollout:
-        """The rollout a run's actors (and its held-out evaluation) use."""
+        """The rollout a run's actors (`delta_records` from `actors.delta_records`) and its
+        held-out evaluation (whole records) use. Raises ValueError naming the key when a
+        `compact` budget leaves no room for the compaction request and a summary."""
+        builder = make_context_builder(cfg.context, tokenizer)
+        if isinstance(builder, CompactContext):
+            problem = builder.room_problem(tokenizer, cfg.model.max_model_len)
+            if problem:
+                raise ValueError(problem)
         return cls(
-            engine=engine, tokenizer=tokenizer,
-            builder=make_context_builder(cfg.context, tokenizer), env_name=env_name,
+            engine=engine, tokenizer=tokenizer, builder=builder, env_name=env_name,
             actor_id=actor_id, max_model_len=cfg.model.max_model_len,
             max_turns=cfg.env.max_turns, step_timeout_s=cfg.env.step_timeout_s,
+            delta_records=delta_records,
         )
 
     async def run(
@@ -182,7 +220,13 @@ class Rollout:
         except EnvContractError as e:
             raise _violation("reset", e) from None
         self._extend(history, obs.messages, obs.tools)
+        encoder = DeltaEncoder(self.delta_records)
+        compact = self.builder if isinstance(self.builder, CompactContext) else None
+        env_metrics = MAX_METRICS - (len(CONTEXT_METRICS) if compact else 0)
         while True:
+            # A summary step needs a step after it for the next action (env.max_turns).
+            if compact is not None and st.steps + 1 < self.max_turns and compact.due(history):
+                await self._summarize(compact, history, task, ids, emit, st, encoder)
             context = self._context(history, task)
             gen = await self._generate(context)
             text = self.tokenizer.decode(gen.action_ids, skip_special_tokens=True)
@@ -192,16 +236,20 @@ class Rollout:
             try:  # checked before anything of this step is used or sent
                 result = check_step_result(raw, "env.step")
                 merged = {**st.metrics, **result.metrics}  # every step's; a later value wins
-                if len(merged) > MAX_METRICS:
+                if len(merged) > env_metrics:
+                    mine = (f" ({MAX_METRICS - env_metrics} more are the context builder's)"
+                            if env_metrics < MAX_METRICS else "")
                     raise EnvContractError(
                         "env.step", "StepResult.metrics", len(merged), "", "ValueError",
                         message=f"env.step: the StepResult.metrics of this episode's steps "
-                                f"hold {len(merged)} names; at most {MAX_METRICS} are kept")
+                                f"hold {len(merged)} names; at most {env_metrics} are kept"
+                                f"{mine}")
             except EnvContractError as e:
                 raise _violation("step", e) from None
             history.add_action(gen.action_ids)
             cut = not result.done and st.steps + 1 >= self.max_turns
-            await emit(self._record(task, ids, st.steps, context, gen, result, env_s, cut))
+            await emit(self._record(task, ids, st.steps, encoder.encode(
+                st.steps, context, gen.action_ids), gen, result, env_s, cut))
             st.steps += 1
             st.metrics = merged
             if result.done or cut:
@@ -213,11 +261,35 @@ class Rollout:
                 return
             self._extend(history, result.observation.messages)
 
+    async def _summarize(
+        self, compact: CompactContext, history: History, task: Task, ids: EpisodeIds,
+        emit: Emit, st: _State, encoder: DeltaEncoder,
+    ) -> None:
+        """The summary step (`context.builder: compact`): sampled, folded into the history
+        and recorded; the env never sees it."""
+        try:
+            context = compact.summary_context(history)
+        except Exception as e:
+            raise _env_failed("context", e, "context builder") from e
+        self._fits(context, history, task)
+        gen = await self._generate(context, compact.summary_max_tokens)
+        compact.add_summary(history, gen.action_ids)
+        await emit(self._record(task, ids, st.steps, encoder.encode(
+            st.steps, context, gen.action_ids), gen, _SUMMARY_STEP, 0.0, False))
+        st.steps += 1
+        st.summary_tokens.append(len(gen.action_ids))
+
     def _context(self, history: History, task: Task) -> list[int]:
         try:
             context = self.builder.build(history)
         except Exception as e:
             raise _env_failed("context", e, "context builder") from e
+        self._fits(context, history, task)
+        return context
+
+    def _fits(self, context: list[int], history: History, task: Task) -> None:
+        """A context with room for an action; else the episode ends (the first context:
+        the env's prompt is too long; a later one: truncated)."""
         if len(context) >= self.max_model_len and not history.turns:
             e = prompt_too_long(len(context), self.max_model_len, task.task_id)
             raise _violation("reset", e)
@@ -226,7 +298,6 @@ class Rollout:
                 "truncated",
                 f"context of {len(context)} tokens reaches model.max_model_len={self.max_model_len}",
             )
-        return context
 
     def _extend(
         self, history: History, messages: list[dict[str, str]], tools: list | None = None
@@ -236,10 +307,10 @@ class Rollout:
         except Exception as e:
             raise _env_failed("messages", e, "bad env messages") from e
 
-    async def _generate(self, context: list[int]) -> GenResult:
+    async def _generate(self, context: list[int], max_new_tokens: int | None = None) -> GenResult:
         t0 = time.perf_counter()
         try:  # the engine caps its token budget by the room left in max_model_len
-            gen = await self.engine.generate(context)
+            gen = await self.engine.generate(context, max_new_tokens)
         except Exception as e:
             raise _EpisodeOver("engine_error", f"{type(e).__name__}: {e}") from e
         finally:
@@ -267,13 +338,15 @@ class Rollout:
             self.counters.env_time_s += time.perf_counter() - t0
 
     def _record(
-        self, task: Task, ids: EpisodeIds, index: int, context: list[int], gen: GenResult,
-        result: StepResult, env_s: float, cut: bool,
+        self, task: Task, ids: EpisodeIds, index: int, context: tuple[TokenIds, int, int],
+        gen: GenResult, result: StepResult, env_s: float, cut: bool,
     ) -> StepRecord:
+        """The step's record; `context`: (`context_ids`, `context_from`, `context_len`)."""
         return StepRecord(
             episode_id=ids.episode_id, group_id=ids.group_id, task_id=task.task_id,
             actor_id=self.actor_id, env_name=self.env_name, step_index=index,
-            context_ids=TokenIds(context), action_ids=TokenIds(gen.action_ids),
+            context_ids=context[0], context_from=context[1], context_len=context[2],
+            action_ids=TokenIds(gen.action_ids),
             behavior_logprobs=LogProbs(gen.logprobs),
             policy_version=gen.policy_version, process_reward=result.reward,
             done=result.done or cut, finish_reason=gen.finish_reason,
@@ -285,7 +358,22 @@ class Rollout:
         self, task: Task, ids: EpisodeIds, emit: Emit, st: _State, t0: float
     ) -> EpisodeEnd:
         return await self.end_episode(task, ids, emit, st.status, st.steps, st.outcome,
-                                      st.reason, dict(st.metrics), t0)
+                                      st.reason, {**st.metrics, **self._context_metrics(st)},
+                                      t0)
+
+    def _context_metrics(self, st: _State) -> dict[str, float]:
+        """`CONTEXT_METRICS` of a `compact` episode: its compactions (every episode), the mean
+        summary length and whether it succeeded (episodes with a compaction only, so their
+        means are over those)."""
+        if not isinstance(self.builder, CompactContext):
+            return {}
+        n = len(st.summary_tokens)
+        out = {"context/compactions": float(n)}
+        if n:
+            success = st.metrics.get("success", st.outcome) > 0 and st.status == "ok"
+            out["context/summary_tokens"] = sum(st.summary_tokens) / n
+            out["context/success_after_compaction"] = float(success)
+        return out
 
     async def end_episode(
         self, task: Task, ids: EpisodeIds, emit: Emit, status: EpisodeStatus, steps: int,

@@ -11,9 +11,13 @@ Rules (every dropped or ignored item is counted in `drops` by reason)
 - A group is ready when all its `group_size` episodes are finalized and at least
   min(min_group_episodes, group_size) of them are trainable, or after `group_wait_s` from its
   first record with at least `min_group_episodes` trainable episodes (the stragglers are
-  abandoned; their later records count as "late_record"). A group that cannot reach that is
-  dropped ("group_too_small").
+  abandoned, "abandoned_episode"; their later records count as "late_record"). A group that
+  cannot reach that is dropped ("group_too_small").
 - Records for an episode or group already closed count as "late_record".
+- A delta step (wire/delta.py) needs the episode's previous step: one that arrives without
+  it (lost, reordered, from a restarted actor) drops its episode ("missing_reference"), as
+  does one whose declared length is not the previous step's context + action + the delta
+  ("bad_delta"). Deltas are stored as they came, so an episode's bytes are linear in it.
 
 Memory is accounted with `approx_nbytes`: the in-memory size of the decoded records (Python
 int/float objects in lists, ~40 B per token id), not their wire size (~3 B per token id), so
@@ -29,6 +33,8 @@ from typing import Any
 
 import msgspec
 
+from agent_r1_async.buffers.lengths import LengthLedger, action_tokens
+from agent_r1_async.wire.delta import reference_problem
 from agent_r1_async.wire.messages import (
     TRAINABLE_STATUSES,
     Episode,
@@ -137,12 +143,17 @@ class Assembler:
         min_group_episodes: int,
         episode_timeout_s: float,
         step_grace_s: float,
+        max_steps: int = 0,
     ) -> None:
+        """`max_steps`: `env.max_turns` (0: unknown), the top length bucket of `lengths`."""
         self.group_wait_s = group_wait_s
         self.min_group_episodes = min_group_episodes
         self.episode_timeout_s = episode_timeout_s
         self.step_grace_s = step_grace_s
         self.drops: Counter[str] = Counter()
+        self.lengths = LengthLedger(max_steps)
+        """Episodes generated and dropped here, by length bucket (buffers/lengths.py); the
+        buffer adds what it trains and drops as stale."""
         self._groups: dict[str, _Grp] = {}
         self._episodes: dict[str, _Ep] = {}
         self._closed: dict[str, float] = {}  # episode or group id -> closed at (late records)
@@ -232,6 +243,10 @@ class Assembler:
         if rec.step_index < 0 or (ep.end is not None and rec.step_index >= ep.end.num_steps):
             self._finish(grp, ep, rec.episode_id, None, "step_mismatch")
             return
+        reason, _ = reference_problem(rec, ep.steps.get(rec.step_index - 1))
+        if reason:
+            self._finish(grp, ep, rec.episode_id, None, reason)
+            return
         ep.steps[rec.step_index] = rec
         ep.nbytes += nbytes
         self._grow(grp, nbytes)
@@ -275,6 +290,9 @@ class Assembler:
         else:
             self._grow(grp, -ep.nbytes)
             self.drops[reason or "dropped_episode"] += 1
+            self.lengths.dropped(reason or "dropped_episode", ep.steps.values())
+        if ep.end is not None:
+            self.lengths.generated(ep.end.num_steps)
         self._check_group(ep.group_id, grp, ep.last_seen)
 
     def _check_group(self, group_id: str, grp: _Grp, now: float) -> None:
@@ -292,10 +310,18 @@ class Assembler:
             self.drops["group_too_small"] += 1
             self._close(group_id, grp, ready=False)
 
-    def _close(self, group_id: str, grp: _Grp, ready: bool) -> None:
-        for eid, ep in grp.open.items():  # stragglers of a group closed after group_wait_s
+    def _close(self, group_id: str, grp: _Grp, ready: bool,
+               open_reason: str = "abandoned_episode") -> None:
+        """Close the group; its open episodes (stragglers of a group closed after
+        group_wait_s, or a reclaimed group's) are dropped for `open_reason`, and a group that
+        is not ready drops its finished episodes too (`lengths`: "group_too_small")."""
+        for eid, ep in grp.open.items():
             del self._episodes[eid]
             self._closed[eid] = ep.last_seen
+            self.drops[open_reason] += 1
+            self.lengths.dropped(open_reason, ep.steps.values())
+            if ep.end is not None:  # it ended, but steps are missing
+                self.lengths.generated(ep.end.num_steps)
         del self._groups[group_id]
         self._nbytes -= grp.nbytes
         self._closed[group_id] = grp.first_seen
@@ -304,6 +330,8 @@ class Assembler:
             nbytes = grp.nbytes - sum(ep.nbytes for ep in grp.open.values())
             self._ready.append(ReadyGroup(group, nbytes))
         else:
+            for episode in grp.done:
+                self.lengths.dropped("group_too_small", episode.steps)
             self._dropped.append(group_id)
 
     def reclaim(self, group_id: str, now: float) -> int:
@@ -317,12 +345,25 @@ class Assembler:
             self._closed.setdefault(group_id, now)
             return 0
         dropped = len(grp.open)
-        self.drops["reclaimed_episode"] += dropped
         ready = len(grp.done) >= self.min_group_episodes
         if not ready:
             self.drops["group_too_small"] += 1
-        self._close(group_id, grp, ready)
+        self._close(group_id, grp, ready, open_reason="reclaimed_episode")
         return dropped
+
+    def progress(self, episode_id: str, group_id: str) -> tuple[int, int] | None:
+        """(steps received, their action tokens) of an episode still assembling, open or
+        finished in a group not yet closed; None when assembly no longer holds it."""
+        ep = self._episodes.get(episode_id)
+        if ep is not None:
+            return len(ep.steps), action_tokens(ep.steps.values())
+        grp = self._groups.get(group_id)
+        if grp is None:
+            return None
+        for done in grp.done:
+            if done.end.episode_id == episode_id:
+                return len(done.steps), action_tokens(done.steps)
+        return None
 
     def poll(self, now: float) -> None:
         """Apply timeouts: expire silent episodes, give up on missing steps, close waited groups."""

@@ -10,6 +10,13 @@ fake clock). Data flow:
     try_sample(k, version)           -> drop stale, rate-limiter check, GroupStore.sample
     tick()                           -> timeouts (dead actors, missing steps, unused credits)
     reclaim(actor)                   -> an actor the launcher replaces gives everything back now
+    saved()                          -> a snapshot holds everything received so far
+
+Episode lengths (buffers/lengths.py): the assembler counts the episodes generated and dropped
+by length bucket, this class the ones it hands to the learner (a group's first sample) and the
+ones it drops as stale before their first sample; `stats()` carries the counts in `drops` under
+`lengths.WIRE_PREFIX`, with what was received since the last snapshot (`unsaved`: the episodes
+with a record since then and not trained, which a restart from that snapshot discards).
 
 Only groups granted to the record's actor are assembled: a record of any other group is refused
 (`invalid_record/ungranted`) and keeps nothing, so foreign records can neither take admission
@@ -50,6 +57,7 @@ import msgspec
 
 from agent_r1_async.buffers.admission import AdmissionControl
 from agent_r1_async.buffers.assembly import Assembler, OpenGroup, episode_nbytes
+from agent_r1_async.buffers.lengths import UNSAVED, WIRE_PREFIX, Loss, action_tokens
 from agent_r1_async.buffers.rate_limiter import SampleToInsertRatio
 from agent_r1_async.buffers.store import GroupStore, StoredGroup, describe
 from agent_r1_async.buffers.validate import RecordBounds, check_record, check_stats
@@ -98,6 +106,8 @@ class BufferState(msgspec.Struct, array_like=True, gc=False):
     staleness_hist: dict[int, int]
     records: int
     sampled_groups: int
+    lengths: dict[str, int] = {}
+    """The length ledger's counts (`LengthLedger.export`)."""
 
 
 class TrajectoryBuffer:
@@ -127,7 +137,8 @@ class TrajectoryBuffer:
             cfg.episode_timeout_s,
         )
         self.assembler = Assembler(
-            cfg.group_wait_s, cfg.min_group_episodes, cfg.episode_timeout_s, cfg.step_grace_s
+            cfg.group_wait_s, cfg.min_group_episodes, cfg.episode_timeout_s, cfg.step_grace_s,
+            max_steps=self.bounds.max_steps,
         )
         self.store = GroupStore(
             cfg.sampling,
@@ -155,6 +166,10 @@ class TrajectoryBuffer:
         self._last_tick: float | None = None
         self._progress: dict[str, float] = {}
         """Actor id -> its last progress, on the listening clock."""
+        self._unsaved: dict[str, str] = {}
+        """Episode id -> group id of each episode with a record accepted since the last
+        snapshot (`saved`); pruned of episodes no longer held (`_prune_unsaved`)."""
+        self._unsaved_kept = 0
 
     @property
     def nbytes(self) -> int:
@@ -178,8 +193,12 @@ class TrajectoryBuffer:
         reason, detail = check_record(msg, self.bounds, self.version + 1)
         if reason:
             self._refuse(msg, reason, detail)
-        elif self.assembler.add(msg, self._clock()):
-            self.admission.on_record(msg.group_id, msg.actor_id)
+        else:
+            if self.assembler.add(msg, self._clock()):
+                self.admission.on_record(msg.group_id, msg.actor_id)
+            self._unsaved[msg.episode_id] = msg.group_id
+            if len(self._unsaved) > 2 * self._unsaved_kept + 1024:
+                self._prune_unsaved()
         self._collect()
 
     def _origin(self, msg: StepRecord | EpisodeEnd, sender: str | None) -> tuple[str, str]:
@@ -289,6 +308,11 @@ class TrajectoryBuffer:
         self._progress.clear()
 
     def reclaim(self, actor_id: str) -> tuple[int, int]:
+        """`reclaim_report` without what it discarded."""
+        credits, episodes, _ = self.reclaim_report(actor_id)
+        return credits, episodes
+
+    def reclaim_report(self, actor_id: str) -> tuple[int, int, Loss]:
         """The launcher replaced `actor_id`'s process (it died, or showed no progress for
         `launch.unresponsive_s`): every credit it held comes back now instead of after
         `episode_timeout_s`, so the other actors get credits again. Its open episodes are
@@ -296,12 +320,22 @@ class TrajectoryBuffer:
         (ready with `min_group_episodes` done, else `group_too_small`), and its late records
         count as `late_record`. Every credit it held counts once in `reclaimed_credit`. Its
         report and silence are forgotten: the next process is judged from its own first
-        report. Returns (credits, episodes) reclaimed."""
+        report. Returns (credits, episodes) reclaimed and what was discarded: the open
+        episodes, and the finished ones of groups dropped as too small (or stale), with their
+        steps and action tokens."""
         held = self.admission.held_by(actor_id)
-        episodes = self._release(held, "reclaimed_credit")
+        lengths = self.assembler.lengths
+        lengths.journal = []
+        try:
+            episodes = self._release(held, "reclaimed_credit")
+            loss = Loss.from_journal(lengths.journal, lengths.max_steps)
+        finally:
+            lengths.journal = None
         self._progress.pop(actor_id, None)
         self.actor_stats.pop(actor_id, None)
-        return len(held), episodes
+        if loss.episodes:
+            log.info("reclaimed %s: discarded %s", actor_id, loss.phrase())
+        return len(held), episodes, loss
 
     def silence(self) -> dict[str, float]:
         """Per tracked actor: listening seconds since its last progress (module docstring)."""
@@ -320,9 +354,11 @@ class TrajectoryBuffer:
     def _insert(self, entry: StoredGroup) -> bool:
         if self.store.is_stale(entry, self.version):
             self.drops["stale"] += 1
+            self._dropped_untrained(entry, "stale")
             return False
         if not self.store.insert(entry):
             self.drops["duplicate_group"] += 1
+            self._dropped_untrained(entry, "duplicate_group")
             return False
         self.limiter.on_insert()
         return True
@@ -360,6 +396,7 @@ class TrajectoryBuffer:
             self.limiter.on_remove(entry.times_sampled)
             if entry.times_sampled == 0:  # never trained: give its staleness budget back
                 self.admission.on_discarded()
+                self._dropped_untrained(entry, "stale")
 
     def try_sample(self, k: int, learner_version: int) -> tuple[SampleBatch | None, str]:
         """A batch of k groups, or (None, why not yet)."""
@@ -379,26 +416,77 @@ class TrajectoryBuffer:
         for entry in picked:
             for version, tokens in entry.token_versions.items():
                 self.staleness_hist[self.version - version] += tokens
+            if entry.times_sampled == 1:  # its first use: trained once, however often reused
+                self.assembler.lengths.trained(entry.group.episodes)
         self.sampled_groups += k
         groups = [e.group for e in picked]
         return SampleBatch(groups, weights, self.version), ""
 
     # ---- metrics and snapshots ----------------------------------------------------------
 
+    def _dropped_untrained(self, entry: StoredGroup, reason: str) -> None:
+        """A complete group dropped before its first sample: its episodes, by length."""
+        for ep in entry.group.episodes:
+            self.assembler.lengths.dropped(reason, ep.steps)
+
+    def _held(self, episode_id: str, group_id: str) -> tuple[int, int] | None:
+        """(steps, action tokens) of an episode this buffer holds untrained: assembling, or in
+        a stored group never sampled; None otherwise (trained, dropped, never seen)."""
+        got = self.assembler.progress(episode_id, group_id)
+        if got is not None:
+            return got
+        entry = self.store.get(group_id)
+        if entry is None or entry.times_sampled:
+            return None
+        for ep in entry.group.episodes:
+            if ep.end.episode_id == episode_id:
+                return len(ep.steps), action_tokens(ep.steps)
+        return None
+
+    def _prune_unsaved(self) -> None:
+        self._unsaved = {e: g for e, g in self._unsaved.items() if self._held(e, g) is not None}
+        self._unsaved_kept = len(self._unsaved)
+
+    def unsaved(self) -> Loss:
+        """What a restart from the last snapshot would discard: every episode with a record
+        received since (its later records are lost with this process, so it can never be
+        whole) that was not trained, at all the steps received of it."""
+        loss, kept = Loss(), {}
+        for eid, gid in self._unsaved.items():
+            got = self._held(eid, gid)
+            if got is not None:
+                kept[eid] = gid
+                loss.add(*got, max_steps=self.assembler.lengths.max_steps)
+        self._unsaved, self._unsaved_kept = kept, len(kept)
+        return loss
+
+    def saved(self) -> None:
+        """A snapshot of this buffer's state was written: it holds everything received."""
+        self._unsaved, self._unsaved_kept = {}, 0
+
+    def _drops_and_lengths(self) -> dict[str, int]:
+        """`BufferStats.drops`: the drops by reason, the length ledger's counts and the
+        unsaved gauge (both under `WIRE_PREFIX`, buffers/lengths.py)."""
+        out = dict(self.drops + self.assembler.drops)
+        out.update(self.assembler.lengths.wire())
+        out.update({f"{WIRE_PREFIX}{UNSAVED}{k}": v for k, v in self.unsaved().to_counts().items()})
+        return out
+
     def stats(self, ingest_rate: float = 0.0, records_per_frame: float = 0.0,
               sample_waiting: int = 0) -> BufferStats:
         """`sample_waiting`: groups a parked SampleRequest asks for (the service knows)."""
+        episodes = sum(len(e.group.episodes) for e in self.store.entries())
         return BufferStats(
             time=time.time(),
             learner_version=self.version,
             groups_ready=len(self.store),
             groups_assembling=self.assembler.groups_assembling,
-            episodes_stored=sum(len(e.group.episodes) for e in self.store.entries()),
+            episodes_stored=episodes,
             bytes_stored=self.nbytes,
             in_flight_groups=self.admission.in_flight,
             accepted_groups=self.admission.accepted,
             sampled_groups=self.sampled_groups,
-            drops=dict(self.drops + self.assembler.drops),
+            drops=self._drops_and_lengths(),
             staleness_hist=dict(self.staleness_hist),
             ingest_records_per_s=ingest_rate,
             actors=dict(self.actor_stats),
@@ -407,6 +495,7 @@ class TrajectoryBuffer:
             actor_credits=self.admission.per_actor(),
             sample_waiting=sample_waiting,
             records=self.records,
+            episode_bytes_mean=self.store.nbytes / episodes if episodes else 0.0,
         )
 
     def state(self) -> BufferState:
@@ -422,6 +511,7 @@ class TrajectoryBuffer:
             staleness_hist=dict(self.staleness_hist),
             records=self.records,
             sampled_groups=self.sampled_groups,
+            lengths=self.assembler.lengths.export(),
         )
 
     def restore(self, state: BufferState) -> None:
@@ -440,3 +530,4 @@ class TrajectoryBuffer:
         self.drops = Counter(state.drops)
         self.staleness_hist = Counter(state.staleness_hist)
         self.records, self.sampled_groups = state.records, state.sampled_groups
+        self.assembler.lengths.restore(state.lengths)

@@ -225,9 +225,12 @@ class BufferService:
         self.buffer.tick()
         self._update_rate(now)
 
-    def _save_snapshot(self) -> None:
+    def _save_snapshot(self) -> str:
+        """Write a snapshot of the buffer (the caller holds the loop or the lock); its path."""
         assert self.snapshot_dir is not None
-        save_snapshot(self.snapshot_dir, self.buffer.state())
+        path = save_snapshot(self.snapshot_dir, self.buffer.state())
+        self.buffer.saved()
+        return path
 
     def _shutdown(self) -> None:
         with self._lock:
@@ -238,7 +241,7 @@ class BufferService:
                 self._reply(parked.peer, self._not_ready(parked.request, "buffer stopping"))
             self._parked.clear()
             if self.snapshot_dir:
-                save_snapshot(self.snapshot_dir, self.buffer.state())
+                self._save_snapshot()
             self._puller.close()
             self._server.close()
             if self.cfg.gc_freeze:
@@ -253,11 +256,13 @@ class BufferService:
         return self.buffer.stats(self._rate, self._records_per_frame(), waiting)
 
     def reclaim(self, actor_id: str) -> dict[str, int]:
-        """Everything `actor_id` holds comes back now (`TrajectoryBuffer.reclaim`): the
-        launcher replaces that actor's process. {"credits": n, "episodes": n}."""
+        """Everything `actor_id` holds comes back now (`TrajectoryBuffer.reclaim_report`): the
+        launcher replaces that actor's process. {"credits": n, "episodes": n} (its unfinished
+        episodes) and what was discarded (`lengths.Loss.to_counts`: `discarded` episodes,
+        their `steps` and `tokens`, `le_<b>` episodes by length bucket)."""
         with self._lock:
-            credits, episodes = self.buffer.reclaim(actor_id)
-        return {"credits": credits, "episodes": episodes}
+            credits, episodes, loss = self.buffer.reclaim_report(actor_id)
+        return {"credits": credits, "episodes": episodes, **loss.to_counts()}
 
     def snapshot_now(self) -> str | None:
         """Write a snapshot now (the launcher asks on every learner checkpoint, and before the
@@ -267,7 +272,7 @@ class BufferService:
         with self._lock:
             if self._closed:
                 return None
-            return save_snapshot(self.snapshot_dir, self.buffer.state())
+            return self._save_snapshot()
 
     def set_version(self, version: int) -> None:
         """The learner's version, from the launcher (a buffer restarted from an older snapshot

@@ -63,7 +63,10 @@ from agent_r1_async.wire import messages as m
 SNAPSHOT_FILE = "buffer.snapshot"
 PREVIOUS_FILE = "buffer.snapshot.prev"
 MANIFEST_FILE = "buffer.manifest.json"
-SNAPSHOT_SCHEMA = 2  # 2: packed token ids and log-probs (messages.SCHEMA_VERSION 2)
+SNAPSHOT_SCHEMA = 3
+"""2: packed token ids and log-probs (messages.SCHEMA_VERSION 2). 3: delta step records
+(messages.SCHEMA_VERSION 4). A schema-2 snapshot reads as schema 3 (its records are whole)."""
+_READABLE_SCHEMAS = (2, SNAPSHOT_SCHEMA)
 _MANIFEST_FORMAT = 1
 
 
@@ -244,7 +247,7 @@ def _decode(data: bytes) -> BufferState:
         snap = msgspec.msgpack.decode(data, type=_Snapshot, dec_hook=m.dec_hook)
     except Exception as e:  # whatever garbage makes the decoder raise: not a snapshot
         raise SnapshotError(f"does not decode: {type(e).__name__}: {str(e)[:160]}") from None
-    if snap.schema != SNAPSHOT_SCHEMA:
+    if snap.schema not in _READABLE_SCHEMAS:
         raise SnapshotError(f"snapshot schema {snap.schema}, this version reads "
                             f"{SNAPSHOT_SCHEMA}")
     return snap.state

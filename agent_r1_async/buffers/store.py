@@ -96,6 +96,10 @@ class GroupStore:
     def __contains__(self, group_id: str) -> bool:
         return group_id in self._slot
 
+    def get(self, group_id: str) -> StoredGroup | None:
+        slot = self._slot.get(group_id)
+        return None if slot is None else self._entries[slot]
+
     def entries(self) -> list[StoredGroup]:
         """Stored groups, oldest insert first."""
         return [self._entries[s] for s in self._slot.values()]

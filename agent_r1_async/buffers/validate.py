@@ -9,6 +9,7 @@ each with a reason key the buffer counts (`drops["invalid_record/<reason>"]`):
 | `empty_action`  | a step with no action token (the learner's loss needs one)            |
 | `shape`         | logprobs / token_versions not one per action token                   |
 | `too_long`      | context + action tokens beyond `model.max_model_len` (never trained)  |
+| `delta`         | a delta record's fields inconsistent by themselves (wire/delta.py)    |
 | `token_id`      | a token id outside [0, vocab_size) (the embedding lookup would crash) |
 | `step_index`    | step_index outside [0, env.max_turns)                                |
 | `num_steps`     | num_steps outside [0, env.max_turns]                                 |
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from agent_r1_async.wire.delta import context_length, form_problem
 from agent_r1_async.wire.messages import (
     MAX_ABS_REWARD,
     MAX_COUNT,
@@ -140,8 +142,12 @@ def check_step(msg: StepRecord, b: RecordBounds, max_version: int) -> tuple[str,
     if len(msg.behavior_logprobs) != n or (msg.token_versions and len(msg.token_versions) != n):
         return "shape", (f"{where}: {len(msg.behavior_logprobs)} logprobs, "
                          f"{len(msg.token_versions)} token_versions for {n} actions")
-    if b.max_model_len and len(msg.context_ids) + n > b.max_model_len:
-        return "too_long", (f"{where}: {len(msg.context_ids)} + {n} tokens > model.max_model_len "
+    problem = form_problem(msg)
+    if problem:
+        return "delta", f"{where}: {problem}"
+    context = context_length(msg)  # a delta's whole length, as declared (assembly checks it)
+    if b.max_model_len and context + n > b.max_model_len:
+        return "too_long", (f"{where}: {context} + {n} tokens > model.max_model_len "
                             f"{b.max_model_len}")
     if b.vocab_size and (_ids_outside(msg.context_ids, b.vocab_size)
                          or _ids_outside(msg.action_ids, b.vocab_size)):

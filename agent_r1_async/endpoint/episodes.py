@@ -104,7 +104,8 @@ class BlackboxEpisodes:
         """Play one episode to its end; never raises for the agent's or the engine's failures."""
         t0 = time.perf_counter()
         r = self.rollout
-        recorder = StepRecorder(ids, task.task_id, r.actor_id, r.env_name, emit)
+        recorder = StepRecorder(ids, task.task_id, r.actor_id, r.env_name, emit,
+                                r.delta_records)
         session = self.sessions.open(
             Session(SessionStore.new_id(), r.tokenizer, r.max_turns, recorder))
         r.counters.in_flight += 1

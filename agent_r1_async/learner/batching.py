@@ -1,6 +1,7 @@
 """Batching: a SampleBatch (groups → episodes → steps) to padded training tensors.
 
-One training row per agent step: input ids = context_ids + action_ids. Only the step's own
+One training row per agent step: input ids = context + action_ids, the context rebuilt whole
+from delta records (wire/delta.py). Only the step's own
 action tokens are trained (`action_mask`); the context, which holds the instruction, earlier
 actions and tool output, is masked. Every per-token tensor is [B, T] and aligned with
 `input_ids` positions: `x[b, j]` belongs to token `input_ids[b, j]` (the log-prob of a token
@@ -24,8 +25,14 @@ hidden state there sees exactly the step's context, so a packed sequence of n st
 n values (`value_seq`, `value_index`, `row_index`: one entry per step).
 
 Micro-batches: sequences are sorted by length (longest first) and packed greedily while
-padded_length × sequences ≤ `micro_batch_tokens`; a single longer one gets a micro-batch of
-its own. Padding is on the right with `pad_id`, and `attention_mask` is 0 there.
+padded_length × sequences ≤ `micro_batch_tokens`. A sequence is never split across
+micro-batches: a piece of a packed sequence ending at step t would still hold step t's whole
+context, so splitting at step boundaries cannot bring it below its last step's length. A
+single sequence longer than the budget therefore gets a micro-batch of its own, over the
+budget; `launch` refuses a `micro_batch_tokens` below `model.max_model_len`, the longest
+sequence (run/preflight/feasibility.py `sequences_fit_micro_batch`), so in a launched run
+every micro-batch holds at most `micro_batch_tokens` padded tokens. Padding is on the right
+with `pad_id`, and `attention_mask` is 0 there.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from torch import Tensor
 
 from agent_r1_async.learner import advantages as adv
 from agent_r1_async.wire import messages
+from agent_r1_async.wire.delta import is_delta, resolve_contexts
 
 
 @dataclass
@@ -56,6 +64,9 @@ class Row:
     step_index: int
     ids: tuple[str, str]
     """(group_id, episode_id) for logs."""
+    extends: bool = False
+    """The step arrived as a delta: its context is the previous step's context + action +
+    more, known without comparing them (wire/delta.py)."""
 
     @property
     def length(self) -> int:
@@ -111,9 +122,9 @@ class MicroBatch:
         self.advantages = out * self.action_mask
 
 
-def _check_step(step: messages.StepRecord) -> None:
+def _check_step(step: messages.StepRecord, context: Sequence[int]) -> None:
     where = f"episode {step.episode_id!r} step {step.step_index}"
-    if not step.context_ids:
+    if not context:
         raise ValueError(f"{where}: empty context_ids (a step must see at least one token)")
     if not step.action_ids:
         raise ValueError(f"{where}: empty action_ids")
@@ -164,11 +175,12 @@ def build_rows(
     rows: list[Row] = []
     for gi, (group, weight) in enumerate(groups):
         for ei, episode in enumerate(group.episodes):
-            for si, step in enumerate(sorted_steps(episode)):
-                _check_step(step)
+            steps = sorted_steps(episode)
+            for si, (step, context) in enumerate(zip(steps, resolve_contexts(steps), strict=True)):
+                _check_step(step, context)
                 versions = step.token_versions or [step.policy_version] * len(step.action_ids)
                 rows.append(Row(
-                    context_ids=step.context_ids,
+                    context_ids=context,
                     action_ids=step.action_ids,
                     behavior_logprobs=step.behavior_logprobs,
                     token_versions=versions,
@@ -179,6 +191,7 @@ def build_rows(
                     episode_index=ei,
                     step_index=si,
                     ids=(group.group_id, episode.end.episode_id),
+                    extends=is_delta(step),
                 ))
     return rows
 
@@ -257,7 +270,8 @@ def chain_steps(rows: Sequence[Row]) -> list[list[int]]:
         if seqs:
             prev = rows[seqs[-1][-1]]
             if ((prev.group_index, prev.episode_index) == (r.group_index, r.episode_index)
-                    and r.step_index == prev.step_index + 1 and _extends(r.context_ids, prev)):
+                    and r.step_index == prev.step_index + 1
+                    and (r.extends or _extends(r.context_ids, prev))):
                 seqs[-1].append(i)
                 continue
         seqs.append([i])
@@ -300,7 +314,8 @@ def collate_sequences(rows: Sequence[Row], seqs: Sequence[Sequence[int]], pad_id
 
 
 def plan_micro_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
-    """Indices grouped into micro-batches: longest first, padded_len × rows ≤ max_tokens."""
+    """Indices grouped into micro-batches: longest first, padded_len × rows ≤ max_tokens (a
+    single row longer than max_tokens alone in its own; see the module docstring)."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     plan: list[list[int]] = []
     current: list[int] = []

@@ -296,7 +296,8 @@ def epoch_mean(per_epoch: list[dict[str, float]]) -> dict[str, float]:
 
 def batch_metrics(rows: list[batching.Row], mbs: list[batching.MicroBatch], version: int) -> dict[str, float]:
     """Token-weighted staleness (learner version − per-token version) over the whole batch,
-    rewards, sizes (`micro_batches`: this rank's)."""
+    rewards, sizes (`micro_batches`: this rank's; `micro_batch_tokens_max`: the padded tokens
+    of its largest, at most `learner.micro_batch_tokens` in a launched run)."""
     stale = torch.tensor([version - v for r in rows for v in r.token_versions], dtype=torch.float32)
     episodes = {(r.group_index, r.episode_index): 0.0 for r in rows}
     for r in rows:
@@ -309,4 +310,5 @@ def batch_metrics(rows: list[batching.Row], mbs: list[batching.MicroBatch], vers
         "rows": float(len(rows)),
         "episodes": float(len(episodes)),
         "micro_batches": float(len(mbs)),
+        "micro_batch_tokens_max": float(max((mb.num_tokens for mb in mbs), default=0)),
     }

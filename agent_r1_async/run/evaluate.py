@@ -108,6 +108,7 @@ def evaluate(
     baseline: str = "",
     rag_k: int = 0,
     errors: list[str] | None = None,
+    episodes: list[dict[str, Any]] | None = None,
 ) -> dict[str, float]:
     """Evaluate `model_path` (default `model.init_from`, else `model.name_or_path`) on `num_tasks` tasks of `split`.
 
@@ -115,14 +116,15 @@ def evaluate(
     built from `engine.*` (backend `eval.backend` when set) with `eval.temperature`.
     `baseline`: one of BASELINES; `rag_k`: passages of naive_rag (0 = the env's top_k).
     `errors`: receives the distinct reasons of failed episodes ("env_error (task t3): ...",
-    at most `MAX_ERRORS`), in the order first seen.
+    at most `MAX_ERRORS`), in the order first seen. `episodes`: receives one row per episode
+    (`episode_row`), in the order they ended.
     """
     if num_tasks < 1:
         raise ValueError(f"num_tasks must be >= 1, got {num_tasks}")
     if baseline not in BASELINES:
         raise ValueError(f"baseline must be one of {BASELINES[1:]}, got {baseline!r}")
     return asyncio.run(_evaluate(cfg, split, num_tasks, model_path, engine, baseline, rag_k,
-                                 errors))
+                                 errors, episodes))
 
 
 def _model_and_env(cfg: RunConfig, spec: Any, model_path: str | None, baseline: str,
@@ -139,10 +141,11 @@ def _model_and_env(cfg: RunConfig, spec: Any, model_path: str | None, baseline: 
 
 async def run_episodes(episodes: Any, tasks: list[Any], samples_per_task: int,
                        progress: Callable[[int, int], None] | None = None,
-                       errors: list[str] | None = None) -> dict[str, float]:
+                       errors: list[str] | None = None,
+                       rows: list[dict[str, Any]] | None = None) -> dict[str, float]:
     """`samples_per_task` episodes of every task, played by `episodes` (an actor's episode
     runner: endpoint/episodes.py), summarized; `progress(done, total)` after each episode;
-    `errors` as in `evaluate`."""
+    `errors` as in `evaluate`; `rows` receives one `episode_row` per episode."""
     from agent_r1_async.actors.rollout import EpisodeIds
 
     tally = _Tally(errors)
@@ -157,12 +160,26 @@ async def run_episodes(episodes: Any, tasks: list[Any], samples_per_task: int,
             progress(done, total)
 
     await asyncio.gather(*(episode(task) for task in tasks for _ in range(k)))
+    if rows is not None:
+        rows.extend(episode_row(e, tally.process[e.episode_id]) for e in tally.ends)
     return tally.summary()
+
+
+def episode_row(end: EpisodeEnd, process_reward: float) -> dict[str, Any]:
+    """One evaluated episode as a JSON-able row (`eval --episodes-out`): its task, how it
+    ended, its outcome, return (outcome + process rewards; 0 when it failed), steps and the
+    env's metrics."""
+    trainable = end.status in TRAINABLE_STATUSES
+    return {"task_id": end.task_id, "status": end.status, "steps": end.num_steps,
+            "outcome_reward": end.outcome_reward,
+            "return": end.outcome_reward + process_reward if trainable else 0.0,
+            "metrics": dict(end.metrics)}
 
 
 async def _evaluate(
     cfg: RunConfig, split: str, num_tasks: int, model_path: str | None, engine: Any,
     baseline: str = "", rag_k: int = 0, errors: list[str] | None = None,
+    rows: list[dict[str, Any]] | None = None,
 ) -> dict[str, float]:
     from agent_r1_async.actors.engines import make_engine
     from agent_r1_async.actors.rollout import Rollout
@@ -188,7 +205,7 @@ async def _evaluate(
     try:
         # child.progress: the launch's progress bar, when the launch runs this evaluation
         return await run_episodes(episodes, tasks, cfg.eval.samples_per_task,
-                                  progress=child.progress, errors=errors)
+                                  progress=child.progress, errors=errors, rows=rows)
     finally:
         await episodes.close()
         if owns:

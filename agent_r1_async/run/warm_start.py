@@ -30,6 +30,12 @@ from agent_r1_async.run.processes import child
 
 _LEARNER_KEYS = ("weight_decay", "betas", "grad_clip", "micro_batch_tokens", "bf16", "seed", "lora")
 _SFT_IGNORED = ("eval_before", "eval_after", "eval_num_tasks", "log_every")
+_SFT_KEYED_WHEN_SET = {"demo_seed": -1, "demo_offset": 0, "max_wall_time_s": 0.0}
+"""Settings in the key only when they differ from these defaults, so that a warm start cached
+before they existed keeps its key."""
+_CONTEXT_COMPACT_KEYS = ("summary_max_tokens", "summary_prompt")
+"""Context settings in the key only under `context.builder: compact` (the only builder they
+change), so that a warm start cached before they existed keeps its key."""
 
 
 def warm_start_key(cfg: RunConfig) -> str:
@@ -44,8 +50,10 @@ def warm_start_key(cfg: RunConfig) -> str:
     parts: dict[str, Any] = {
         "model": [cfg.model.name_or_path, cfg.model.dtype, cfg.model.max_model_len],
         "env": msgspec.to_builtins(cfg.env),
-        "context": msgspec.to_builtins(cfg.context),
-        "sft": {k: v for k, v in sft.items() if k not in _SFT_IGNORED},
+        "context": {k: v for k, v in msgspec.to_builtins(cfg.context).items()
+                    if k not in _CONTEXT_COMPACT_KEYS or cfg.context.builder == "compact"},
+        "sft": {k: v for k, v in sft.items() if k not in _SFT_IGNORED
+                and not (k in _SFT_KEYED_WHEN_SET and v == _SFT_KEYED_WHEN_SET[k])},
         "learner": {k: learner[k] for k in _LEARNER_KEYS},
         "prompt_layout": PROMPT_LAYOUT,
     }

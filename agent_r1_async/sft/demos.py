@@ -10,7 +10,14 @@ action, and SFT trains the very token layout RL later trains on:
   (`tokenizer.eos_token_id`, `<|im_end|>` for ChatML), exactly as an engine that stopped on
   eos returns it; the eos is trained too (it is the decision to end the turn);
 - the context is `builder.build(history)` before the action, ending with the generation
-  prompt; the turn's closing "\\n" and the observation follow in the *next* step's context.
+  prompt; the turn's closing "\\n" and the observation follow in the *next* step's context;
+- under `context.builder: compact`, when a summary is due before an action (the rollout's
+  rule), the env's `state_summary()` (optional; the `world` env has one) is the demonstrated
+  summary: a summary step exactly as a rollout records one (its context the history with the
+  compaction request, its action the summary ids + eos, at most
+  `context.summary_max_tokens`), folded into the history for the steps after it. An env
+  without `state_summary` gives demonstrations without summary steps: their contexts grow
+  as under `full` (one longer than `model.max_model_len` is dropped as too long).
 
 Two sources:
 - `oracle_demos`: the env's `oracle(task)` actions replayed through a fresh env
@@ -31,12 +38,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent_r1_async.actors.context import ContextBuilder, History
+from agent_r1_async.actors.context import CompactContext, ContextBuilder, History
 from agent_r1_async.envs.base import Message, Observation, StepResult, Task
 from agent_r1_async.envs.toolenv import ToolCall, tool_call_text
 
@@ -60,6 +67,8 @@ class Demonstration:
     steps: list[DemoStep]
     outcome_reward: float | None = None
     """The env's outcome reward of the replay (oracle only)."""
+    summaries: int = 0
+    """Summary steps among `steps` (`context.builder: compact`)."""
 
     @property
     def num_tokens(self) -> int:
@@ -76,6 +85,8 @@ class DemoStats:
     """Oracle replays that did not end, or ended without a positive outcome, on their last action."""
     too_long: int = 0
     """Steps that do not fit `model.max_model_len` (a rollout would have truncated them)."""
+    summaries: int = 0
+    """Summary steps of the kept demonstrations (`context.builder: compact`)."""
     reasons: list[str] = field(default_factory=list)
 
 
@@ -99,17 +110,41 @@ class DemoRecorder:
         self.builder = builder
         self.history = History(tokenizer)
         self.steps: list[DemoStep] = []
+        self.summaries = 0
 
     def observe(self, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> None:
         self.history.add_messages(messages, tools)
 
-    def act(self, text: str) -> str:
-        """Record `text` as the next action; returns the text the env sees (decoded ids)."""
+    def act(self, text: str, summary: Callable[[], str] | None = None) -> str:
+        """Record `text` as the next action; returns the text the env sees (decoded ids).
+
+        `summary` (the env's `state_summary`): under a `compact` builder, a summary step of
+        its text comes first when one is due."""
+        compact = self.builder if isinstance(self.builder, CompactContext) else None
+        if compact is not None and summary is not None and compact.due(self.history):
+            try:
+                text_of_summary = summary()
+            except Exception as e:
+                raise DemoError(f"env.state_summary: {type(e).__name__}: {e}") from None
+            self.summarize(compact, text_of_summary)
         context = self.builder.build(self.history)
         action = encode_action(self.tokenizer, text)
         self.history.add_action(action)
         self.steps.append(DemoStep(context, action))
         return self.tokenizer.decode(action, skip_special_tokens=True)
+
+    def summarize(self, compact: CompactContext, text: str) -> None:
+        """Record `text` as a summary step and fold the history into it."""
+        if not isinstance(text, str) or not text.strip():
+            raise DemoError(f"env.state_summary returned {text!r}, not a summary text")
+        ids = encode_action(self.tokenizer, text)
+        if len(ids) > compact.summary_max_tokens:
+            raise DemoError(f"the oracle summary has {len(ids)} tokens, above "
+                            f"context.summary_max_tokens ({compact.summary_max_tokens})")
+        context = compact.summary_context(self.history)
+        compact.add_summary(self.history, ids)
+        self.steps.append(DemoStep(context, ids))
+        self.summaries += 1
 
 
 # --------------------------------------------------------------------------------------
@@ -130,6 +165,7 @@ async def replay_oracle(
     if not actions:
         raise DemoError(f"{task.task_id}: the oracle returned no actions")
     env = spec.make()
+    summary = getattr(env, "state_summary", None)
     rec = DemoRecorder(tokenizer, builder)
     obs = await env.reset(task)
     if not isinstance(obs, Observation):
@@ -143,11 +179,15 @@ async def replay_oracle(
                     f"{task.task_id}: the episode ended after oracle action {i} of {len(actions)}"
                 )
             rec.observe(result.observation.messages)
-        result = await env.step(rec.act(text))
+        try:
+            action = rec.act(text, summary if callable(summary) else None)
+        except DemoError as e:
+            raise DemoError(f"{task.task_id}: {e}") from None
+        result = await env.step(action)
     assert result is not None
     if not result.done:
         raise DemoError(f"{task.task_id}: the episode did not end after the oracle's actions")
-    return Demonstration(task.task_id, rec.steps, float(result.outcome_reward))
+    return Demonstration(task.task_id, rec.steps, float(result.outcome_reward), rec.summaries)
 
 
 def oracle_demos(
@@ -195,6 +235,7 @@ def _keep(demo: Demonstration, max_model_len: int, stats: DemoStats) -> bool:
         stats.reasons.append(f"{demo.source}: a step exceeds model.max_model_len={max_model_len}")
         return False
     stats.kept += 1
+    stats.summaries += demo.summaries
     return True
 
 

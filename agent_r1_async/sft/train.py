@@ -3,7 +3,8 @@
     demos  = oracle replays (or chat transcripts) as step rows (context_ids, action_ids)
     eval   = evaluate(start model, env.eval_split)                        # sft.eval_before
     repeat sft.epochs, sft.batch_episodes episodes per step:
-        rows → the learner's micro-batches (length-sorted, learner.micro_batch_tokens)
+        rows → the learner's micro-batches (length-sorted, learner.micro_batch_tokens; with
+               learner.pack_steps a demonstration's chained steps share one sequence)
         loss = token-mean cross-entropy over the action tokens of the whole step
         one AdamW step (learner betas / weight decay / grad_clip / bf16, lr = sft.lr)
     save   = the learner's checkpoint format: RUN_DIR/checkpoints/step-N + `latest`
@@ -22,6 +23,7 @@ Run: `agent-r1-async sft --config configs/sft.yaml [--set sft.epochs=3 ...]`.
 from __future__ import annotations
 
 import gc
+import math
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -50,12 +52,41 @@ def demo_pairs(demos: Sequence[Demonstration]) -> list[Pair]:
     return [(s.context_ids, s.action_ids) for d in demos for s in d.steps]
 
 
-def sft_micro_batches(pairs: Sequence[Pair], max_tokens: int, pad_id: int) -> list[MicroBatch]:
-    """Rows → the learner's MicroBatches (its packing plan and collation; RL fields zeroed)."""
-    plan = batching.plan_micro_batches([len(c) + len(a) for c, a in pairs], max_tokens)
+def chain_pairs(pairs: Sequence[Pair]) -> list[list[int]]:
+    """Pair indices grouped into training sequences: a pair whose context begins with the
+    previous pair's context + action joins its sequence (a demonstration's steps under a
+    context builder that only appends), else it starts one."""
+    seqs: list[list[int]] = []
+    for i, (ctx, _) in enumerate(pairs):
+        if seqs:
+            prev_ctx, prev_act = pairs[seqs[-1][-1]]
+            n, k = len(prev_ctx), len(prev_act)
+            if len(ctx) >= n + k and ctx[:n] == prev_ctx and ctx[n:n + k] == prev_act:
+                seqs[-1].append(i)
+                continue
+        seqs.append([i])
+    return seqs
+
+
+def sft_micro_batches(
+    pairs: Sequence[Pair], max_tokens: int, pad_id: int, pack: bool = False
+) -> list[MicroBatch]:
+    """Rows → the learner's MicroBatches (its packing plan and collation; RL fields zeroed).
+
+    `pack` (`learner.pack_steps`): chained pairs (`chain_pairs`) share one sequence, the last
+    pair's context + action, each pair's action tokens trained at their own positions. A
+    causal LM gives those tokens the same log-probs as the separate rows (their prefix is the
+    same), so the loss and gradient are the unpacked rows' at a fraction of the tokens.
+    """
+    seqs = chain_pairs(pairs) if pack else [[i] for i in range(len(pairs))]
+    lengths = [len(pairs[s[-1]][0]) + len(pairs[s[-1]][1]) for s in seqs]
     out = []
-    for idx in plan:
-        t = batching.collate_pairs([pairs[i] for i in idx], {}, pad_id)
+    for idx in batching.plan_micro_batches(lengths, max_tokens):
+        chosen = [seqs[j] for j in idx]
+        t = batching.collate_spans(
+            [([*pairs[seq[-1]][0], *pairs[seq[-1]][1]],
+              [(len(pairs[i][0]), len(pairs[i][0]) + len(pairs[i][1]), {}) for i in seq])
+             for seq in chosen], {}, pad_id)
         shape = t["input_ids"].shape  # [B, T]
         out.append(MicroBatch(
             input_ids=t["input_ids"],
@@ -65,9 +96,12 @@ def sft_micro_batches(pairs: Sequence[Pair], max_tokens: int, pad_id: int) -> li
             token_versions=torch.zeros(shape, dtype=torch.long),
             advantages=torch.zeros(shape),
             sample_weights=torch.ones(shape[0]),
-            value_index=torch.tensor([len(pairs[i][0]) - 1 for i in idx], dtype=torch.long),
-            row_index=torch.tensor(idx, dtype=torch.long),
-            value_seq=torch.arange(len(idx)),
+            value_index=torch.tensor([len(pairs[i][0]) - 1 for seq in chosen for i in seq],
+                                     dtype=torch.long),
+            row_index=torch.tensor([i for seq in chosen for i in seq], dtype=torch.long),
+            value_seq=torch.tensor([b for b, seq in enumerate(chosen) for _ in seq],
+                                   dtype=torch.long),
+            num_rows=sum(len(seq) for seq in chosen),
         ))
     return out
 
@@ -113,9 +147,13 @@ def lr_factor(step: int, total: int, warmup: int, schedule: str) -> float:
 def fit(
     trainer: PolicyTrainer, demos: Sequence[Demonstration], epochs: int, batch_episodes: int,
     seed: int = 0, on_step: Callable[[dict[str, float]], None] | None = None,
-    schedule: str = "constant", warmup_steps: int = 0,
+    schedule: str = "constant", warmup_steps: int = 0, max_wall_time_s: float = 0.0,
 ) -> list[dict[str, float]]:
-    """Train `epochs` passes (episodes shuffled per epoch); returns every step's metrics."""
+    """Train `epochs` passes (episodes shuffled per epoch); returns every step's metrics.
+
+    `max_wall_time_s` > 0 stops after the step that reaches it (the lr schedule still spans
+    every epoch: a linear decay is then cut short, not compressed)."""
+    deadline = time.perf_counter() + max_wall_time_s if max_wall_time_s > 0 else math.inf
     rng = random.Random(seed)
     per_epoch = -(-len(demos) // batch_episodes)
     total = epochs * per_epoch
@@ -127,7 +165,8 @@ def fit(
         for start in range(0, len(order), batch_episodes):
             chosen = [demos[i] for i in order[start:start + batch_episodes]]
             mbs = sft_micro_batches(
-                demo_pairs(chosen), trainer.lcfg.micro_batch_tokens, trainer.pad_id
+                demo_pairs(chosen), trainer.lcfg.micro_batch_tokens, trainer.pad_id,
+                pack=trainer.lcfg.pack_steps,
             )
             factor = lr_factor(len(history), total, warmup_steps, schedule)
             for group, base in zip(trainer.optimizer.param_groups, base_lrs, strict=True):
@@ -141,6 +180,8 @@ def fit(
             history.append(m)
             if on_step is not None:
                 on_step(m)
+            if time.perf_counter() >= deadline:
+                return history
     return history
 
 
@@ -178,8 +219,18 @@ def load_demos(cfg: RunConfig, tokenizer: Any, stats: DemoStats) -> list[Demonst
         return jsonl_demos(s.jsonl_path, tokenizer, builder, cfg.model.max_model_len,
                            limit=s.num_demos, stats=stats,
                            tool_as_user=not isinstance(spec.definition, AgentDefinition))
-    return oracle_demos(spec, spec.tasks(cfg.env.train_split), tokenizer, builder,
+    return oracle_demos(spec, demo_tasks(spec.tasks(cfg.env.train_split), s.demo_seed,
+                                         s.demo_offset), tokenizer, builder,
                         cfg.model.max_model_len, limit=s.num_demos, stats=stats)
+
+
+def demo_tasks(tasks: Sequence[Any], seed: int, offset: int) -> list[Any]:
+    """The train tasks in the order demonstrations are drawn (`sft.demo_seed`), the first
+    `offset` of them skipped (`sft.demo_offset`)."""
+    order = list(tasks)
+    if seed >= 0:
+        random.Random(seed).shuffle(order)
+    return order[offset:]
 
 
 def progress(m: dict[str, float]) -> str:
@@ -221,8 +272,9 @@ def train_stage(cfg: RunConfig, run_dir: Path, logger: Any) -> str:
 
     t_train = time.perf_counter()
     history = fit(trainer, demos, cfg.sft.epochs, cfg.sft.batch_episodes,
-                  seed=cfg.learner.seed, on_step=on_step, schedule=cfg.sft.schedule,
-                  warmup_steps=cfg.sft.warmup_steps)
+                  seed=cfg.learner.seed if cfg.sft.demo_seed < 0 else cfg.sft.demo_seed,
+                  on_step=on_step, schedule=cfg.sft.schedule,
+                  warmup_steps=cfg.sft.warmup_steps, max_wall_time_s=cfg.sft.max_wall_time_s)
     train_s = time.perf_counter() - t_train
     ckpt = checkpoint.save_checkpoint(str(run_dir), trainer, {
         "version": 0, "updates": len(history), "samples_drawn": 0,

@@ -38,9 +38,10 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import msgspec
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """2: packed `TokenIds` / `LogProbs` fields in StepRecord.
-3: `Batch` data frames (several data messages in one frame); `ActorStats.tokens_total`."""
+3: `Batch` data frames (several data messages in one frame); `ActorStats.tokens_total`.
+4: delta step records (`StepRecord.context_from`, `context_len`; wire/delta.py)."""
 
 # Limits every side agrees on: an env's values are checked against them in the rollout
 # (envs/contract.py) and every record again at the buffer's ingest (buffers/validate.py).
@@ -148,9 +149,11 @@ class _Wire(msgspec.Struct, array_like=True, gc=False, omit_defaults=False):
 class StepRecord(_Wire, tag="step"):
     """One agent step: the context the model saw and the action it sampled.
 
-    `context_ids` is the full context of this step (built by the actor's context builder from
-    the interaction history); `action_ids` are the exact token ids the engine sampled, never
-    re-tokenized. `behavior_logprobs[i]` is the engine's log-prob of `action_ids[i]`.
+    `context_ids` is the context of this step (built by the actor's context builder from the
+    interaction history): all of it, or, in a delta record (`context_from` >= 0), only the
+    tokens after the previous step's context + action (wire/delta.py). `action_ids` are the
+    exact token ids the engine sampled, never re-tokenized. `behavior_logprobs[i]` is the
+    engine's log-prob of `action_ids[i]`.
     """
 
     episode_id: str
@@ -175,6 +178,11 @@ class StepRecord(_Wire, tag="step"):
     num_tool_calls: int = 0
     created_at: float = 0.0
     """Unix time the record was sent."""
+    context_from: int = -1
+    """-1: `context_ids` is the whole context. Else `step_index - 1`: this step's context is
+    that step's context + action + `context_ids` (a delta record)."""
+    context_len: int = 0
+    """The whole context's length in tokens (a delta's; 0 or `len(context_ids)` otherwise)."""
 
 
 class EpisodeEnd(_Wire, tag="episode_end"):
@@ -382,6 +390,9 @@ class BufferStats(_Wire, tag="buffer_stats"):
     records: int = 0
     """Data messages received since the run began (kept in the buffer's snapshots): what a
     restarted buffer lacks of it against its predecessor's last count was lost with it."""
+    episode_bytes_mean: float = 0.0
+    """Mean memory (`approx_nbytes`) of an episode the buffer stores: linear in its steps with
+    delta records (wire/delta.py), quadratic without."""
 
 
 class ErrorReply(_Wire, tag="error"):

@@ -121,7 +121,8 @@ def _supervisor(cfg: RunConfig, ray, actor, run_ref, endpoints, run_dir: Path,
     sup = Supervisor.__new__(Supervisor)
     sup.cfg, sup.ray, sup.actors = cfg, ray, [actor]
     sup.runs, sup.restarts, sup.endpoints = {run_ref: 0}, [0], endpoints
-    sup.replacing, sup.liveness = {}, Liveness(cfg.launch.unresponsive_s)
+    sup.replacing, sup.discarded = {}, {}
+    sup.liveness = Liveness(cfg.launch.unresponsive_s)
     sup.buffers, sup.last_version, sup.run_dir = _Buffers(service), 0, run_dir
     sup.events = Events(Console(run_dir / "logs", live=False), run_dir, 1, 1000)
     sup.nodes = NodeWatch(lambda: [])

@@ -365,6 +365,9 @@ CASES: list[tuple[str, list[str], str]] = [
      "13.6 GiB in the buffer (env.max_turns 2 steps of up to model.max_model_len 512 tokens, "
      "7312 B an episode), more than buffer.max_bytes (1 GiB): the buffer would stop granting "
      "credits before a batch is complete; at most 73423 groups fit"),
+    ("a micro-batch budget below the longest sequence", ["learner.micro_batch_tokens=256"],
+     "learner.micro_batch_tokens: (256) is below model.max_model_len (512), the longest "
+     "sequence the learner may train"),
     ("fewer CPUs than processes", ["launch.num_cpus=1"],
      "launch.num_cpus: (1) is fewer than the run's processes reserve: learner.world_size × "
      "learner.num_cpus (1 × 1) + actors.num_actors × actors.num_cpus (2 × 1) + 0.5 (buffer) "

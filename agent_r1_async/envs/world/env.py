@@ -14,6 +14,11 @@ Rewards:
 - outcome: `success_reward` when solved, else 0.
 Episode metrics: success, optimal_len (d(s_0)), steps, horizon_bucket (the power of two at or
 above optimal_len), progress (1 - d(s_T) / d(s_0)), invalid_actions, novel.
+
+Oracle summary (`state_summary`, for demonstrations under `context.builder: compact`): where
+the agent stands, in words it has read: its room and the way back to the start room, what it
+carries, the doors it unlocked, the goal objects home and still to bring, where it saw those
+and the unused keys, and the locked doors it saw.
 """
 
 from __future__ import annotations
@@ -35,9 +40,11 @@ from agent_r1_async.envs.world import planner
 from agent_r1_async.envs.world.args import SUGGESTED_MAX_TURNS, WorldArgs
 from agent_r1_async.envs.world.layout import Layout
 from agent_r1_async.envs.world.state import (
+    CARRIED,
     Action,
     WorldState,
     act,
+    carried,
     initial_state,
     normalize,
     solved,
@@ -49,6 +56,56 @@ from agent_r1_async.envs.world.tools import SYSTEM_PROMPT, TOOLS, WorldTool, act
 def horizon_bucket(optimal_len: int) -> int:
     """The smallest power of two at or above `optimal_len` (at least 1)."""
     return 1 << max(optimal_len - 1, 0).bit_length()
+
+
+def _the(names: list[str]) -> str:
+    """"the a", "the a and the b", "the a, the b and the c"."""
+    named = [f"the {n}" for n in names]
+    return named[0] if len(named) == 1 else f"{', '.join(named[:-1])} and {named[-1]}"
+
+
+def state_summary(layout: Layout, state: WorldState, visited: set[int]) -> str:
+    """The episode's state as the agent could summarize it (first person), from what it has
+    seen: `visited` rooms (their items and locked doors were described on entering, and only
+    the agent moves things). The way back is known: the only path home is the one walked."""
+    home = layout.names[layout.start]
+    at, way = state.room, []
+    for nxt in layout.path(state.room, layout.start):
+        way.append(layout.way(at, nxt))
+        at = nxt
+    back = f"; the way back to the {home}: {', '.join(way)}" if way else ""
+    lines = [f"I am in the {layout.names[state.room]}{back}."]
+    held = carried(state)
+    lines.append(f"I carry {_the(held)}." if held else "I carry nothing.")
+    opened = sorted(layout.locks[d] for d in state.opened)
+    if opened:
+        lines.append(f"I unlocked {_the([f'{c} door' for c in opened])}.")
+    home_now = [t for t in layout.targets if state.where[t] == layout.start]
+    missing = [t for t in layout.targets if state.where[t] != layout.start]
+    if home_now:
+        lines.append(f"Already in the {home}: {_the(home_now)}.")
+    if missing:
+        lines.append(f"Still to drop in the {home}: {_the(missing)}.")
+    else:
+        lines.append("Every goal object is home.")
+    wanted = [*missing, *(i for i in sorted(layout.items) if layout.is_key(i))]
+    seen = [f"the {i} in the {layout.names[state.where[i]]}" for i in wanted
+            if state.where[i] in visited and state.where[i] != CARRIED
+            and state.where[i] != layout.start]
+    if seen:
+        lines.append(f"Seen: {', '.join(seen)}.")
+    locked = []
+    for door, color in sorted(layout.locks.items()):
+        if door in state.opened:
+            continue
+        for room, other in ((layout.parent[door], door), (door, layout.parent[door])):
+            if room in visited:
+                locked.append(f"the {color} door {layout.way(room, other)} of the "
+                              f"{layout.names[room]}")
+                break
+    if locked:
+        lines.append(f"Locked: {', '.join(locked)}.")
+    return " ".join(lines)
 
 
 class WorldDomain:
@@ -65,6 +122,8 @@ class WorldDomain:
         self.invalid = 0
         self.novel = False
         self._pending = 0.0
+        self.visited: set[int] = set()
+        """Rooms the agent has been in (it has read their description)."""
 
     def load(self, task: Task) -> None:
         layout = task.meta.get("layout")
@@ -75,6 +134,7 @@ class WorldDomain:
         self.d0 = self.d = len(self.plan)
         self.invalid, self._pending = 0, 0.0
         self.novel = bool(task.meta.get("novel", False))
+        self.visited = {self.state.room}
 
     @property
     def solved(self) -> bool:
@@ -93,6 +153,7 @@ class WorldDomain:
         if self.layout is None or self.state is None:
             raise EnvError("world: act() before load()")
         outcome = act(self.layout, self.state, action)
+        self.visited.add(self.state.room)
         reward = 0.0 if outcome.valid else self.args.invalid_action_penalty
         self.invalid += not outcome.valid
         if outcome.changed:
@@ -106,6 +167,12 @@ class WorldDomain:
             reward += self.args.progress_reward * (before - self.d) / max(self.d0, 1)
         self._pending = reward
         return outcome.text
+
+    def state_summary(self) -> str:
+        """Where the episode stands in words (module `state_summary`)."""
+        if self.layout is None or self.state is None:
+            raise EnvError("world: state_summary() before load()")
+        return state_summary(self.layout, self.state, self.visited)
 
     def system_prompt(self) -> str:
         return SYSTEM_PROMPT
@@ -140,6 +207,11 @@ class WorldToolEnv(ToolEnv):
     async def reset(self, task: Task) -> Observation:
         self.world.load(task)
         return await super().reset(task)
+
+    def state_summary(self) -> str:
+        """The oracle summary of the episode so far: what a demonstration's summary step says
+        under `context.builder: compact` (sft/demos.py)."""
+        return self.world.state_summary()
 
     async def step(self, action: str) -> StepResult:
         result = await super().step(action)

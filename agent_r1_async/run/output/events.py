@@ -6,7 +6,7 @@ The supervisor and the launch loop call `Events` at the moments they see somethi
     actor-1 unresponsive for 121 s: last report at v14, 2 episodes in flight, 3 credits held; reclaimed 3 credits and 2 unfinished episodes; killing its process for Ray to restart
     buffer unresponsive for 121 s: no answer to the launcher since it was at version 14 (groups: 1 ready, 3 in flight); log: RUN_DIR/logs/buffer.log
     buffer responsive again after 92 s
-    actor-1 restarted by Ray (1 of 3 restarts); its loop runs again
+    actor-1 restarted by Ray (1 of 3 restarts); its loop runs again; discarded in flight: 2 episodes (17 steps: 1 of <=4, 1 of <=16; 1,234 generated tokens)
     actor-1 rejoined at version 7
     checkpoint written: RUN_DIR/checkpoints/step-10
     weights v12 reached 1 of 2 actors (actor-1 serves v8)
@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agent_r1_async.buffers.lengths import Loss
 from agent_r1_async.run.output.console import Console
 from agent_r1_async.run.output.logs import log_file, tail_error
 
@@ -48,6 +49,11 @@ STALL_S = 60.0
 episodes or the buffer refuses records: the launch says why it makes no progress."""
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _REFUSED = re.compile(r"buffer: record refused(?: \(\d+ so far\))?: (.*)$")
+
+
+def _discarded(loss: Loss | None) -> str:
+    """The restart line's tail: what the buffer discarded of the work in flight."""
+    return "" if loss is None else f"; discarded in flight: {loss.phrase()}"
 
 
 @functools.cache
@@ -420,18 +426,30 @@ class Events:
         self.console.event(f"{role} responsive again after {after_s:.0f} s",
                            key=f"responsive {role} {time.monotonic()}")
 
-    def actor_restarted(self, actor_id: str, restarts: int, max_restarts: int) -> None:
+    def actor_restarted(self, actor_id: str, restarts: int, max_restarts: int,
+                        discarded: Loss | None = None) -> None:
+        """`discarded`: what the buffer discarded of the old process's work (None: unknown,
+        the buffer did not answer)."""
         self._restarted_at[actor_id] = (time.time(), self._version)
         self.console.event(f"{actor_id} restarted by Ray ({restarts} of {max_restarts} restarts); "
-                           "its loop runs again", key=f"restarted {actor_id} {restarts}")
+                           f"its loop runs again{_discarded(discarded)}",
+                           key=f"restarted {actor_id} {restarts}")
 
     def learner_restarting(self, rank: int, error: BaseException, world_size: int, source: str,
-                           restarts: int, max_restarts: int) -> None:
+                           restarts: int, max_restarts: int,
+                           discarded: Loss | None = None) -> None:
+        """`discarded`: what the buffer discarded while the actors' loops restarted against
+        the new learner (None: unknown)."""
         log = log_file(self.log_dir, "learner", rank)
         cause = process_death(error, log)
         self.console.event(f"learner rank {rank} failed: {cause}; log: {log}; "
                            f"restarting the learner group ({world_size} ranks) from {source} "
-                           f"({restarts} of {max_restarts} restarts)", key=f"learner {restarts}")
+                           f"({restarts} of {max_restarts} restarts){_discarded(discarded)}",
+                           key=f"learner {restarts}")
+
+    def actor_loops_restarted(self, why: str, discarded: Loss | None) -> None:
+        """The actors' loops were stopped and re-run (`why`), not for a learner restart."""
+        self.console.event(f"the actors' loops restarted ({why}){_discarded(discarded)}")
 
     def node_lost(self, ip: str, roles: list[str]) -> None:
         ran = ", ".join(roles) if roles else "none of this run's processes"

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
+from agent_r1_async.buffers.lengths import WIRE_PREFIX, length_metrics
 from agent_r1_async.config import LoggingConfig, RunConfig, config_to_dict
 from agent_r1_async.learner.checkpoint_files import complete_checkpoints, disk_full, free_bytes
 
@@ -346,7 +347,7 @@ def _free(path: Path) -> int | None:
 
 
 METRIC_SECTIONS = ("reward", "env", "eval", "staleness", "is_weight", "learner", "actors", "actor",
-                   "buffer", "sft")
+                   "buffer", "episodes", "sft")
 """W&B sections (panels are grouped by the prefix before '/'); every metric's x-axis is
 `update`, the learner version, so runs, resumes and held-out points line up."""
 
@@ -432,11 +433,14 @@ def merge_metrics(
             out[_RENAME.get(k, f"learner/{k}")] = v
     for key in ("groups_ready", "groups_assembling", "episodes_stored", "bytes_stored",
                 "in_flight_groups", "accepted_groups", "sampled_groups", "ingest_records_per_s",
-                "records_per_frame"):
+                "records_per_frame", "episode_bytes_mean"):
         if key in buffer:
             out[f"buffer/{key}"] = buffer[key]
-    for reason, count in buffer.get("drops", {}).items():
-        out[f"buffer/drops/{reason}"] = count
+    drops = buffer.get("drops", {})
+    for reason, count in drops.items():
+        if not reason.startswith(WIRE_PREFIX):
+            out[f"buffer/drops/{reason}"] = count
+    out.update(length_metrics(drops))  # episodes generated, trained, dropped by length
     actors = buffer.get("actors", {})
     if actors:
         tok_total = eps_total = 0.0

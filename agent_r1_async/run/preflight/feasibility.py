@@ -7,6 +7,10 @@ traceback, and raises a one-line `ConfigError` naming the key and what would fit
 - the batch must fit in the buffer: `batch_groups` groups of `group_size` worst-case episodes
   within `buffer.max_bytes`, or the buffer stops granting credits before a batch is complete
   and the learner waits for it forever;
+- the longest sequence the learner may train (`model.max_model_len`: a step, or an episode
+  packed into one sequence) must fit `learner.micro_batch_tokens`, or its micro-batch holds
+  more tokens, and activation memory, than the budget and the memory preflight allow
+  (`sequences_fit_micro_batch`);
 - a local run (embedded Ray: this machine is the whole cluster) must fit this machine:
   `launch.num_cpus` ≥ the CPUs the processes reserve (Ray would never place the rest), the
   GPUs they reserve and `learner.device` exist, `buffer.max_bytes` ≤ its memory (memory.py);
@@ -44,7 +48,7 @@ from typing import Any
 from agent_r1_async.buffers.assembly import max_episode_nbytes
 from agent_r1_async.config import LOOPBACK_HOSTS, ConfigError, RunConfig
 from agent_r1_async.learner.checkpoint_files import complete_checkpoints, step_dirs, verify
-from agent_r1_async.run.preflight.memory import buffer_fits_memory
+from agent_r1_async.run.preflight.memory import buffer_fits_memory, longest_sequence
 from agent_r1_async.run.processes.ray_cluster import BUFFER_NUM_CPUS, _cpus_needed, ray_address
 
 _GIB = 1 << 30
@@ -57,6 +61,7 @@ def check_feasible(cfg: RunConfig, address: str | None = None, resume: str | Non
     if resume:
         resume_has_checkpoint(resume, fresh)
     batch_fits_buffer(cfg)
+    sequences_fit_micro_batch(cfg)
     compiler_present(cfg)
     joined = ray_address(cfg, address) is not None
     if not joined:
@@ -91,6 +96,27 @@ def batch_fits_buffer(cfg: RunConfig) -> None:
         f"({cfg.buffer.max_bytes / _GIB:.3g} GiB): the buffer would stop granting credits "
         f"before a batch is complete; at most {cfg.buffer.max_bytes // group} groups fit "
         "(or raise buffer.max_bytes)")
+
+
+def sequences_fit_micro_batch(cfg: RunConfig) -> None:
+    """A micro-batch holds whole sequences (learner/batching.py): one longer than
+    `learner.micro_batch_tokens` would get a micro-batch of its own, over the budget that bounds
+    the learner's activation memory. Splitting it at step boundaries would not help: a piece
+    ending at step t still holds step t's whole context. So the budget must hold the longest
+    sequence, `model.max_model_len` (memory.py `longest_sequence`)."""
+    lc, longest = cfg.learner, longest_sequence(cfg)
+    if lc.micro_batch_tokens >= longest:
+        return
+    raise ConfigError(
+        f"learner.micro_batch_tokens: ({lc.micro_batch_tokens}) is below model.max_model_len "
+        f"({longest}), the longest sequence the learner may train: a step's context + action "
+        f"(engine.max_new_tokens {cfg.engine.max_new_tokens}) reaches it, and so does an "
+        f"episode of up to env.max_turns ({cfg.env.max_turns}) steps packed into one sequence "
+        f"(learner.pack_steps); a sequence is never split across micro-batches, so its "
+        f"micro-batch would exceed the budget and the memory preflight's estimate: set "
+        f"learner.micro_batch_tokens to at least {longest}, or model.max_model_len to at most "
+        f"{lc.micro_batch_tokens} (episodes end there: fewer env.max_turns, or context.builder "
+        f"truncate with context.max_tokens + engine.max_new_tokens within it, keep them whole)")
 
 
 def cpp_compilers() -> list[str]:

@@ -13,12 +13,18 @@ The estimate, per process (bytes; P = parameters of `model.name_or_path`'s archi
                + 2 P x engine dtype bytes         the published state dict and its frame
                + 2 P / world_size with bf16       bf16 copies of the weights (working copy or autocast's)
                + FRAG x (activations + head)) per rank
-              activations = micro_batch_tokens x layers x (12 hidden + 3 intermediate) x 4
+              activations = tokens x layers x (12 hidden + 3 intermediate) x 4
                             (x 0.5 with bf16; with gradient_checkpointing only each layer's
-                            input is kept, plus one layer's full set)
+                            input is kept, layers x hidden x 4 x 2, halved with bf16 and
+                            halved again on the bf16 working copy, whose residual stream is
+                            bf16, plus one layer's full set)
               head        = action tokens x vocab x 12 (logits, log-softmax, their gradient;
-                            fp32); action tokens = micro_batch_tokens x max_new_tokens x
-                            max_turns / max_model_len (capped by head_chunk_tokens)
+                            fp32); action tokens = tokens x max_new_tokens x max_turns /
+                            max_model_len (capped by head_chunk_tokens)
+              tokens      = max(micro_batch_tokens, max_model_len): a micro-batch's padded
+                            tokens; it holds at least one whole sequence, and the longest is
+                            max_model_len (an episode packed into one: the prompt + max_turns
+                            x (observation + action)); `launch` refuses a budget below it
     actor     vLLM: ENGINE + P x dtype bytes + KV cache (`engine.kv_cache_gb`, on CPU at
               least 1 GiB); transformers: PROCESS + P x dtype bytes
     buffer, driver, Ray's own processes: FIXED
@@ -28,7 +34,11 @@ micro-batches): the learner estimate is 9.4 GB against 9–10.6 GB of learner RS
 inside default launches (6.5 GB in bench_learner, which publishes nothing and runs fewer
 steps); configs/tiny.yaml's learner 0.9 GB against 0.9 GB measured; a vLLM CPU actor (the host process, vLLM's engine core and its worker together)
 estimates 4.0 GB against 4.0 GB measured in an `agent-r1-async eval` run (0.76 + 0.66 +
-2.60 GB RSS; fp32 weights, KV cache 1 GiB).
+2.60 GB RSS; fp32 weights, KV cache 1 GiB). At long sequences (configs/world.yaml's learner
+with the `full` context builder, 100-step episodes packed into sequences of up to 6,430
+tokens, micro_batch_tokens 6,656; bench/bench_learner_long_sequences.py) the learner
+estimate is 4.7 GB against 4.06 GB of peak RSS measured (BENCHMARKS.md, "Learner at long
+sequences").
 """
 
 from __future__ import annotations
@@ -80,9 +90,28 @@ class ModelDims:
         return ModelDims(n * per_layer + embed + h, n, h, i, v)
 
 
+def longest_sequence(cfg: RunConfig) -> int:
+    """Tokens of the longest sequence the learner may train: `model.max_model_len`.
+
+    A step's context + action never exceeds it (the engine's token budget is the room the
+    context leaves), and an episode packed into one sequence (`learner.pack_steps`: its last
+    step's context + action) neither: with the `full` context builder the prompt and
+    `env.max_turns` × (observation + action) reach it in a long episode, which then ends there.
+    The prompt's and the observations' lengths are the env's, so nothing shorter bounds it."""
+    return cfg.model.max_model_len
+
+
+def micro_batch_tokens(cfg: RunConfig) -> int:
+    """Padded tokens of the learner's largest micro-batch: `learner.micro_batch_tokens`, or the
+    longest sequence where that is longer (a sequence is never split across micro-batches;
+    `launch` refuses such a config, run/preflight/feasibility.py `sequences_fit_micro_batch`)."""
+    return max(cfg.learner.micro_batch_tokens, longest_sequence(cfg))
+
+
 def learner_parts(cfg: RunConfig, d: ModelDims) -> dict[str, float]:
     """Bytes of one learner rank, by part (module docstring)."""
     lc = cfg.learner
+    tokens = micro_batch_tokens(cfg)
     trainable = 0 if lc.lora.enabled else d.params  # LoRA: the adapters are a rounding error
     per_token = d.layers * (12 * d.hidden + 3 * d.intermediate) * 4
     if lc.gradient_checkpointing:
@@ -90,9 +119,13 @@ def learner_parts(cfg: RunConfig, d: ModelDims) -> dict[str, float]:
     bf16 = precision.learner_bf16(lc, model=cfg.model.name_or_path)
     if bf16:
         per_token //= 2
+        if lc.gradient_checkpointing and precision.bf16_copy_allowed(lc):
+            # On the bf16 working copy the residual stream, each layer's kept input, is bf16 too
+            # (autocast keeps it fp32): 2 bytes a value instead of 4.
+            per_token -= d.layers * d.hidden * 2
     # The head runs on action tokens only: at most the share of a context that actions fill.
     action_share = min(1.0, cfg.engine.max_new_tokens * cfg.env.max_turns / cfg.model.max_model_len)
-    head_tokens = int(lc.micro_batch_tokens * action_share)
+    head_tokens = int(tokens * action_share)
     if lc.head_chunk_tokens:
         head_tokens = min(head_tokens, lc.head_chunk_tokens)
     published = _DTYPE_BYTES[precision.engine_dtype(cfg.engine, model=cfg.model.name_or_path)]
@@ -100,7 +133,7 @@ def learner_parts(cfg: RunConfig, d: ModelDims) -> dict[str, float]:
         "process": PROCESS,
         "weights + gradients + AdamW": (4 * d.params + 12 * trainable) / lc.world_size,
         "published copy": 2 * published * d.params,
-        "activations": FRAG * lc.micro_batch_tokens * per_token,
+        "activations": FRAG * tokens * per_token,
         "LM head": FRAG * head_tokens * d.vocab * 12,
     }
     if bf16:  # the bf16 working copy (learner/bf16_copy.py), or autocast's casts of the weights
@@ -145,8 +178,7 @@ def check(cfg: RunConfig, d: ModelDims, available: float) -> str | None:
     lines = ", ".join(f"{k} {v / GB:.1f} GB" for k, v in parts.items())
     fixes = []
     if lp["activations"] + lp["LM head"] > 0.25 * need / cfg.learner.world_size:
-        fixes.append(f"lower `learner.micro_batch_tokens` ({cfg.learner.micro_batch_tokens}: "
-                     f"activations {(lp['activations'] + lp['LM head']) / GB:.1f} GB per rank)")
+        fixes.append(_shrink_activations(cfg, lp["activations"] + lp["LM head"]))
         if not cfg.learner.gradient_checkpointing:
             fixes.append("set `learner.gradient_checkpointing: true`")
     if cfg.actors.num_actors > 1:
@@ -157,6 +189,21 @@ def check(cfg: RunConfig, d: ModelDims, available: float) -> str | None:
     return (f"the run needs about {need / GB:.1f} GB of memory ({lines}) but this machine has "
             f"{available / GB:.1f} GB available: " + "; ".join(fixes)
             + " (or `launch --force` to start anyway)")
+
+
+def _shrink_activations(cfg: RunConfig, active: float) -> str:
+    """The keys that shrink a micro-batch's activations: its token budget, down to the longest
+    sequence (a micro-batch holds one whole), then that sequence's bound itself."""
+    lc, longest = cfg.learner, longest_sequence(cfg)
+    what = f"activations {active / GB:.1f} GB per rank"
+    if lc.micro_batch_tokens > longest:
+        return (f"lower `learner.micro_batch_tokens` ({lc.micro_batch_tokens}: {what}; not below "
+                f"`model.max_model_len` {longest}, the longest sequence)")
+    return (f"lower `model.max_model_len` ({longest}, the longest sequence, which a micro-batch "
+            f"holds whole: {what}) and `learner.micro_batch_tokens` "
+            f"({lc.micro_batch_tokens}) with it; episodes then end sooner (fewer `env.max_turns`, "
+            "or `context.builder: truncate` with `context.max_tokens` + "
+            "`engine.max_new_tokens` within it keep them whole)")
 
 
 def model_dims(name_or_path: str) -> ModelDims | None:

@@ -16,8 +16,9 @@ starts a new `BufferHost`:
   every learner checkpoint, and first thing at shutdown), with the actors' credits kept (the
   same actors go on), told the learner's current version;
 - at most `buffer.max_restarts` times per run, each one console line, which also says how
-  many records the old process had received after its snapshot (lost with it: counted from
-  the launcher's last look at its stats, `seen`, so at least that many).
+  many records the old process had received after its snapshot and the episodes they belong
+  to, with their steps and generated tokens (lost with it: none of them can be whole again;
+  counted from the launcher's last look at its stats, `seen`, so at least that many).
 
 The host writes its pid to `RUN_DIR/buffer.pid` (the kill drill and an operator find it there).
 
@@ -32,6 +33,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agent_r1_async.buffers.lengths import UNSAVED, WIRE_PREFIX, Loss
 from agent_r1_async.buffers.validate import RecordBounds
 from agent_r1_async.config import RunConfig
 from agent_r1_async.run.output.events import death_cause, process_death
@@ -65,6 +67,7 @@ class SupervisedBuffer:
         """True after a restart on another node (new endpoints) until the supervisor has
         pointed the clients there."""
         self._records_seen: int | None = None
+        self._unsaved_seen: Loss | None = None
         self._start(relaunch=resume)
         if resume:  # what a corrupt snapshot in RUN_DIR/buffer cost, if it did
             self._say_snapshot(self.ray.get(self.handle.restored.remote()))
@@ -126,6 +129,10 @@ class SupervisedBuffer:
     def seen(self, stats: dict[str, Any]) -> None:
         """The launcher's latest look at the buffer's stats (what a restart reports lost)."""
         self._records_seen = int(stats.get("records", 0))
+        prefix = WIRE_PREFIX + UNSAVED
+        unsaved = {k[len(prefix):]: int(v) for k, v in stats.get("drops", {}).items()
+                   if k.startswith(prefix)}
+        self._unsaved_seen = Loss.from_counts(unsaved) if unsaved else None
 
     def restart(self, error: BaseException, learner_version: int | None) -> None:
         self.restarts += 1
@@ -158,7 +165,7 @@ class SupervisedBuffer:
               f"{learner_version if learner_version is not None else restored['version']}; "
               f"{self._lost(int(restored.get('records', 0)))} "
               f"({self.restarts}/{self.cfg.buffer.max_restarts})", file=sys.stderr, flush=True)
-        self._records_seen = None
+        self._records_seen = self._unsaved_seen = None
         self._say_snapshot(restored)
 
     def _lost(self, restored_records: int) -> str:
@@ -166,8 +173,10 @@ class SupervisedBuffer:
         if self._records_seen is None:
             return "records received after the snapshot: unknown (no stats seen)"
         lost = max(0, self._records_seen - restored_records)
-        return (f"lost with it: {lost} records received after the snapshot (at least: counted "
-                "at the launcher's last look)")
+        episodes = ("" if self._unsaved_seen is None else
+                    f"; discarded in flight: {self._unsaved_seen.phrase()} with a record since")
+        return (f"lost with it: {lost} records received after the snapshot{episodes} (at "
+                "least: counted at the launcher's last look)")
 
     @staticmethod
     def _say_snapshot(restored: dict[str, Any]) -> None:

@@ -33,6 +33,10 @@ spell of silence, and again when a buffer or learner answers after it.
   (`ray.kill(no_restart=False)`, which kills a stopped process too) for Ray to restart within
   `actors.max_restarts`, and the death path re-runs its loop. It costs the in-flight work of
   one actor that would never have finished it.
+- Each restart line says what the buffer discarded with it (`discarded in flight: ...`,
+  `buffers/lengths.py` `Loss`): an actor's, what its reclaims dropped; the learner's, what the
+  buffer dropped while the actors' loops restarted (its length counts before and after); the
+  buffer's, the untrained episodes with a record since its snapshot (buffer_group.py).
 - An unresponsive buffer or learner is named, and never killed for it: (1) neither loses
   anything by waiting, a stopped one resumes where it stood (0.5 s after SIGCONT in the
   drill), while a restart costs the groups since the last snapshot or the updates since the
@@ -58,6 +62,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agent_r1_async.buffers.lengths import Loss
 from agent_r1_async.config import RunConfig
 from agent_r1_async.learner.checkpoint_files import disk_full_message
 from agent_r1_async.run.output.console import Console
@@ -211,6 +216,9 @@ class Supervisor:
         self.liveness = Liveness(cfg.launch.unresponsive_s)
         self.replacing: dict[int, str] = {}
         """Actors the launcher killed for being unresponsive -> the cause their death says."""
+        self.discarded: dict[int, Loss] = {}
+        """Actors reclaimed before their death -> what that reclaim discarded (their restart
+        line says it)."""
         self._buffer_probe = _Probe(ray, lambda: self.buffer.stats.remote(), _PROBE_EVERY_S)
         self._last_stats: dict[str, Any] = {}
         self._learner_seen: dict[int, dict[str, Any]] = {}
@@ -256,20 +264,24 @@ class Supervisor:
             self.restarts[i] += 1
             if self.restarts[i] > self.cfg.actors.max_restarts:
                 raise RuntimeError(f"{reason}; restarted {self.cfg.actors.max_restarts} times")
-            self.reclaim(actor_id)
+            got = self.reclaim(actor_id)
+            before = self.discarded.pop(i, None)  # reclaimed when it was found unresponsive
+            discarded = None if got is None else Loss.from_counts(got) + (before or Loss())
             self._wait_restarted(i, reason)
             # Ray re-ran its constructor with the endpoints of launch time; a learner restarted
             # since then publishes weights elsewhere.
             self.ray.get(self.actors[i].set_endpoints.remote(self.endpoints))
             self.nodes.place(actor_id, self.ray.get(self.actors[i].where.remote()))
-            self.events.actor_restarted(actor_id, self.restarts[i], self.cfg.actors.max_restarts)
+            self.events.actor_restarted(actor_id, self.restarts[i], self.cfg.actors.max_restarts,
+                                        discarded)
             self.liveness.forget(actor_id)
             self.runs[self.actors[i].run.remote()] = i
 
     def reclaim(self, actor_id: str) -> dict[str, int] | None:
         """The buffer gives back what `actor_id`'s old process held (`TrajectoryBuffer.reclaim`):
-        {"credits": n, "episodes": n}; None when the buffer did not answer (the credits then
-        expire after buffer.episode_timeout_s)."""
+        {"credits": n, "episodes": n} and what it discarded (`lengths.Loss.to_counts`); None
+        when the buffer did not answer (the credits then expire after
+        buffer.episode_timeout_s)."""
         try:
             got: dict[str, int] = self.buffers.call("reclaim", actor_id, timeout=_RECLAIM_TIMEOUT_S,
                                                     learner_version=self.last_version)
@@ -293,6 +305,8 @@ class Supervisor:
                 continue
             doing = _actor_doing(actor_id, stats)
             got = self.reclaim(actor_id)
+            if got is not None:
+                self.discarded[i] = Loss.from_counts(got)
             then = (f"reclaimed {_count(got['credits'], 'credit')} and "
                     f"{_count(got['episodes'], 'unfinished episode')}" if got is not None else
                     "not reclaimed (its credits expire after buffer.episode_timeout_s)")
@@ -423,7 +437,8 @@ class Supervisor:
         self.nodes.place("buffer", self.buffers.where)
         for rank in self.learner.ranks:
             self.ray.get(rank.set_buffer.remote(self.endpoints["control"]), timeout=30)
-        self._restart_actor_loops()
+        discarded = self._restart_actor_loops()
+        self.events.actor_loops_restarted("the buffer moved", discarded)
         self.buffers.moved = False
 
     def _updated(self, result: dict[str, Any]) -> dict[str, Any]:
@@ -509,29 +524,52 @@ class Supervisor:
         lost, self.last_version = self.last_version, self.version()
         redo = (f"; updates {self.last_version + 1}..{lost} are redone, not logged again"
                 if lost > self.last_version else "")
-        self.events.learner_restarting(
-            rank, error, self.cfg.learner.world_size,
-            f"{ckpt or 'the initial weights (no checkpoint yet)'} (version {self.last_version}"
-            f"{redo})", self.learner_restarts, self.cfg.learner.max_restarts)
         self.endpoints["weights"] = self.ray.get(self.learner.leader.weights_endpoint.remote())
         self.write_endpoints()
         self._locate_learner()
-        self._restart_actor_loops()
+        discarded = self._restart_actor_loops()
+        self.events.learner_restarting(
+            rank, error, self.cfg.learner.world_size,
+            f"{ckpt or 'the initial weights (no checkpoint yet)'} (version {self.last_version}"
+            f"{redo})", self.learner_restarts, self.cfg.learner.max_restarts, discarded)
         self.learner.call("publish")
 
-    def _restart_actor_loops(self) -> None:
+    def _buffer_drops(self) -> dict[str, int] | None:
+        """The buffer's `drops` now, its length counts included; None without an answer."""
+        try:
+            stats = self.buffers.call("stats", timeout=_RECLAIM_TIMEOUT_S,
+                                      learner_version=self.last_version)
+            return {str(k): int(v) for k, v in stats["drops"].items()}
+        except Exception:  # what was discarded is then not said; nothing else depends on it
+            return None
+
+    def _restart_actor_loops(self) -> Loss | None:
+        """Stop every actor's loop, give back what each held in the buffer and re-run the loops
+        against the current endpoints. Returns what the buffer discarded meanwhile (the
+        stopped loops' aborted episodes and the reclaimed ones, by the buffer's length counts
+        before and after), or the sum of the reclaims' when the buffer gave no counts; None
+        when neither is known."""
+        before = self._buffer_drops()
+        reclaimed: Loss | None = Loss()
         for a in self.actors:
             with contextlib.suppress(Exception):
                 self.ray.get(a.stop.remote(), timeout=10)
         self.ray.wait(list(self.runs), timeout=60, num_returns=len(self.runs))
         self.replacing.clear()  # a killed one is waited for below like any other
+        self.discarded.clear()
         for i, a in enumerate(self.actors):  # one that Ray is restarting answers once back
-            self.reclaim(f"actor-{i}")  # the old loop's leftovers; judged again once it reports
+            got = self.reclaim(f"actor-{i}")  # the old loop's leftovers; judged once it reports
+            reclaimed = None if got is None or reclaimed is None else (
+                reclaimed + Loss.from_counts(got))
             self.liveness.forget(f"actor-{i}")
             self._wait_restarted(i, f"actor-{i} (restarting its loop against new endpoints)")
             self.ray.get(a.set_endpoints.remote(self.endpoints))
             self.nodes.place(f"actor-{i}", self.ray.get(a.where.remote()))
         self.runs = {a.run.remote(): i for i, a in enumerate(self.actors)}
+        after = self._buffer_drops() if before is not None else None
+        if before is None or after is None:
+            return reclaimed
+        return Loss.between(before, after)
 
     def buffer_stats(self) -> dict[str, Any]:
         """The buffer's stats, fresh. While the buffer does not answer the launcher keeps

@@ -14,7 +14,8 @@ import pytest
 
 MODULES = ["bench_async_vs_sync", "bench_transport", "bench_weight_sync", "bench_engines",
            "bench_learner", "bench_vs_trl", "bench_buffer", "bench_learning",
-           "bench_tool_overhead"]
+           "bench_tool_overhead", "bench_delta_records", "bench_sft_vs_rl",
+           "bench_learner_long_sequences"]
 
 
 def load(name: str) -> ModuleType:
@@ -186,3 +187,56 @@ def test_tool_overhead_summary_and_native_baselines_by_hand() -> None:
     results = [asyncio.run(env.step(a)) for a in oracle({"seed": 0})]
     assert [r.done for r in results] == [False] * (len(results) - 1) + [True]
     assert results[-1].outcome_reward == 1.0 and results[-1].metrics["solved"] == 1.0
+
+
+def test_sft_vs_rl_metric_and_horizon_buckets_by_hand(tmp_path: Path) -> None:
+    import json
+
+    mod = load("bench_sft_vs_rl")
+    rows = [  # optimal_len 6 solved, 15 failed, 18 solved, 35 solved, an env_error (no metrics)
+        {"metrics": {"success": 1.0, "optimal_len": 6}},
+        {"metrics": {"success": 0.0, "optimal_len": 15}},
+        {"metrics": {"success": 1.0, "optimal_len": 18}},
+        {"metrics": {"success": 1.0, "optimal_len": 35}},
+        {"metrics": {}},
+    ]
+    assert mod.metric_of(rows, "success") == pytest.approx(3 / 5)  # a failed episode counts 0
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert mod.horizon(str(path), [10, 20, 40, 80], "success") == [
+        {"le": 10, "episodes": 1, "metric": 1.0},
+        {"le": 20, "episodes": 2, "metric": 0.5},
+        {"le": 40, "episodes": 1, "metric": 1.0},
+    ]
+
+
+def test_delta_records_bench_builds_an_episode_whose_deltas_add_up() -> None:
+    mod = load("bench_delta_records")
+    from agent_r1_async.wire.delta import resolve_contexts
+
+    recs = mod.episode_records(5, prompt=7, action=3, obs=2, delta=True, seed=1)
+    steps = recs[:-1]
+    # step i's context: 7 + i × (3 + 2) tokens; a delta carries the 2 observation tokens
+    assert [len(c) for c in resolve_contexts(steps)] == [7, 12, 17, 22, 27]
+    assert [len(s.context_ids) for s in steps] == [7, 2, 2, 2, 2]
+    whole = mod.episode_records(5, prompt=7, action=3, obs=2, delta=False, seed=1)[:-1]
+    assert resolve_contexts(steps) == [list(s.context_ids) for s in whole]
+
+
+def test_long_sequence_bench_packs_each_episode_into_one_budget_sized_sequence() -> None:
+    import argparse
+
+    mod = load("bench_learner_long_sequences")
+    args = argparse.Namespace(steps=100, instruction=470, action=20, observations=[40, 30, 20],
+                              set=[])
+    # 470 + 99 x (20 + 40) + 20 = 6,430; with 30- and 20-token observations 5,440 and 4,450
+    assert [mod.episode_length(args, o) for o in args.observations] == [6430, 5440, 4450]
+    # the budget: the longest rounded up to 256 = 6,656, as max_model_len and micro-batch
+    assert "model.max_model_len=6656" in mod.overrides(args)
+    assert "learner.micro_batch_tokens=6656" in mod.overrides(args)
+    rows = mod.synthetic_episode_rows(argparse.Namespace(**{**vars(args), "steps": 3}), 1000, 0, 4)
+    # each context = the previous context + action + observation: 470, 494, 518 tokens
+    assert [len(r.context_ids) for r in rows] == [470, 494, 518]
+    assert all(rows[t + 1].context_ids[:rows[t].length] == [*rows[t].context_ids,
+                                                            *rows[t].action_ids]
+               for t in range(2))

@@ -53,3 +53,14 @@ def test_median_range_and_binomial_se() -> None:
     assert binomial_se(0.9, 100) == pytest.approx(0.03, rel=1e-12)
     with pytest.raises(ValueError, match="binomial_se"):
         binomial_se(1.5, 100)
+
+
+def test_paired_diffs_by_hand() -> None:
+    from bench.stats import paired_diffs
+
+    # diffs 0.1, 0.2, 0.3: mean 0.2, sd 0.1, se 0.1/sqrt(3), half = 4.303 * 0.05774 = 0.2484
+    p = paired_diffs([0, 1, 2], [0.1, 0.2, 0.3])
+    assert p["mean"] == pytest.approx(0.2)
+    assert p["half"] == pytest.approx(4.303 * 0.1 / 3 ** 0.5)
+    assert p["lo"] == pytest.approx(0.2 - 0.24844, abs=1e-4) and not p["excludes_zero"]
+    assert paired_diffs([0, 1], [0.5, 0.5])["excludes_zero"] is True  # sd 0: [0.5, 0.5]

@@ -63,7 +63,7 @@ def test_group_becomes_ready_after_group_wait_with_enough_episodes() -> None:
     ready, _ = asm.drain()
     assert [e.end.episode_id for e in ready[0].group.episodes] == ["e0", "e1"]
     asm.add(step("e2", "g", 1), clock())  # the straggler's later records are counted, not kept
-    assert asm.drops == {"late_record": 1}
+    assert asm.drops == {"abandoned_episode": 1, "late_record": 1}
 
 
 def test_dead_actor_episode_expires_and_is_never_half_trained() -> None:

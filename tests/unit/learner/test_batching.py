@@ -146,3 +146,40 @@ def test_chain_steps_packs_only_contexts_that_extend_the_previous_step():
     assert mb.advantages.tolist() == [[0, 0, 1, 0, 0, 2, 2, 3], [0, 0, 4, 0, 0, 0, 0, 0]]
     with pytest.raises(ValueError, match=r"\(3,\) advantages for 4 steps"):
         mb.set_advantages(torch.zeros(3))
+
+
+def _long_episode(e: int, steps: int, instruction: int, action: int, observation: int):
+    """An episode of `steps` steps, each context the previous context + action + observation
+    (the `full` builder's shape): token ids 100 + e, actions 1, observations 2."""
+    rows, context = [], [100 + e] * instruction
+    for t in range(steps):
+        act = [1] * action
+        rows.append(batching.Row(context, act, [-1.0] * action, [0] * action, 0.0, 0.0, 1.0,
+                                 0, e, t, ("g", f"e{e}")))
+        context = [*context, *act, *[2] * observation]
+    return rows
+
+
+def test_packed_long_episodes_stay_within_a_budget_of_the_longest_sequence():
+    # 100-step episodes of 3 + 99 x (1 + 2) + 1 = 301 and 3 + 99 x (1 + 1) + 1 = 202 tokens,
+    # and a 1-step one of 4: packed, three sequences as long as their last steps.
+    rows = [*_long_episode(0, 100, 3, 1, 2), *_long_episode(1, 100, 3, 1, 1),
+            *_long_episode(2, 1, 3, 1, 0)]
+    seqs = batching.training_sequences(rows, pack=True)
+    assert [len(s) for s in seqs] == [100, 100, 1]
+    assert [rows[s[-1]].length for s in seqs] == [301, 202, 4]
+    # A piece of a packed sequence ending at step t holds step t's whole context: cutting the
+    # 301-token episode anywhere leaves a piece of 301 tokens.
+    assert max(batching.collate_sequences(rows, [s], PAD).num_tokens
+               for s in (seqs[0][:50], seqs[0][50:])) == 301
+    # The budget a launch accepts (at least the longest sequence) holds every micro-batch:
+    # 301 | 202 + 4 padded to 2 x 202 = 404 > 301, so 202 | 4.
+    mbs = batching.sequences_to_micro_batches(rows, seqs, 301, PAD)
+    assert [mb.num_tokens for mb in mbs] == [301, 202, 4]
+    assert sorted(i for mb in mbs for i in mb.row_index.tolist()) == list(range(len(rows)))
+    assert sum(mb.num_action_tokens for mb in mbs) == 201
+    # At 410 tokens the 202- and 4-token sequences share one (2 x 202 = 404).
+    assert [mb.num_tokens for mb in batching.make_micro_batches(rows, 410, PAD, pack=True)] == [
+        301, 404]
+    # Below the longest sequence its micro-batch is over the budget: what a launch refuses.
+    assert max(mb.num_tokens for mb in batching.make_micro_batches(rows, 256, PAD, pack=True)) == 301

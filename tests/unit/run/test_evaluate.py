@@ -25,8 +25,15 @@ def test_oracle_engine_scores_perfectly(cfg):
     tasks = spec.tasks("dev")[:4]
     oracles = {t.prompt: spec.oracle(t) for t in tasks}
     engine = FakeEngine.by_turn(load_tokenizer(tiny_model_dir()), oracles)
-    result = evaluate(cfg, "dev", 4, engine=engine)
+    rows: list = []
+    result = evaluate(cfg, "dev", 4, engine=engine, episodes=rows)
     assert result["episodes"] == 8.0  # 4 tasks x 2 samples
+    # one row per episode: each task twice, each solved with return 1.3 in its oracle's steps
+    assert sorted(r["task_id"] for r in rows) == sorted([t.task_id for t in tasks] * 2)
+    by_task = {t.task_id: len(spec.oracle(t)) for t in tasks}
+    for r in rows:
+        assert (r["status"], r["outcome_reward"], r["steps"]) == ("ok", 1.0, by_task[r["task_id"]])
+        assert r["return"] == pytest.approx(1.3) and r["metrics"]["format_ok"] == 1.0
     assert result["outcome_reward"] == 1.0 and result["failed_rate"] == 0.0
     assert result["format_ok"] == 1.0
     # return = outcome 1.0 + process rewards: first valid calculator call 0.1, a calculator

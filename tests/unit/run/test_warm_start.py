@@ -33,6 +33,7 @@ def test_key_changes_with_what_trains_the_weights_only():
         "sft.lr=1e-4", "sft.num_demos=8", "sft.epochs=2", "learner.seed=1",
         "env.args.num_ops=2", "env.max_turns=2", "model.max_model_len=2048",
         "model.name_or_path=tiny-random-llama", "context.builder=last_k",
+        "sft.demo_seed=0", "sft.demo_offset=32", "sft.max_wall_time_s=60",
     ]
     keys = {ws.warm_start_key(_cfg(o)) for o in different}
     assert base not in keys and len(keys) == len(different)
@@ -122,3 +123,30 @@ def test_a_cached_warm_start_is_found_without_a_child_process(tmp_path, monkeypa
     assert messages == [("say", f"[launch] warm start: cached {entry}"),
                         ("say", f"[launch] warm start: RL starts from {step}")]
     assert f"init_from: {step}" in (run_dir / "config.yaml").read_text()
+
+
+def test_the_key_of_a_config_without_the_newer_sft_settings_is_unchanged():
+    """demo_seed / demo_offset / max_wall_time_s at their defaults, and the compact builder's
+    context settings under another builder, leave the key as it was before they existed: the
+    key of a config whose sections lack them (by hand: the same hash of the same parts)."""
+    import hashlib
+    import json
+
+    from agent_r1_async.actors.context import PROMPT_LAYOUT
+
+    cfg = _cfg()
+    learner = msgspec.to_builtins(cfg.learner)
+    learner["bf16"] = precision.learner_bf16(cfg.learner, model=cfg.model.name_or_path)
+    sft = {k: v for k, v in msgspec.to_builtins(cfg.sft).items()
+           if k not in ("eval_before", "eval_after", "eval_num_tasks", "log_every",
+                        "demo_seed", "demo_offset", "max_wall_time_s")}
+    parts = {
+        "model": [cfg.model.name_or_path, cfg.model.dtype, cfg.model.max_model_len],
+        "env": msgspec.to_builtins(cfg.env),
+        "context": {k: v for k, v in msgspec.to_builtins(cfg.context).items()
+                    if k not in ("summary_max_tokens", "summary_prompt")},  # not compact
+        "sft": sft, "learner": {k: learner[k] for k in ws._LEARNER_KEYS},
+        "prompt_layout": PROMPT_LAYOUT,
+    }
+    blob = json.dumps(parts, sort_keys=True, default=str).encode()
+    assert ws.warm_start_key(cfg) == hashlib.sha256(blob).hexdigest()[:16]

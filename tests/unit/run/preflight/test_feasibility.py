@@ -395,3 +395,22 @@ def test_learner_compile_needs_a_cpp_compiler_on_path(monkeypatch, tmp_path):
     with pytest.raises(ConfigError, match=r"none is on PATH \(my-cxx\)"):
         feasibility.compiler_present(cfg)
     feasibility.compiler_present(config_from_dict({}))  # off: nothing checked
+
+
+def test_a_micro_batch_budget_below_the_longest_sequence_is_refused_naming_the_keys() -> None:
+    # 100 steps of a `full` context packed into one sequence: up to model.max_model_len tokens,
+    # one micro-batch of its own whatever the budget.
+    long = ["env.max_turns=100", "model.max_model_len=8192", "engine.max_new_tokens=48"]
+    with pytest.raises(ConfigError) as e:
+        check_feasible(_cfg(*long, "learner.micro_batch_tokens=4096"))
+    why = str(e.value)
+    assert why.startswith("learner.micro_batch_tokens: (4096) is below model.max_model_len "
+                          "(8192), the longest sequence the learner may train")
+    for key in ("engine.max_new_tokens 48", "env.max_turns (100)", "context.max_tokens",
+                "set learner.micro_batch_tokens to at least 8192",
+                "or model.max_model_len to at most 4096"):
+        assert key in why, key
+    assert "\n" not in why
+    feasibility.sequences_fit_micro_batch(_cfg(*long, "learner.micro_batch_tokens=8192"))
+    feasibility.sequences_fit_micro_batch(  # the budget, not the episode, was the trouble
+        _cfg("env.max_turns=100", "model.max_model_len=4096", "learner.micro_batch_tokens=4096"))

@@ -63,13 +63,20 @@ def test_default_config_estimate_by_hand() -> None:
 
 def test_checkpointing_and_bf16_shrink_the_activations() -> None:
     d = ModelDims.from_hf_config(SMOLLM2)
-    cfg = load_config(str(ROOT / "configs" / "default.yaml"),
-                      ["learner.gradient_checkpointing=true", "learner.bf16=true"])
+    autocast = load_config(str(ROOT / "configs" / "default.yaml"), [
+        "learner.gradient_checkpointing=true", "learner.bf16=true", "learner.bf16_copy=false"])
     # kept: each layer's input (30 x 576 x 4 x 2) + one layer's full set (11,520 x 4), halved
     per_token = (30 * 576 * 4 * 2 + 11520 * 4) // 2
-    parts = learner_parts(cfg, d)
+    parts = learner_parts(autocast, d)
     assert parts["activations"] == pytest.approx(1.8 * 2048 * per_token)
     assert parts["bf16 weight copies"] == 2 * 134_515_008  # autocast's casts of each weight
+    # On the bf16 working copy the kept inputs (the residual stream) are bf16: 30 x 576 x 2
+    # bytes a token, + one layer's full set in bf16 (11,520 x 2) = 57,600
+    copy = load_config(str(ROOT / "configs" / "default.yaml"),
+                       ["learner.gradient_checkpointing=true", "learner.bf16=true"])
+    parts = learner_parts(copy, d)
+    assert parts["activations"] == pytest.approx(1.8 * 2048 * 57_600)
+    assert parts["bf16 weight copies"] == 2 * 134_515_008  # the working copy itself
 
 
 _CPU_VERDICT = precision.cpu_verdict
@@ -82,9 +89,9 @@ def _cpu_measures(monkeypatch, ratio: float) -> None:
 
 
 def test_default_config_as_shipped_on_a_bf16_cpu(monkeypatch, tmp_path) -> None:
-    # configs/default.yaml checkpoints activations: each layer's input (30 x 576 x 4 x 2) + one
-    # layer's full set (11,520 x 4) per token, halved under bf16 autocast (an AMX CPU, where
-    # bf16 matmuls measure 5.2x fp32's speed).
+    # configs/default.yaml checkpoints activations: each layer's input + one layer's full set
+    # per token; under bf16 (an AMX CPU, where bf16 matmuls measure 5.2x fp32's speed) on the
+    # bf16 working copy both are bf16: 30 x 576 x 2 + 11,520 x 2 = 57,600 bytes.
     monkeypatch.setenv("AGENT_R1_ASYNC_CACHE", str(tmp_path / "bf16"))
     monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"amx_bf16", "avx512_bf16"}))
     _cpu_measures(monkeypatch, 5.2)
@@ -92,12 +99,12 @@ def test_default_config_as_shipped_on_a_bf16_cpu(monkeypatch, tmp_path) -> None:
     d = ModelDims.from_hf_config(SMOLLM2)
     parts = learner_parts(cfg, d)
     p = 134_515_008
-    assert parts["activations"] == pytest.approx(1.8 * 2048 * 184_320 / 2)
+    assert parts["activations"] == pytest.approx(1.8 * 2048 * 57_600)
     assert parts["published copy"] == 4 * p  # bf16: 2 bytes, the dict and its frame
     # 0.5 GB + 16 P (fp32 weights, grads, AdamW) + 4 P published + 2 P bf16 copies
     # + activations + head (576 action tokens x 49,152 x 12 x 1.8)
-    total = 0.5 * GB + 22 * p + 1.8 * 2048 * 92_160 + 1.8 * 576 * 49152 * 12
-    assert sum(parts.values()) == pytest.approx(total) and total / GB == pytest.approx(4.41, abs=0.01)
+    total = 0.5 * GB + 22 * p + 1.8 * 2048 * 57_600 + 1.8 * 576 * 49152 * 12
+    assert sum(parts.values()) == pytest.approx(total) and total / GB == pytest.approx(4.28, abs=0.01)
     # fp32 on a CPU whose bf16 matmuls measure slower (0.57x fp32), and on one without bf16
     # units (nothing measured): 24 P and full-size activations
     fp32 = 0.5 * GB + 24 * p + 1.8 * 2048 * 184_320 + 1.8 * 576 * 49152 * 12
@@ -138,3 +145,58 @@ def test_a_learner_that_cannot_fit_is_refused_before_ray_starts(tmp_path: Path) 
     assert "lower `learner.micro_batch_tokens` (4000000" in out.stderr
     assert out.stdout == "" and list(tmp_path.iterdir()) == []  # no run directory
     assert time.monotonic() - t0 < 60
+
+
+LONG = ["context.builder=full", "env.max_turns=100", "model.max_model_len=6656",
+        "learner.micro_batch_tokens=6656", "learner.bf16=true", "engine.dtype=bfloat16"]
+"""configs/world.yaml's learner with 100-step episodes of a `full` context packed into one
+sequence of up to 6,656 tokens (bench/bench_learner_long_sequences.py's shape)."""
+
+
+def test_a_100_step_episode_estimate_by_hand() -> None:
+    cfg = load_config(str(ROOT / "configs" / "world.yaml"), LONG)
+    d = ModelDims.from_hf_config(SMOLLM2)
+    parts = learner_parts(cfg, d)
+    p = 134_515_008
+    # whole-layer recompute on the bf16 working copy: 30 x 576 x 2 + 11,520 x 2 = 57,600 bytes
+    # a token, for a 6,656-token micro-batch (one packed episode)
+    assert parts["activations"] == pytest.approx(1.8 * 6656 * 57_600)  # 0.69 GB
+    # action tokens: 6,656 x 48 x 100 / 6,656 = 4,800, in head_chunk_tokens 512 at a time
+    assert parts["LM head"] == pytest.approx(1.8 * 512 * 49152 * 12)  # 0.54 GB
+    total = 0.5 * GB + 22 * p + 1.8 * 6656 * 57_600 + 1.8 * 512 * 49152 * 12
+    assert sum(parts.values()) == pytest.approx(total) and total / GB == pytest.approx(4.69, abs=0.01)
+
+
+def test_the_longest_sequence_sizes_the_activations_whatever_the_budget() -> None:
+    # A budget below model.max_model_len (which `launch` refuses) still gets a whole packed
+    # episode into one micro-batch: the estimate counts the sequence, not the budget.
+    d = ModelDims.from_hf_config(SMOLLM2)
+    small = load_config(str(ROOT / "configs" / "world.yaml"),
+                        [*LONG, "learner.micro_batch_tokens=2048"])
+    assert memory.longest_sequence(small) == memory.micro_batch_tokens(small) == 6656
+    full = load_config(str(ROOT / "configs" / "world.yaml"), LONG)
+    assert learner_parts(small, d) == learner_parts(full, d)
+    wide = load_config(str(ROOT / "configs" / "world.yaml"), [*LONG, "learner.micro_batch_tokens=8192"])
+    assert memory.micro_batch_tokens(wide) == 8192
+
+
+def test_a_long_horizon_run_that_cannot_fit_names_the_keys_that_shorten_its_sequences() -> None:
+    d = ModelDims.from_hf_config(SMOLLM2)
+    # Every layer's activations kept: 30 x 11,520 x 2 bytes a token x 6,656 tokens x 1.8 = 8.3 GB
+    cfg = load_config(str(ROOT / "configs" / "world.yaml"),
+                      [*LONG, "learner.gradient_checkpointing=false"])
+    why = check(cfg, d, available=8 * GB)
+    assert why is not None
+    assert ("lower `model.max_model_len` (6656, the longest sequence, which a micro-batch holds "
+            "whole: activations 8.8 GB per rank) and `learner.micro_batch_tokens` (6656) with it"
+            in why)
+    for key in ("`env.max_turns`", "`context.builder: truncate`", "`context.max_tokens`",
+                "`engine.max_new_tokens`", "`learner.gradient_checkpointing: true`", "--force"):
+        assert key in why, key
+    # With a budget above the longest sequence the budget is the first key to lower.
+    wide = load_config(str(ROOT / "configs" / "world.yaml"),
+                       [*LONG, "learner.gradient_checkpointing=false",
+                        "learner.micro_batch_tokens=16384"])
+    why = check(wide, d, available=8 * GB)
+    assert why is not None and ("lower `learner.micro_batch_tokens` (16384: activations "
+                                in why) and "not below `model.max_model_len` 6656" in why

@@ -160,7 +160,7 @@ def _bare_supervisor(tmp_path, calls: list[str], num_actors: int, bound_s: float
     sup.ray = _OrderRay()
     sup.cfg = types.SimpleNamespace(actors=types.SimpleNamespace(max_restarts=3))
     sup.actors = [_Handle(f"actor-{i}", calls, {}) for i in range(num_actors)]
-    sup.runs, sup.restarts, sup.replacing = {}, [0] * num_actors, {}
+    sup.runs, sup.restarts, sup.replacing, sup.discarded = {}, [0] * num_actors, {}, {}
     sup.liveness = Liveness(bound_s, clock) if clock is not None else Liveness(bound_s)
     sup.buffers, sup.last_version, sup.run_dir = _Buffers(calls, reclaimed), 14, tmp_path
     sup.endpoints = {"data": "tcp://d", "control": "tcp://c", "weights": "tcp://w"}
@@ -291,7 +291,8 @@ def test_an_actor_restarted_by_ray_gets_the_current_endpoints_before_its_loop_re
     assert capsys.readouterr().out.splitlines() == [
         "[launch] actor-0 died: killed by a signal (SIGKILL: `kill -9`, the kernel's OOM killer "
         f"or a crash); log: {tmp_path}/logs/actor-0.log",
-        "[launch] actor-0 restarted by Ray (1 of 3 restarts); its loop runs again"]
+        "[launch] actor-0 restarted by Ray (1 of 3 restarts); its loop runs again; discarded in "
+        "flight: no episode"]
 
 
 def test_a_learner_restart_first_restarts_a_buffer_the_memory_monitor_took_too(
@@ -314,9 +315,26 @@ def test_a_learner_restart_first_restarts_a_buffer_the_memory_monitor_took_too(
         def kill(self) -> None:
             calls.append("learner.kill")
 
+    # The buffer's drops before the actors' loops restart, and after: the stopped loops'
+    # aborted episode (failed_episode, 2 steps, 100 tokens) and a reclaimed one (12 steps).
+    before = {"stale": 5, "length/dropped/failed_episode/le_4": 1,
+              "length/dropped_steps/failed_episode/le_4": 3,
+              "length/dropped_tokens/failed_episode": 300, "length/generated/le_4": 9}
+    after = {**before, "length/dropped/failed_episode/le_4": 2,
+             "length/dropped_steps/failed_episode/le_4": 5,
+             "length/dropped_tokens/failed_episode": 400,
+             "length/dropped/reclaimed_episode/le_16": 1,
+             "length/dropped_steps/reclaimed_episode/le_16": 12,
+             "length/dropped_tokens/reclaimed_episode": 900, "length/generated/le_4": 10}
+    answers = [before, after]
+
     class _Buffers:
         def ensure_alive(self, version: int) -> None:
             calls.append(f"buffer.ensure_alive(v{version})")
+
+        def call(self, method: str, timeout=None, learner_version=None):
+            calls.append(f"buffer.{method}")
+            return {"drops": answers.pop(0)}
 
     class _Ray(_OrderRay):
         def get(self, ref, timeout=None):
@@ -330,7 +348,7 @@ def test_a_learner_restart_first_restarts_a_buffer_the_memory_monitor_took_too(
     sup.ray, sup.run_dir, sup.curve = _Ray(), tmp_path, None
     sup.cfg = types.SimpleNamespace(learner=types.SimpleNamespace(max_restarts=3, world_size=1))
     sup.learner, sup.buffers, sup.actors, sup.runs = _Group(), _Buffers(), [], {}
-    sup.replacing = {}
+    sup.replacing, sup.discarded = {}, {}
     sup.endpoints, sup.learner_restarts, sup.last_version = {"control": "tcp://c"}, 0, 7
     sup.nodes = NodeWatch(lambda: [])
     sup.events = Events(Console(tmp_path / "logs", live=False), tmp_path, 1, 1000)
@@ -338,13 +356,14 @@ def test_a_learner_restart_first_restarts_a_buffer_the_memory_monitor_took_too(
     sup.restart_learner(0, rex.OutOfMemoryError(_OOM))
     assert calls == ["learner.kill", "buffer.ensure_alive(v7)", "learner.start",
                      "learner.version", "learner.weights_endpoint", "learner.where",
-                     "learner.publish"]
+                     "buffer.stats", "buffer.stats", "learner.publish"]
     line = capsys.readouterr().out
     assert line == ("[launch] learner rank 0 failed: out of memory (Ray's memory monitor killed "
                     f"it, node memory 22.5GB of 23.4GB); log: {tmp_path}/logs/learner-0.log; "
                     "restarting the learner group (1 ranks) from "
                     f"{tmp_path}/checkpoints/step-6 (version 6; updates 7..7 are redone, not "
-                    "logged again) (1 of 3 restarts)\n")
+                    "logged again) (1 of 3 restarts); discarded in flight: 2 episodes (14 steps: "
+                    "1 of <=4, 1 of <=16; 1,000 generated tokens)\n")
 
 
 def test_a_learner_group_killed_while_restarting_is_restarted_again():
@@ -492,8 +511,10 @@ def test_an_unresponsive_actor_is_reclaimed_then_killed_and_its_loop_rerun(tmp_p
 
     clock = FakeClock(0.0)
     calls: list[str] = []
+    # The buffer's answer: 3 credits, 2 unfinished episodes of 3 and 14 steps discarded.
     sup = _bare_supervisor(tmp_path, calls, 2, bound_s=30.0, clock=clock,
-                           reclaimed={"credits": 3, "episodes": 2})
+                           reclaimed={"credits": 3, "episodes": 2, "discarded": 2, "steps": 17,
+                                      "tokens": 1234, "le_4": 1, "le_16": 1})
     sup.ray.kill = lambda handle, no_restart: calls.append(f"kill {handle.name} {no_restart}")
     stats = {"actor_silence_s": {"actor-0": 0.5, "actor-1": 29.9},
              "actor_credits": {"actor-1": 3},
@@ -507,7 +528,10 @@ def test_an_unresponsive_actor_is_reclaimed_then_killed_and_its_loop_rerun(tmp_p
     sup.watch_actors(stats)  # being replaced: not judged again
     assert len(calls) == 2
 
-    # Ray restarts the process; the old one's loop call fails: the death path re-runs it.
+    # Ray restarts the process; the old one's loop call fails: the death path re-runs it,
+    # after a reclaim that finds nothing left; its restart line says what the first discarded.
+    sup.buffers.reclaimed = {"credits": 0, "episodes": 0, "discarded": 0, "steps": 0,
+                             "tokens": 0}
     sup.runs = {_Handle("actor-1", [], {"run": _Died(_SIGKILLED)}).run.remote(): 1}
     sup.check_actors()
     assert calls[2:] == ["buffer.reclaim actor-1", "actor-1.pid", "actor-1.set_endpoints",
@@ -523,7 +547,9 @@ def test_an_unresponsive_actor_is_reclaimed_then_killed_and_its_loop_rerun(tmp_p
         "for Ray to restart",
         f"[launch] actor-1 died: killed by the launcher: unresponsive for 31 s; log: "
         f"{logs}/actor-1.log",
-        "[launch] actor-1 restarted by Ray (1 of 3 restarts); its loop runs again"]
+        "[launch] actor-1 restarted by Ray (1 of 3 restarts); its loop runs again; discarded in "
+        "flight: 2 episodes (17 steps: 1 of <=4, 1 of <=16; 1,234 generated tokens)"]
+    assert sup.discarded == {}
     stats["actor_silence_s"]["actor-1"] = 30.0  # hung again: named and replaced again
     sup.watch_actors(stats)
     assert calls[7:] == ["buffer.reclaim actor-1", "kill actor-1 False"]
@@ -567,7 +593,11 @@ def test_a_buffer_whose_node_is_lost_restarts_elsewhere_with_new_endpoints(
     cfg = config_from_dict({"buffer": {"resources": {"buffer": 1}}})
     buffers = SupervisedBuffer(cfg, tmp_path, None, resume=False)
     assert buffers.endpoints["control"] == "tcp://127.0.0.2:21" and not buffers.moved
-    buffers.seen({"records": 157})
+    # At the launcher's last look, 2 episodes (5 and 20 steps) had records since the snapshot.
+    buffers.seen({"records": 157, "drops": {
+        "stale": 4, "length/generated/le_8": 3, "length/unsaved/discarded": 2,
+        "length/unsaved/steps": 25, "length/unsaved/tokens": 2500,
+        "length/unsaved/le_8": 1, "length/unsaved/le_32": 1}})
     alive["n2"] = False
     buffers.restart(_Died(_SIGKILLED), learner_version=6)
     (first, _), (second, kwargs) = started
@@ -578,8 +608,9 @@ def test_a_buffer_whose_node_is_lost_restarts_elsewhere_with_new_endpoints(
     assert capsys.readouterr().err == (
         "[launch] buffer lost with its node 127.0.0.2; restarted from its snapshot of version 4 "
         "(3 groups ready) on node 127.0.0.3 with new endpoints, buffer now at version 6; lost "
-        "with it: 37 records received after the snapshot (at least: counted at the launcher's "
-        "last look) (1/3)\n")
+        "with it: 37 records received after the snapshot; discarded in flight: 2 episodes (25 "
+        "steps: 1 of <=8, 1 of <=32; 2,500 generated tokens) with a record since (at least: "
+        "counted at the launcher's last look) (1/3)\n")
 
 
 def test_after_the_buffer_moved_the_learner_and_the_actors_follow_it(tmp_path):
@@ -593,7 +624,7 @@ def test_after_the_buffer_moved_the_learner_and_the_actors_follow_it(tmp_path):
     assert sup.endpoints == {"data": "tcp://new:1", "control": "tcp://new:2",
                              "weights": "tcp://w"}
     assert sup.learner.ranks[0].args["set_buffer"] == ("tcp://new:2",)
-    assert calls[:3] == ["learner.set_buffer", "actor-0.stop", "actor-1.stop"]
+    assert calls[:4] == ["learner.set_buffer", "buffer.stats", "actor-0.stop", "actor-1.stop"]
     assert [c for c in calls if c.endswith(("set_endpoints", ".run"))] == [
         "actor-0.set_endpoints", "actor-1.set_endpoints", "actor-0.run", "actor-1.run"]
     assert not sup.buffers.moved and sup.nodes.where["buffer"]["ip"] == "127.0.0.3"

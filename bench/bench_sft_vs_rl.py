@@ -1,0 +1,329 @@
+"""RL against the best supervised policy, on any config: a warm-start sweep on dev, the best
+one trained per seed, then three arms from it on test, paired by seed.
+
+    .venv/bin/python -m bench.bench_sft_vs_rl --config configs/world.yaml --stage sweep
+    .venv/bin/python -m bench.bench_sft_vs_rl --config configs/world.yaml --stage arms --seeds 0 1 2
+    .venv/bin/python -m bench.bench_sft_vs_rl --config configs/world.yaml --stage summarize
+
+Stages (each adds to OUT, default bench/results/sft_vs_rl/<config stem>, and skips what is
+already there, so a stage can be stopped and run again):
+
+- **sweep** (dev only). For each `--demos` count D, warm starts of E = 1, 2, 4, ... epochs
+  (`sft.num_demos` D, `sft.epochs` E: D × E / `sft.batch_episodes` optimizer steps) from the
+  config's base model, each evaluated on the first `--dev-tasks` tasks of `env.eval_split`
+  at sampling seed 0, until the metric stops rising (the next E scores no higher) or
+  `--max-epochs`. Every evaluation is kept (OUT/sweep/dD-eE.json and .jsonl, one line per
+  episode). The best cell on dev (ties: fewer optimizer steps) is **best SFT**:
+  OUT/best.json.
+- **arms** (test), per `--seeds` seed s, each evaluated on the first `--test-tasks` tasks of
+  `--split` (test) at sampling seed s:
+  - `best_sft`: best SFT's D and E trained again on its own demonstration sample and order
+    (`sft.demo_seed` s, `learner.seed` s), so the intervals carry the warm start's variance;
+  - `rl_step`: `agent-r1-async launch` from it for `--budget-s` seconds of RL
+    (`launch.max_wall_time_s`; GRPO with the config's step-level credit and process rewards);
+  - `sft_continued`: best SFT trained on for the RL arm's wall time (its RL clock, from its
+    first to its last update) on fresh demonstrations (`sft.demo_offset` D: tasks no best-SFT
+    warm start of that seed saw) at the warm start's rate: the equal-compute control;
+  - `rl_token`: as `rl_step` with `algorithm.credit=token`.
+- **summarize**: OUT/table.md (each arm per seed, mean ± sd; paired 95 % t intervals for
+  rl_step − best_sft, rl_step − sft_continued, rl_step − rl_token), OUT/results.json, and,
+  where episodes report `optimal_len` (the world env), success against the optimal plan's
+  length (buckets `--horizon-bins`) for best SFT and both RL arms: OUT/horizon.json and
+  OUT/success_vs_horizon.png.
+
+`--metric` (default `success`; multi-hop QA: `em`) is the env metric every decision and row
+uses; `--set k=v` overrides apply to every command. The world's knobs are the config's: the
+bench never changes the task.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from agent_r1_async.config import load_config
+from agent_r1_async.run.output.report import read_metrics
+from bench.cli_runs import ROOT, cli, run_logged, sets
+from bench.stats import load_line, mean_sd, paired_diffs
+
+ARMS = ("best_sft", "rl_step", "sft_continued", "rl_token")
+COMPARISONS = (("rl_step", "best_sft"), ("rl_step", "sft_continued"), ("rl_step", "rl_token"))
+
+
+# --- one command each ---------------------------------------------------------------------
+
+
+def sft(args: argparse.Namespace, name: str, overrides: list[str]) -> tuple[str, dict[str, Any]]:
+    """`agent-r1-async sft` with `overrides` (no evaluation); (checkpoint, its training stats)."""
+    stdout = run_logged(cli("sft", "--config", str(args.config), *sets([
+        *args.overrides, *overrides, "sft.eval_before=false", "sft.eval_after=false",
+        f"launch.run_root={args.out / 'runs'}", f"launch.name={name}",
+    ])), args.out / "logs" / f"{name}.log")
+    line = next(x for x in stdout.splitlines() if "; checkpoint " in x)
+    steps, seconds = line.split("[sft] ")[1].split(" steps in ")
+    return line.split("; checkpoint ")[1].strip(), {
+        "sft_steps": int(steps), "sft_s": float(seconds.split(" s")[0])}
+
+
+def evaluate(args: argparse.Namespace, name: str, model: str, split: str, tasks: int,
+             seed: int) -> dict[str, Any]:
+    """`agent-r1-async eval` of `model`: its summary metric and every episode's row."""
+    rows_path = args.out / "evals" / f"{name}.jsonl"
+    rows_path.parent.mkdir(parents=True, exist_ok=True)
+    run_logged(cli("eval", "--config", str(args.config), "--model", model, "--split", split,
+                   "--num-tasks", str(tasks), "--episodes-out", str(rows_path),
+                   *sets([*args.overrides, f"launch.seed={seed}"])),
+               args.out / "logs" / f"eval-{name}.log")
+    rows = [json.loads(x) for x in rows_path.read_text().splitlines()]
+    return {"metric": metric_of(rows, args.metric), "episodes": len(rows), "split": split,
+            "mean_steps": statistics.fmean(r["steps"] for r in rows), "rows": str(rows_path)}
+
+
+def metric_of(rows: list[dict[str, Any]], name: str) -> float:
+    """The mean of metric `name` over episodes, a failed episode (no metric) counting 0."""
+    return sum(float(r["metrics"].get(name, 0.0)) for r in rows) / len(rows)
+
+
+def rl(args: argparse.Namespace, name: str, seed: int, ckpt: str,
+       extra: list[str]) -> tuple[str, dict[str, Any]]:
+    """One launch from `ckpt` for `--budget-s` of RL; (final checkpoint, its run stats)."""
+    from agent_r1_async.learner.checkpoint import latest_checkpoint
+
+    stdout = run_logged(cli("launch", "--config", str(args.config), *sets([
+        *args.overrides, f"model.init_from={ckpt}", "launch.warm_start=false",
+        f"launch.name={name}", f"launch.seed={seed}", f"actors.seed={seed}",
+        f"buffer.seed={seed}", f"learner.seed={seed}",
+        f"launch.max_wall_time_s={args.budget_s}", "learner.total_updates=100000",
+        "eval.in_launch=false", f"launch.run_root={args.out / 'runs'}", *extra,
+    ])), args.out / "logs" / f"{name}.log")
+    run_dir = Path(stdout.split("[launch] run directory: ")[-1].splitlines()[0].strip())
+    final = latest_checkpoint(str(run_dir))
+    if final is None:
+        raise SystemExit(f"{run_dir}: no checkpoint to evaluate")
+    updates = [r for r in read_metrics(run_dir) if "learner/loss" in r]
+    rl_s = max(r["time"] for r in updates) - min(r["time"] for r in updates) if updates else 0.0
+    return str(final), {"run": str(run_dir), "updates": len(updates), "rl_s": rl_s,
+                        "steps_p50": statistics.median(
+                            r.get("episodes/steps_p50", math.nan) for r in updates)
+                        if updates else math.nan}
+
+
+# --- stages -------------------------------------------------------------------------------
+
+
+def _load(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _save(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1))
+
+
+def sweep(args: argparse.Namespace) -> dict[str, Any]:
+    cfg = load_config(args.config, args.overrides)
+    per_step = cfg.sft.batch_episodes
+    path = args.out / "sweep.json"
+    cells = _load(path)
+    for demos in args.demos:
+        best = -math.inf
+        epochs = 1
+        while epochs <= args.max_epochs:
+            key = f"d{demos}-e{epochs}"
+            if key not in cells:
+                ckpt, stats = sft(args, f"sweep-{key}", [
+                    f"sft.num_demos={demos}", f"sft.epochs={epochs}"])
+                res = evaluate(args, f"sweep-{key}", ckpt, cfg.env.eval_split, args.dev_tasks, 0)
+                cells[key] = {"demos": demos, "epochs": epochs, "checkpoint": ckpt,
+                              "steps": epochs * -(-demos // per_step), **stats, **res,
+                              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                              "load": load_line()}
+                _save(path, cells)
+                print(f"  {key}: dev {args.metric} {cells[key]['metric']:.3f}", flush=True)
+            if cells[key]["metric"] <= best:
+                break
+            best = cells[key]["metric"]
+            epochs *= 2
+    top = max(cells.values(), key=lambda c: (c["metric"], -c["steps"]))
+    best_cell = {k: top[k] for k in ("demos", "epochs", "steps", "metric")}
+    _save(args.out / "best.json", best_cell)
+    print(f"best SFT on dev: {best_cell}")
+    return cells
+
+
+def arms(args: argparse.Namespace) -> dict[str, Any]:
+    best = _load(args.out / "best.json")
+    if not best:
+        raise SystemExit(f"{args.out / 'best.json'} missing: run --stage sweep first")
+    cfg = load_config(args.config, args.overrides)
+    path = args.out / "arms.json"
+    done = _load(path)
+    d, e = best["demos"], best["epochs"]
+    for seed in args.seeds:
+        runs = done.setdefault(str(seed), {})
+
+        def record(arm: str, result: dict[str, Any], runs: dict[str, Any] = runs,
+                   seed: int = seed) -> None:
+            runs[arm] = {**result, "seed": seed, "load": load_line(),
+                         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+            _save(path, done)
+            print(f"  seed {seed} {arm}: test {args.metric} {result['metric']:.3f}", flush=True)
+
+        if "best_sft" not in runs and "best_sft" in args.arms:
+            ckpt, stats = sft(args, f"best-s{seed}", [
+                f"sft.num_demos={d}", f"sft.epochs={e}", f"sft.demo_seed={seed}",
+                f"learner.seed={seed}"])
+            res = evaluate(args, f"best_sft-s{seed}", ckpt, args.split, args.test_tasks, seed)
+            record("best_sft", {"checkpoint": ckpt, **stats, **res})
+        start = runs.get("best_sft", {}).get("checkpoint")
+        for arm, extra in (("rl_step", []), ("rl_token", ["algorithm.credit=token"])):
+            if arm in runs or arm not in args.arms or start is None:
+                continue
+            final, stats = rl(args, f"{arm}-s{seed}", seed, start, extra)
+            res = evaluate(args, f"{arm}-s{seed}", final, args.split, args.test_tasks, seed)
+            record(arm, {"checkpoint": final, **stats, **res})
+        rl_s = runs.get("rl_step", {}).get("rl_s")
+        if "sft_continued" not in runs and "sft_continued" in args.arms and rl_s and start:
+            # as many fresh demonstrations as the RL arm's time could use at the warm start's
+            # pace (1.5x over), a pass over them at most: the time limit binds
+            per_step_s = runs["best_sft"]["sft_s"] / max(runs["best_sft"]["sft_steps"], 1)
+            demos = min(args.max_fresh_demos,
+                        cfg.sft.batch_episodes * math.ceil(1.5 * rl_s / per_step_s))
+            ckpt, stats = sft(args, f"sft_continued-s{seed}", [
+                f"model.init_from={start}", f"sft.num_demos={demos}", "sft.epochs=1",
+                f"sft.demo_seed={seed}", f"sft.demo_offset={d}", f"learner.seed={seed}",
+                f"sft.max_wall_time_s={rl_s:.0f}"])
+            res = evaluate(args, f"sft_continued-s{seed}", ckpt, args.split, args.test_tasks,
+                           seed)
+            record("sft_continued", {"checkpoint": ckpt, "fresh_demos": demos, **stats, **res})
+    return done
+
+
+# --- summary ------------------------------------------------------------------------------
+
+
+def horizon(rows_path: str, bins: list[int], name: str) -> list[dict[str, float]]:
+    """Success by the optimal plan's length: one row per bucket (optimal_len ≤ bin) with the
+    episodes in it and their mean `name`."""
+    rows = [json.loads(x) for x in Path(rows_path).read_text().splitlines()]
+    out, lo = [], 0
+    for b in bins:
+        inside = [r for r in rows if lo < r["metrics"].get("optimal_len", -1) <= b]
+        if inside:
+            out.append({"le": b, "episodes": len(inside), "metric": metric_of(inside, name)})
+        lo = b
+    return out
+
+
+def summarize(args: argparse.Namespace) -> str:
+    done = _load(args.out / "arms.json")
+    cells = _load(args.out / "sweep.json")
+    best = _load(args.out / "best.json")
+    lines = [f"# {args.config.stem}: best SFT vs RL ({args.metric})", ""]
+    if cells:
+        lines += ["## Warm-start sweep (dev)", "",
+                  f"| demos | epochs | steps | dev {args.metric} | episodes | SFT s |",
+                  "|---|---|---|---|---|---|"]
+        for c in sorted(cells.values(), key=lambda c: (c["demos"], c["epochs"])):
+            lines.append(f"| {c['demos']} | {c['epochs']} | {c['steps']} | {c['metric']:.3f} | "
+                         f"{c['episodes']} | {c['sft_s']:.0f} |")
+        lines += ["", f"Best SFT: {best}", ""]
+    per_arm = {a: [(int(s), r[a]) for s, r in sorted(done.items()) if a in r] for a in ARMS}
+    if any(per_arm.values()):
+        lines += [f"## Arms ({args.split})", "",
+                  f"| arm | {args.metric} per seed | mean ± sd | updates / SFT steps |",
+                  "|---|---|---|---|"]
+        for arm, runs in per_arm.items():
+            if not runs:
+                continue
+            vals = [r["metric"] for _, r in runs]
+            m, sd = mean_sd(vals) if len(vals) > 1 else (vals[0], math.nan)
+            work = ", ".join(str(r.get("updates", r.get("sft_steps", ""))) for _, r in runs)
+            lines.append(f"| {arm} | " + ", ".join(f"s{s} {r['metric']:.3f}" for s, r in runs)
+                         + f" | {m:.3f} ± {sd:.3f} | {work} |")
+        lines.append("")
+        for a, b in COMPARISONS:
+            by_seed = dict(per_arm[b])
+            pairs = [(s, r["metric"] - by_seed[s]["metric"]) for s, r in per_arm[a]
+                     if s in by_seed]
+            if not pairs:
+                continue
+            p = paired_diffs([s for s, _ in pairs], [x for _, x in pairs])
+            diffs = ", ".join(f"{x:+.3f}" for x in p["diffs"])
+            ci = (f"mean {p['mean']:+.3f}, 95 % t [{p['lo']:+.3f}, {p['hi']:+.3f}]"
+                  if len(pairs) > 1 else f"{p['mean']:+.3f} (one seed: no interval)")
+            lines.append(f"- {a} − {b}, paired by seed ({diffs}): {ci}")
+    curves = {arm: [horizon(r["rows"], args.horizon_bins, args.metric) for _, r in runs]
+              for arm, runs in per_arm.items() if arm in ("best_sft", "rl_step", "rl_token")
+              and runs}
+    if any(c and c[0] for c in curves.values()):
+        _save(args.out / "horizon.json", curves)
+        plot_horizon(curves, args.out / "success_vs_horizon.png", args.metric)
+        lines += ["", "Success against the optimal plan's length: success_vs_horizon.png, "
+                  "horizon.json"]
+    text = "\n".join(lines) + "\n"
+    (args.out / "table.md").write_text(text)
+    print(text)
+    return text
+
+
+def plot_horizon(curves: dict[str, list[list[dict[str, float]]]], path: Path,
+                 metric: str) -> None:
+    """Per arm, the metric per optimal-length bucket, pooled over seeds (episode-weighted)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for i, (arm, per_seed) in enumerate(curves.items()):
+        pooled: dict[int, list[float]] = {}
+        for seed_rows in per_seed:
+            for b in seed_rows:
+                n, s = pooled.setdefault(int(b["le"]), [0.0, 0.0])
+                pooled[int(b["le"])] = [n + b["episodes"], s + b["episodes"] * b["metric"]]
+        xs = sorted(pooled)
+        ax.plot(xs, [pooled[x][1] / pooled[x][0] for x in xs], "o-", color=f"C{i}", label=arm)
+    ax.set(xscale="log", xlabel="optimal plan length (bucket upper bound, steps)",
+           ylabel=metric, ylim=(-0.02, 1.02), title="Success against horizon (test)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", type=Path, required=True)
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="K=V")
+    ap.add_argument("--stage", choices=("sweep", "arms", "summarize"), required=True)
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--metric", default="success")
+    ap.add_argument("--demos", type=int, nargs="+", default=[32, 64, 128])
+    ap.add_argument("--max-epochs", type=int, default=8)
+    ap.add_argument("--dev-tasks", type=int, default=50)
+    ap.add_argument("--split", default="test")
+    ap.add_argument("--test-tasks", type=int, default=100)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    ap.add_argument("--budget-s", type=float, default=1800.0)
+    ap.add_argument("--max-fresh-demos", type=int, default=2048)
+    ap.add_argument("--horizon-bins", type=int, nargs="+", default=[10, 20, 40, 80, 160])
+    args = ap.parse_args()
+    args.config = args.config.resolve()
+    args.out = (args.out or ROOT / "bench/results/sft_vs_rl" / args.config.stem).resolve()
+    args.out.mkdir(parents=True, exist_ok=True)
+    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {load_line()}; out {args.out}")
+    {"sweep": sweep, "arms": arms, "summarize": summarize}[args.stage](args)
+    if args.stage != "summarize":
+        summarize(args)
+
+
+if __name__ == "__main__":
+    main()
