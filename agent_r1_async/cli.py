@@ -8,6 +8,7 @@ imported inside each command after parsing, so `agent-r1-async --help` stays fas
     agent-r1-async eval --split dev --num-tasks 64 [--model PATH] [--baseline naive_rag]
     agent-r1-async sft --config configs/sft.yaml
     agent-r1-async report RUN_DIR
+    agent-r1-async episodes RUN_DIR [--update N] [--worst|--failed] [--id ID] [--list]
     agent-r1-async prepare-model smollm2-135m-instruct
     agent-r1-async envs list
     agent-r1-async envs check [NAME] [--split dev] [--episodes N]   (exit 1: a check failed)
@@ -113,6 +114,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_episodes(args: argparse.Namespace) -> int:
+    from agent_r1_async.run.output.episode_view import show
+
+    return show(args.run_dir, args.update, args.worst, args.failed, args.id or "", args.list,
+                args.color)
+
+
 def cmd_prepare_model(args: argparse.Namespace) -> int:
     from agent_r1_async.models import KNOWN_MODELS, TINY_MODEL_ALIAS, prepare_model
 
@@ -208,6 +216,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="write PNG plots of reward and staleness for a run")
     p.add_argument("run_dir")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("episodes", help="print a sampled episode of a run turn by turn "
+                                        "(logging.episodes_every)")
+    p.add_argument("run_dir")
+    p.add_argument("--update", type=int, default=None, metavar="N",
+                   help="the sample of update N (default: the newest)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--worst", action="store_true", help="the sample's lowest return")
+    which.add_argument("--failed", action="store_true",
+                       help="the newest failed episode (env or engine error, timeout)")
+    which.add_argument("--id", default=None, metavar="ID", help="an episode id or its prefix")
+    which.add_argument("--list", action="store_true", help="list the sample's episodes")
+    p.add_argument("--color", choices=["auto", "always", "never"], default="auto",
+                   help="auto: on a terminal that allows it (NO_COLOR unset)")
+    p.set_defaults(func=cmd_episodes)
 
     p = sub.add_parser("prepare-model", help="convert a known model into a local HF directory")
     p.add_argument("alias", nargs="?", default=None)

@@ -47,6 +47,9 @@ buffer, which this design does not have."""
 MAX_BUFFER_BYTES = 1 << 40
 """1 TiB: a bound one buffer process's memory can actually reach (a larger one would bound
 nothing: the OS kills the process first); `launch` checks a local run against its machine."""
+MAX_FAILED_SAMPLE = 8
+"""Failed episodes the buffer keeps for the learner's episode samples (the newest), and the
+most one sample asks for (`logging.episodes_failed`)."""
 
 
 def _require_seed(seed: int, key: str, count: int = 1) -> None:
@@ -539,9 +542,28 @@ class LoggingConfig(_Section):
     """Show every process's own output (vLLM, Ray workers, warnings) on the console too; off, it goes only to RUN_DIR/logs/<role>-<index>.log (`launch --verbose`)."""
     metrics_interval_s: float = 10.0
     """How often buffer and actor metrics are aggregated and logged."""
+    episodes_every: int = 10
+    """Every N updates the learner samples episodes of its batch, step by step (text, tool calls, versions, importance weights), into RUN_DIR/episodes/update-N.jsonl and the W&B table `episodes/sample` (`agent-r1-async episodes RUN_DIR` prints them); 0 = off."""
+    episodes_groups: int = 2
+    """Groups of the batch a sample takes; each gives its best and its worst episode (episodes that tripped a reward-hacking canary are always added)."""
+    episodes_failed: int = 2
+    """Failed episodes (env or engine error, timeout) a sample adds, the newest the buffer kept since the previous sample."""
+    episodes_context_tokens: int = 64
+    """Tokens of each step's context shown before its action (the tail: what the model read last)."""
+    episodes_keep: int = 20
+    """Sample files kept in RUN_DIR/episodes/, the newest; 0 = keep all."""
 
     def __post_init__(self) -> None:
         _require(self.metrics_interval_s > 0, "logging.metrics_interval_s", "must be > 0")
+        _require(self.episodes_every >= 0, "logging.episodes_every", "must be >= 0 (0 = off)")
+        _require(1 <= self.episodes_groups <= 64, "logging.episodes_groups",
+                 "must be in [1, 64]: groups per sample")
+        _require(0 <= self.episodes_failed <= MAX_FAILED_SAMPLE, "logging.episodes_failed",
+                 f"must be in [0, {MAX_FAILED_SAMPLE}]: the buffer keeps the newest "
+                 f"{MAX_FAILED_SAMPLE} failed episodes")
+        _require(0 <= self.episodes_context_tokens <= 4096, "logging.episodes_context_tokens",
+                 "must be in [0, 4096]")
+        _require(self.episodes_keep >= 0, "logging.episodes_keep", "must be >= 0 (0 = keep all)")
 
 
 class EvalConfig(_Section):
@@ -559,8 +581,12 @@ class EvalConfig(_Section):
     """Evaluate the latest policy every N learner versions during RL, in an evaluation actor with its own engine (run/processes/periodic_eval.py; eval/periodic/*); 0 = off."""
     every_num_tasks: int = 32
     """Held-out tasks of each periodic evaluation (the first ones of env.eval_split: a fixed subset)."""
+    concurrency: int = 0
+    """Episodes an evaluation plays at once; 0 = what one actor plays at once in training (`actors.groups_in_flight` x `algorithm.group_size`), the load its engine's KV cache is sized for. More episodes than the KV cache holds make the engine preempt and recompute long contexts over and over."""
 
     def __post_init__(self) -> None:
+        _require(self.concurrency >= 0, "eval.concurrency",
+                 "must be >= 0 (0 = actors.groups_in_flight x algorithm.group_size)")
         _require(self.num_tasks >= 1, "eval.num_tasks", "must be >= 1")
         _require(self.every_updates >= 0, "eval.every_updates", "must be >= 0 (0 = off)")
         _require(self.every_num_tasks >= 1, "eval.every_num_tasks", "must be >= 1")

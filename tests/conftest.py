@@ -1,4 +1,5 @@
-"""Shared test setup: keep W&B offline and out of the home directory; one Ray-free default."""
+"""Shared test setup: keep W&B offline and out of the home directory; one Ray-free default;
+the verifiers environment's fixture."""
 
 from __future__ import annotations
 
@@ -24,3 +25,12 @@ def micro_model_dir(tmp_path_factory) -> str:
                       num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
     LlamaForCausalLM(cfg).save_pretrained(str(out))
     return str(out)
+
+
+@pytest.fixture(scope="session")
+def verifiers_venv() -> None:
+    """`.venv-verifiers/` (scripts/setup.sh) is here; without it the test skips, or fails in
+    CI (tests/setup_needs.py). Used through `tests.integration.vf_setup.needs_verifiers`."""
+    from tests.integration.vf_setup import require_verifiers
+
+    require_verifiers()

@@ -27,13 +27,14 @@ that `buffer.max_bytes` bounds the process memory, not the socket traffic.
 from __future__ import annotations
 
 from array import array
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
 from agent_r1_async.buffers.lengths import LengthLedger, action_tokens
+from agent_r1_async.config import MAX_FAILED_SAMPLE
 from agent_r1_async.wire.delta import reference_problem
 from agent_r1_async.wire.messages import (
     TRAINABLE_STATUSES,
@@ -65,6 +66,10 @@ class OpenGroup(msgspec.Struct, array_like=True, gc=False):
     done: list[Episode]
     open: list[OpenEpisode]
 
+
+SHOWN_FAILURES = frozenset({"env_error", "engine_error", "timeout"})
+"""Statuses of the failed episodes kept for episode samples; `aborted` (a stop or a restart
+ended the episode, not the agent) is not one."""
 
 _RECORD_OVERHEAD = 400  # struct, strings and list headers of one record
 _ARRAY_OVERHEAD = 80  # an array.array object without its items
@@ -159,6 +164,10 @@ class Assembler:
         self._closed: dict[str, float] = {}  # episode or group id -> closed at (late records)
         self._ready: list[ReadyGroup] = []
         self._dropped: list[str] = []
+        self.failed: deque[Episode] = deque(maxlen=MAX_FAILED_SAMPLE)
+        """The newest failed episodes (`SHOWN_FAILURES`), kept whole for the learner's
+        episode samples (`SampleBatch.failed`): never trained, outside `buffer.max_bytes`
+        (at most `MAX_FAILED_SAMPLE` episodes), not in snapshots."""
         self._nbytes = 0
         """The sum of the assembling groups' bytes, kept as they change: every credit grant
         reads it (buffer.py), and a sum over thousands of open groups per grant was a third of
@@ -263,6 +272,8 @@ class Assembler:
         if grp.group_size == 0:
             grp.group_size = max(1, end.group_size)
         if end.status not in TRAINABLE_STATUSES:
+            if end.status in SHOWN_FAILURES:
+                self.failed.append(Episode(steps=[ep.steps[i] for i in sorted(ep.steps)], end=end))
             self._finish(grp, ep, end.episode_id, None, "failed_episode")
         elif end.num_steps <= 0:
             self._finish(grp, ep, end.episode_id, None, "empty_episode")

@@ -67,6 +67,7 @@ from agent_r1_async.wire.messages import (
     ActorStats,
     BufferStats,
     CreditGrant,
+    Episode,
     EpisodeEnd,
     Group,
     SampleBatch,
@@ -398,8 +399,10 @@ class TrajectoryBuffer:
                 self.admission.on_discarded()
                 self._dropped_untrained(entry, "stale")
 
-    def try_sample(self, k: int, learner_version: int) -> tuple[SampleBatch | None, str]:
-        """A batch of k groups, or (None, why not yet)."""
+    def try_sample(self, k: int, learner_version: int,
+                   failed: int = 0) -> tuple[SampleBatch | None, str]:
+        """A batch of k groups, or (None, why not yet); with up to `failed` of the failed
+        episodes kept since the last batch that took some, newest first (`take_failed`)."""
         if learner_version != self.version:
             self.set_version(learner_version)
         else:
@@ -420,7 +423,12 @@ class TrajectoryBuffer:
                 self.assembler.lengths.trained(entry.group.episodes)
         self.sampled_groups += k
         groups = [e.group for e in picked]
-        return SampleBatch(groups, weights, self.version), ""
+        return SampleBatch(groups, weights, self.version, failed=self.take_failed(failed)), ""
+
+    def take_failed(self, n: int) -> list[Episode]:
+        """Up to `n` of the failed episodes the assembler kept, newest first; they leave it."""
+        kept = self.assembler.failed
+        return [kept.pop() for _ in range(min(max(n, 0), len(kept)))]
 
     # ---- metrics and snapshots ----------------------------------------------------------
 

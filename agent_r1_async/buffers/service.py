@@ -379,7 +379,8 @@ class BufferService:
                 f"SampleRequest needs num_groups >= 1 and a finite timeout_s >= 0, got "
                 f"num_groups={req.num_groups}, timeout_s={req.timeout_s}"
             )
-        batch, why = self.buffer.try_sample(req.num_groups, req.learner_version)
+        batch, why = self.buffer.try_sample(req.num_groups, req.learner_version,
+                                            req.failed_episodes)
         if batch is not None:
             return batch
         if req.timeout_s > 0:
@@ -398,7 +399,8 @@ class BufferService:
         still: list[_Parked] = []
         for parked in self._parked:
             req = parked.request
-            batch, why = self.buffer.try_sample(req.num_groups, req.learner_version)
+            batch, why = self.buffer.try_sample(req.num_groups, req.learner_version,
+                                                req.failed_episodes)
             if batch is not None:
                 self._reply(parked.peer, batch)
             elif now >= parked.deadline:

@@ -92,6 +92,10 @@ class MicroBatch:
     reference_logprobs: Tensor | None = None
     old_values: Tensor | None = None  # [V]
     value_targets: Tensor | None = None  # [V]
+    used_proximal: Tensor | None = None
+    """The proximal log-probs the last optimizer step used (`PolicyTrainer.optimize`: the
+    proximal pass's, or its own detached ones when that pass was skipped): what importance
+    weights are read from after the update (learner/is_weights.py)."""
     extra: dict[str, Tensor] = field(default_factory=dict)
     num_rows: int | None = None
     """Steps in this micro-batch (more than B when steps are packed); None = B."""

@@ -11,6 +11,8 @@ objective"):
     (PPO: V(s_t) from the same pass → step-level GAE → advantages, value targets)
     repeat ppo_epochs: one AdamW step over all micro-batches    # gradient accumulation
     version += 1; source.set_version(version); publish every N updates
+    every logging.episodes_every updates: a sample of the batch's episodes to read
+                                                                # learner/episode_sample.py
 
 Distributed (`learner.world_size` > 1, one `Learner` per rank, learner/distributed.py): rank 0
 alone talks to the buffer and broadcasts each poll's outcome (the batch, or "not ready" and
@@ -35,7 +37,9 @@ from agent_r1_async import config, models
 from agent_r1_async.learner import advantages as adv
 from agent_r1_async.learner import batching, checkpoint, memory_savers
 from agent_r1_async.learner import distributed as dist_util
+from agent_r1_async.learner.episode_sample import EpisodeSampler
 from agent_r1_async.learner.episode_stats import episode_stats, staleness_histogram
+from agent_r1_async.learner.is_weights import weight_edges, weight_histogram
 from agent_r1_async.learner.protocols import SampleSource
 from agent_r1_async.learner.trainer import PolicyTrainer
 from agent_r1_async.weights.seam import WeightSender
@@ -79,6 +83,14 @@ class Learner:
         self._last_publish = float("-inf")
         self.last_staleness_hist: dict[int, int] = {}
         """Token-weighted staleness histogram of the last update's batch."""
+        self.last_is_weight_hist: dict[str, list[float]] = {}
+        """The last update's importance weights over its action tokens: {"edges": ...,
+        "counts": ...} (learner/is_weights.py)."""
+        self.episodes = EpisodeSampler(cfg)
+        """Every `logging.episodes_every` updates, a sample of the batch's episodes to read
+        (learner/episode_sample.py)."""
+        self.last_episodes: list[dict] = []
+        """The last update's episode sample, one row per step ([] when it took none)."""
         self.last_update: dict[str, dict[str, float]] = {}
         """The last update's numeric metrics and staleness histogram, kept in its checkpoint:
         the launcher logs them from there if it stopped before logging that update
@@ -107,7 +119,8 @@ class Learner:
     def update(self) -> dict[str, float]:
         """One sample → optimize → version++ → publish cycle; returns its metrics."""
         t0 = time.monotonic()
-        batch = self._sample()
+        sampled = self.episodes.due(self.updates + 1)
+        batch = self._sample(self.episodes.failed if sampled else 0)
         t_data = time.monotonic()
         rows, mbs = self._prepare(batch)
         if self.trainer.needs_proximal_pass(self.cfg.learner.ppo_epochs):
@@ -116,12 +129,21 @@ class Learner:
             fill_gae(rows, mbs, self.cfg.algorithm)
         metrics = epoch_mean([self.trainer.optimize(mbs, self.version)
                               for _ in range(self.cfg.learner.ppo_epochs)])
+        c_max = self.cfg.algorithm.c_max
+        self.last_is_weight_hist = {"edges": weight_edges(c_max),
+                                    "counts": weight_histogram(mbs, c_max)}
         self.version += 1
         self.updates += 1
         if self.source is not None:
             self.source.set_version(self.version)
         if self.updates % self.cfg.learner.publish_every == 0:
             self.publish()
+        self.last_episodes = []
+        if sampled:
+            t_sample = time.monotonic()
+            self.last_episodes = self.episodes.sample(batch, rows, mbs, self.version - 1,
+                                                      self.version)
+            metrics["episodes_sample_s"] = time.monotonic() - t_sample
         memory_savers.release_free_memory()  # the update's freed activations: back to the system
         elapsed = time.monotonic() - t0
         tokens = sum(mb.num_tokens for mb in mbs) * self.cfg.learner.ppo_epochs
@@ -145,9 +167,10 @@ class Learner:
         already stopped) until `learner.sample_timeout_s`."""
         self._stop_waiting.set()
 
-    def _sample(self) -> messages.SampleBatch:
+    def _sample(self, failed: int = 0) -> messages.SampleBatch:
         """Rank 0 polls the source; each poll's outcome is broadcast, so all ranks return the
-        same batch, or raise together, or re-publish (a collective) together."""
+        same batch, or raise together, or re-publish (a collective) together. `failed`: the
+        failed episodes to ask for with it (an episode-sampled update)."""
         lc = self.cfg.learner
         deadline = time.monotonic() + lc.sample_timeout_s
         while True:
@@ -155,8 +178,10 @@ class Learner:
             if dist_util.rank() == 0:
                 assert self.source is not None, "rank 0 samples: it is built with the source"
                 left = deadline - time.monotonic()
-                batch = self.source.sample(self.cfg.algorithm.batch_groups, self.version,
-                                           max(min(left, lc.republish_s), 0.0))
+                wait = max(min(left, lc.republish_s), 0.0)
+                n = self.cfg.algorithm.batch_groups
+                batch = (self.source.sample(n, self.version, wait, failed) if failed
+                         else self.source.sample(n, self.version, wait))
                 ready = batch.ready and bool(batch.groups)
                 stopped = self._stop_waiting.is_set() and not ready
                 outcome = (batch if ready else None,

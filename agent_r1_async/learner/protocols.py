@@ -24,8 +24,10 @@ from agent_r1_async.wire.messages import SampleBatch
 class SampleSource(Protocol):
     """Batches of whole groups for the learner (`wire.buffer_client.BufferClient`)."""
 
-    def sample(self, num_groups: int, learner_version: int, timeout_s: float) -> SampleBatch:
-        """A batch of `num_groups` groups, or `ready=False` after waiting up to `timeout_s`."""
+    def sample(self, num_groups: int, learner_version: int, timeout_s: float,
+               failed_episodes: int = 0) -> SampleBatch:
+        """A batch of `num_groups` groups, or `ready=False` after waiting up to `timeout_s`;
+        with up to `failed_episodes` failed episodes to show (`SampleBatch.failed`)."""
         ...
 
     def set_version(self, version: int) -> None:

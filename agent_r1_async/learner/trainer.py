@@ -340,6 +340,8 @@ class PolicyTrainer:
             dev = self.device
             proximal = (out.logprobs.detach() if mb.proximal_logprobs is None
                         else mb.proximal_logprobs.to(dev))
+            if real:
+                mb.used_proximal = proximal
             reference = _to(mb.reference_logprobs, dev)
             if reference is not None and self.cfg.engine.top_p < 1:
                 reference = kl_reference(out.logprobs, reference)

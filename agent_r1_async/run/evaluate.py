@@ -142,19 +142,23 @@ def _model_and_env(cfg: RunConfig, spec: Any, model_path: str | None, baseline: 
 async def run_episodes(episodes: Any, tasks: list[Any], samples_per_task: int,
                        progress: Callable[[int, int], None] | None = None,
                        errors: list[str] | None = None,
-                       rows: list[dict[str, Any]] | None = None) -> dict[str, float]:
+                       rows: list[dict[str, Any]] | None = None,
+                       concurrency: int = 0) -> dict[str, float]:
     """`samples_per_task` episodes of every task, played by `episodes` (an actor's episode
-    runner: endpoint/episodes.py), summarized; `progress(done, total)` after each episode;
-    `errors` as in `evaluate`; `rows` receives one `episode_row` per episode."""
+    runner: endpoint/episodes.py), at most `concurrency` at once (0: all), summarized;
+    `progress(done, total)` after each episode; `errors` as in `evaluate`; `rows` receives
+    one `episode_row` per episode."""
     from agent_r1_async.actors.rollout import EpisodeIds
 
     tally = _Tally(errors)
     k = samples_per_task
     total, done = len(tasks) * k, 0
+    slots = asyncio.Semaphore(concurrency if concurrency > 0 else max(total, 1))
 
     async def episode(task: Any) -> None:
         nonlocal done
-        await episodes.run(task, EpisodeIds.fresh(f"eval-{task.task_id}", k), tally.emit)
+        async with slots:
+            await episodes.run(task, EpisodeIds.fresh(f"eval-{task.task_id}", k), tally.emit)
         done += 1
         if progress is not None:
             progress(done, total)
@@ -163,6 +167,11 @@ async def run_episodes(episodes: Any, tasks: list[Any], samples_per_task: int,
     if rows is not None:
         rows.extend(episode_row(e, tally.process[e.episode_id]) for e in tally.ends)
     return tally.summary()
+
+
+def eval_concurrency(cfg: RunConfig) -> int:
+    """Episodes an evaluation plays at once: `eval.concurrency`, or one actor's training load."""
+    return cfg.eval.concurrency or cfg.actors.groups_in_flight * cfg.algorithm.group_size
 
 
 def episode_row(end: EpisodeEnd, process_reward: float) -> dict[str, Any]:
@@ -205,7 +214,8 @@ async def _evaluate(
     try:
         # child.progress: the launch's progress bar, when the launch runs this evaluation
         return await run_episodes(episodes, tasks, cfg.eval.samples_per_task,
-                                  progress=child.progress, errors=errors, rows=rows)
+                                  progress=child.progress, errors=errors, rows=rows,
+                                  concurrency=eval_concurrency(cfg))
     finally:
         await episodes.close()
         if owns:

@@ -39,7 +39,9 @@ from agent_r1_async.models import attention_implementation
 from agent_r1_async.precision import describe as describe_precision
 from agent_r1_async.run.evaluate import held_out
 from agent_r1_async.run.output.console import Console, RlProgress, stage_messages
+from agent_r1_async.run.output.episodes import EpisodeLog
 from agent_r1_async.run.output.events import Events, one_line
+from agent_r1_async.run.output.histograms import BucketDeltas
 from agent_r1_async.run.output.logs import descriptors_to, log_exception, quiet_driver
 from agent_r1_async.run.output.metrics import ActorRates, MetricsLogger, merge_metrics
 from agent_r1_async.run.output.run_dir import make_run_dir
@@ -121,6 +123,9 @@ def _train(cfg: RunConfig, sup: Supervisor, logger: MetricsLogger, console: Cons
     logged = last_logged_update(logger.run_dir / "metrics.jsonl")
     rl = RlProgress(console, version, cfg.learner.total_updates, cfg.launch.max_wall_time_s)
     rates = ActorRates()
+    lengths = BucketDeltas()
+    samples = EpisodeLog(logger.run_dir, cfg.logging.episodes_keep, logger.log_table,
+                         console.event)
     while version < cfg.learner.total_updates:
         update = sup.update()
         on_update()
@@ -128,12 +133,14 @@ def _train(cfg: RunConfig, sup: Supervisor, logger: MetricsLogger, console: Cons
         buffer = sup.buffer_stats()
         sup.check_failures(buffer)
         record, hists = merge_metrics(update, buffer, rates)
+        hists.update(lengths(record))
         redone = version <= logged
         if not redone:
             logger.log(record, step=version, histograms=hists)
             logged = version
             if logger.write_failure:  # metrics.jsonl cannot keep what the run does: stop now
                 return version, "metrics write failed"
+            samples.write(update.get("episodes") or [], step=version)
         console.update(record, suffix=" (redone)" if redone else "")
         events.after_update(record, buffer)
         if evals is not None:

@@ -68,9 +68,11 @@ class BufferClient:
         return self._call(m.CreditRequest(self.peer_id, max_groups, held), m.CreditGrant,
                           self.timeout_s)
 
-    def sample(self, num_groups: int, learner_version: int, timeout_s: float) -> m.SampleBatch:
-        """A batch (or `ready=False` after the buffer waited `timeout_s` for enough groups)."""
-        req = m.SampleRequest(num_groups, learner_version, timeout_s)
+    def sample(self, num_groups: int, learner_version: int, timeout_s: float,
+               failed_episodes: int = 0) -> m.SampleBatch:
+        """A batch (or `ready=False` after the buffer waited `timeout_s` for enough groups),
+        with up to `failed_episodes` failed episodes to show (`SampleBatch.failed`)."""
+        req = m.SampleRequest(num_groups, learner_version, timeout_s, failed_episodes)
         return self._call(req, m.SampleBatch, timeout_s + self.timeout_s)
 
     def set_version(self, version: int) -> None:

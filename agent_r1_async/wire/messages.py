@@ -38,10 +38,12 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import msgspec
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """2: packed `TokenIds` / `LogProbs` fields in StepRecord.
 3: `Batch` data frames (several data messages in one frame); `ActorStats.tokens_total`.
-4: delta step records (`StepRecord.context_from`, `context_len`; wire/delta.py)."""
+4: delta step records (`StepRecord.context_from`, `context_len`; wire/delta.py).
+5: failed episodes for the learner's episode samples (`SampleRequest.failed_episodes`,
+`SampleBatch.failed`)."""
 
 # Limits every side agrees on: an env's values are checked against them in the rollout
 # (envs/contract.py) and every record again at the buffer's ingest (buffers/validate.py).
@@ -330,6 +332,9 @@ class SampleRequest(_Wire, tag="sample_request"):
     learner_version: int
     timeout_s: float = 0.0
     """How long the buffer may wait for enough groups before answering "not ready"."""
+    failed_episodes: int = 0
+    """Failed episodes wanted with the batch (`SampleBatch.failed`): the learner asks when it
+    samples episodes for a person to read (`logging.episodes_every`), 0 otherwise."""
 
 
 class SampleBatch(_Wire, tag="sample_batch"):
@@ -342,6 +347,10 @@ class SampleBatch(_Wire, tag="sample_batch"):
     ready: bool = True
     """False when the buffer could not fill the batch in time (groups is then empty)."""
     reason: str = ""
+    failed: list[Episode] = []
+    """Up to `SampleRequest.failed_episodes` failed episodes (status env_error, engine_error
+    or timeout) the buffer kept since it last handed some out, newest first: never trained,
+    only shown (the learner's episode sample)."""
 
 
 class VersionUpdate(_Wire, tag="version_update"):

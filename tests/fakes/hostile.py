@@ -84,7 +84,8 @@ def _make_control_messages() -> st.SearchStrategy[msgspec.Struct]:
         st.builds(m.Hello, schema_version=_ints,
                   role=st.sampled_from(["actor", "learner", "monitor"]), peer_id=_text),
         st.builds(m.CreditRequest, actor_id=_text, max_groups=_ints),
-        st.builds(m.SampleRequest, num_groups=_ints, learner_version=_ints, timeout_s=_floats),
+        st.builds(m.SampleRequest, num_groups=_ints, learner_version=_ints, timeout_s=_floats,
+                  failed_episodes=_ints),
         st.builds(m.VersionUpdate, version=st.integers(-3, 3)),
         st.just(m.StatsRequest()),
         # Reply types sent as requests (a confused or malicious peer):

@@ -27,7 +27,8 @@ class FakeSource:
         self.not_ready = not_ready_first
         self.samples = 0
 
-    def sample(self, num_groups: int, learner_version: int, timeout_s: float) -> m.SampleBatch:
+    def sample(self, num_groups: int, learner_version: int, timeout_s: float,
+               failed_episodes: int = 0) -> m.SampleBatch:
         if self.not_ready > 0:
             self.not_ready -= 1
             return m.SampleBatch(groups=[], is_weights=[], learner_version=learner_version,
@@ -50,8 +51,9 @@ class RecordingSource:
     def __init__(self, client: BufferClient, ledger: Ledger) -> None:
         self.client, self.ledger = client, ledger
 
-    def sample(self, num_groups: int, learner_version: int, timeout_s: float) -> m.SampleBatch:
-        batch = self.client.sample(num_groups, learner_version, timeout_s)
+    def sample(self, num_groups: int, learner_version: int, timeout_s: float,
+               failed_episodes: int = 0) -> m.SampleBatch:
+        batch = self.client.sample(num_groups, learner_version, timeout_s, failed_episodes)
         self.ledger.add(batch)
         return batch
 

@@ -1,7 +1,8 @@
 """A real MCP server for the MCP tests (stdio, or streamable HTTP with `--http PORT`).
 
 Tools: echo, count (a counter per MCP session), pid, sleep (a hung call), big (a large
-result), auth (the Authorization header the server received). `tasks(split)`: two tasks.
+result), auth (the Authorization header the server received), meet (how many calls were in
+flight at once). `tasks(split)`: two tasks.
 """
 
 from __future__ import annotations
@@ -59,6 +60,22 @@ def build() -> MCPServer:
     def auth(ctx: Context) -> str:
         """The Authorization header of this request."""
         return (ctx.headers or {}).get("authorization", "(none)")
+
+    in_flight = {"now": 0, "peak": 0}
+
+    @server.tool()
+    async def meet(n: int, within_s: float) -> str:
+        """Wait until n meet calls have been in flight at once (at most within_s), then answer
+        the most that ever were (this server process)."""
+        in_flight["now"] += 1
+        in_flight["peak"] = max(in_flight["peak"], in_flight["now"])
+        try:
+            with anyio.move_on_after(within_s):
+                while in_flight["peak"] < n:
+                    await anyio.sleep(0.01)
+            return f"peak {in_flight['peak']}"
+        finally:
+            in_flight["now"] -= 1
 
     return server
 

@@ -11,7 +11,10 @@ with single-process runs in this process on the same batches (same FakeSource se
   ranks different numbers of rows and of micro-batches (zero-weight fillers run);
 - checkpoints: 2 updates at world_size 2, a DCP checkpoint, a 3rd update at world_size 1
   equals the uninterrupted 2-rank run's 3rd; and 1 → 2: a checkpoint written here by one
-  process, resumed by 2 ranks.
+  process, resumed by 2 ranks;
+- an update whose episodes are sampled (`logging.episodes_every`): rank 0's sample, with each
+  step's importance weights gathered from both ranks, and the importance-weight histogram
+  equal the single process's.
 """
 
 from __future__ import annotations
@@ -43,13 +46,17 @@ VARIANTS = {
 }
 
 
-def _cfg(algo: dict, learner: dict) -> config.RunConfig:
+def _cfg(algo: dict, learner: dict, logging: dict | None = None) -> config.RunConfig:
     return config.config_from_dict({
         "model": {"name_or_path": tiny_model_dir()},
         "algorithm": {"group_size": 2, "batch_groups": 3, **algo},
         "learner": {"lr": 1e-3, "micro_batch_tokens": 64, "device": "cpu", "seed": 0,
                     "bf16": False, **learner},
+        "logging": logging or {},
     })
+
+
+SAMPLED = {"episodes_every": 1, "episodes_groups": 3}
 
 
 def _source(seed: int, skip: int = 0) -> FakeSource:
@@ -77,6 +84,11 @@ def _worker(rank: int, port: int, out: str, ws1_ckpt: str) -> None:
                             "rows": sum(mb.steps for mb in share),
                             "tokens": sum(mb.num_tokens for mb in share),
                             "micro_batches": len(share)}
+        sampled = Learner(_cfg(*VARIANTS["grpo-packed"], SAMPLED),
+                          _source(SEED) if rank == 0 else None, None, None)
+        sampled.update()
+        result["episodes"] = sampled.last_episodes
+        result["is_weight_hist"] = sampled.last_is_weight_hist
         cfg = _cfg(*VARIANTS["grpo-packed"])
         straight = Learner(cfg, _source(2) if rank == 0 else None, None, None)
         for _ in range(3):
@@ -171,3 +183,22 @@ def test_checkpoint_from_1_process_resumes_in_2_ranks(ranks):
     for _ in range(3):
         straight.update()
     _assert_same(results[0]["resumed_from_ws1"], _params(straight))
+
+
+def test_a_sampled_update_shows_the_same_episodes_and_weights_as_one_process(ranks):
+    results, _ = ranks
+    single = Learner(_cfg(*VARIANTS["grpo-packed"], SAMPLED), _source(SEED), None, None)
+    single.update()
+    want, got = single.last_episodes, results[0]["episodes"]
+    assert results[1]["episodes"] == []  # rank 0 alone decodes
+    assert len(got) == len(want) > 0
+    steps = {(r["episode_id"], r["step"]) for r in want}
+    assert {(r["episode_id"], r["step"]) for r in got} == steps
+    for g, w in zip(got, want, strict=True):
+        assert (g["action"], g["versions"], g["pick"]) == (w["action"], w["versions"], w["pick"])
+        for key in ("is_weight_mean", "is_weight_max", "is_weight_min"):
+            assert g[key] is not None and g[key] == pytest.approx(w[key], rel=1e-4), key
+    hist = results[0]["is_weight_hist"]
+    assert hist == results[1]["is_weight_hist"]  # summed over the ranks
+    assert hist["counts"] == pytest.approx(single.last_is_weight_hist["counts"])
+

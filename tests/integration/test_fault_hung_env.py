@@ -6,11 +6,13 @@ task "hang-step" never answers a step, the tool of task "hang-tool" never return
 no model weights, only the tiny model's tokenizer. Every record goes over real ZeroMQ.
 
 Expected, with env.tool_timeout_s = 0.3 s and env.step_timeout_s = 2 s:
-- hang-step: both episodes end with status "timeout" (0 steps) after ~2 s;
-- hang-tool: the call fails with a timeout *response* after 0.3 s and the episode goes on to
-  answer ("ok", 2 steps): a hung tool costs one call, not the episode;
-- ok-*: all finish ("ok") in well under the step timeout, i.e. before the hung step times out,
+- hang-step: both episodes end with status "timeout" (0 steps), not before the 2 s;
+- hang-tool: the call fails with a timeout *response* and the episode goes on to answer
+  ("ok", 2 steps, no step timed out): a hung tool costs one call, not the episode;
+- ok-* and hang-tool: all end before the hung step times out (the order the ends arrive in),
   so nothing hung blocks the other episodes of the actor.
+No duration is held to an upper bound: the hangs never end on their own, so the ends and their
+order show what cut them.
 """
 
 from __future__ import annotations
@@ -88,18 +90,18 @@ def test_hung_step_times_out_and_hung_tool_fails_one_call_without_blocking_other
     hung = by_task[HANG_STEP]
     assert [e.status for _, e in hung] == ["timeout", "timeout"]
     assert all(e.num_steps == 0 and "env.step_timeout_s=2.0" in e.error for _, e in hung)
-    assert all(STEP_TIMEOUT_S - 0.1 <= e.wall_time_s < STEP_TIMEOUT_S + 2 for _, e in hung)
+    assert all(e.wall_time_s >= STEP_TIMEOUT_S - 0.1 for _, e in hung)  # not before it
     first_timeout = min(t for t, _ in hung)
 
-    for _, e in by_task[HANG_TOOL]:
+    for t, e in by_task[HANG_TOOL]:
         assert (e.status, e.num_steps, e.outcome_reward) == ("ok", 2, 1.0)
         assert e.metrics["tool_errors"] == 1.0  # the one hung call, answered with an error
-        assert TOOL_TIMEOUT_S - 0.05 <= e.wall_time_s < STEP_TIMEOUT_S
+        assert e.wall_time_s >= TOOL_TIMEOUT_S - 0.05  # not before the tool timeout
+        assert t < first_timeout  # cut by the tool timeout, long before a step timeout
         second = stream.steps[e.episode_id][1]
         assert "lookup timed out after 0.3 s" in tokenizer.decode(second.context_ids)
 
     for task in ("ok-0", "ok-1", "ok-2", "ok-3"):
         for t, e in by_task[task]:
             assert (e.status, e.num_steps, e.outcome_reward) == ("ok", 2, 1.0)
-            assert e.wall_time_s < STEP_TIMEOUT_S / 2
             assert t < first_timeout  # done before the hung step even timed out

@@ -59,10 +59,10 @@ def test_data_socket_counts_a_flood_and_keeps_serving() -> None:
         thread.start()
         for rec in group_records(honest_g, [0.0, 1.0]):  # while the flood is on
             assert honest.send([m.encode(rec)], timeout_ms=5000)
-        t0 = time.monotonic()
         batch = learner.sample(1, learner_version=0, timeout_s=10.0)
-        assert [g.group_id for g in batch.groups] == [honest_g]
-        assert time.monotonic() - t0 < 10.0
+        # served during the flood: the group itself (a wait run out would be "not ready"), and
+        # at the first request (no reply ran past the client's timeout and was retried)
+        assert [g.group_id for g in batch.groups] == [honest_g] and learner.timeouts == 0
         thread.join(30)
         # Every garbage frame arrives (PUSH never drops) and is counted once, as malformed.
         wait_for(lambda: service.metrics().drops.get("malformed", 0) == FLOOD, 20, "flood counted")
@@ -90,15 +90,15 @@ def test_control_socket_counts_a_flood_and_answers_an_honest_peer() -> None:
     frames = [f for f in _garbage(random.Random(1), n)]
     flooder = transport.client(service.control_endpoint)
     sock = flooder._sock  # raw DEALER: fire requests without waiting for replies
-    honest = BufferClient(transport, service.control_endpoint, "actor", "a0", timeout_s=5.0)
+    honest = BufferClient(transport, service.control_endpoint, "actor", "a0", timeout_s=30.0)
     try:
         for f in frames:
             sock.send_multipart(f)
-        # The flood is queued in front of it; the honest peer is answered within its timeout.
-        t0 = time.monotonic()
+        # The flood is queued in front of it; the honest peer is answered within its timeout:
+        # each request at its first try (none ran past it and was sent again).
         assert honest.connect().ok
         assert honest.request_credits(1).groups == 1
-        assert time.monotonic() - t0 < 5.0
+        assert honest.timeouts == 0
         # Each garbage request is counted: malformed (bad bytes, wrong frame count, a weights
         # header) or unexpected (a valid Hello with another schema is answered, not counted).
         wrong_schema = sum(1 for f in frames if len(f) == 1 and f[0].startswith(b"\x94\xa5hello"))

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.integration import wandb_offline
 from tests.integration.cli_runs import CLI, ROOT, cli_env, launch_ok
 
 
@@ -75,6 +76,7 @@ def test_launch_tiny_runs_to_the_end_and_resumes(tmp_path: Path):
     assert "precision: engine float32, learner " in stdout  # tiny.yaml's engine: float32
     phases = [name for name, _ in json.loads((run_dir / "startup.json").read_text())["phases"]]
     assert phases == ["preflight", "warm start", "ray", "processes", "first update"]
+    _check_episode_samples(run_dir, wandb_runs[0])
 
     # Resume the same run with two more updates: versions continue at 4, 5.
     out = subprocess.run(
@@ -84,6 +86,49 @@ def test_launch_tiny_runs_to_the_end_and_resumes(tmp_path: Path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert [r["update"] for r in _records(run_dir)] == [1, 2, 3, 4, 5]
     assert (run_dir / "checkpoints" / "latest").resolve().name == "step-5"
+
+
+def _check_episode_samples(run_dir: Path, wandb_run: Path) -> None:
+    """tiny.yaml samples episodes at every update: RUN_DIR/episodes/update-N.jsonl, and the
+    same rows in the W&B table `episodes/sample`, read back through W&B's own reader, with
+    each step's policy versions and importance weights; W&B histograms of staleness and
+    importance weights; the viewer prints a sampled episode turn by turn."""
+    files = sorted((run_dir / "episodes").glob("update-*.jsonl"))
+    assert [f.name for f in files] == ["update-1.jsonl", "update-2.jsonl", "update-3.jsonl"]
+    rows = [json.loads(line) for line in files[-1].read_text().splitlines()]
+    trained = [r for r in rows if r["status"] in ("ok", "truncated")]
+    assert trained and {r["pick"] for r in trained} <= {"best", "worst", "canary"}
+    for r in trained:
+        assert r["update"] == 3 and r["versions"] and all(0 <= v <= 2 for v in r["versions"])
+        assert r["staleness"] == 2 - r["versions"][0] and 0 <= r["staleness"] <= 1
+        assert r["is_weight_mean"] > 0 and r["is_weight_min"] <= r["is_weight_max"]
+        assert isinstance(r["action"], str) and r["action_tokens"] > 0
+
+    history = wandb_offline.history(next(wandb_run.glob("*.wandb")))
+    by_step = {int(h["_step"]): h for h in history}
+    assert {1, 2, 3} <= set(by_step)
+    for step in (1, 2, 3):
+        assert by_step[step]["staleness/hist._type"] == "histogram"
+        assert by_step[step]["is_weight/hist._type"] == "histogram"
+    for step in (2, 3):  # each update trains new groups: lengths since the previous record
+        assert by_step[step]["episodes/trained_hist._type"] == "histogram"
+    table = wandb_offline.table(wandb_run / "files", by_step[3], "episodes/sample")
+    assert table is not None and len(table["data"]) == len(rows)
+    cells = [dict(zip(table["columns"], d, strict=True)) for d in table["data"]]
+    for cell, r in zip(cells, rows, strict=True):
+        assert (cell["episode_id"], cell["step"]) == (r["episode_id"], r["step"])
+        assert json.loads(cell["versions"]) == r["versions"]
+        assert cell["is_weight_mean"] == pytest.approx(r["is_weight_mean"]) or (
+            cell["is_weight_mean"] is None is r["is_weight_mean"])
+        assert cell["is_weight_max"] == pytest.approx(r["is_weight_max"]) or (
+            cell["is_weight_max"] is None is r["is_weight_max"])
+
+    shown = subprocess.run([*CLI, "episodes", str(run_dir), "--worst"], capture_output=True,
+                           text=True, timeout=60, env=cli_env(), cwd=ROOT)
+    assert shown.returncode == 0, shown.stderr
+    worst = min(trained, key=lambda r: r["return"])
+    assert shown.stdout.startswith(f"update 3 · episode {worst['episode_id']} ")
+    assert "── step 0 · v" in shown.stdout and "IS w mean" in shown.stdout
 
 
 @pytest.mark.slow

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -43,29 +42,29 @@ class BrokenEnv(ArithmeticEnv):
 '''
 
 
-def _launch_env(tmp_path: Path, module: str, source: str, env_class: str) -> tuple[Any, float]:
+def _launch_env(tmp_path: Path, module: str, source: str, env_class: str) -> Any:
     """A tiny launch of `module:env_class` (written from `source`), stopping after 4 failed
-    episodes; (the completed process, its seconds)."""
+    episodes: the completed process. Its 240 s guard against a hang is well under the 600 s
+    the launch would wait without the check; its last line says which ended it."""
     (tmp_path / f"{module}.py").write_text(source)
     env = cli_env(PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}")
-    t0 = time.monotonic()
     out = subprocess.run(
         [sys.executable, "-m", "agent_r1_async.cli", "launch", "--config",
          str(ROOT / "configs/tiny.yaml"), "--set", f"launch.run_root={tmp_path / 'runs'}",
          "--set", f"env.name={module}:{env_class}", "--set", "launch.stop_after_failed_episodes=4"],
         capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path,
     )
-    return out, time.monotonic() - t0
+    assert "no batch after learner.sample_timeout_s" not in out.stderr  # not that wait
+    return out
 
 
 @pytest.mark.slow
 def test_launch_stops_with_the_env_error_when_every_episode_fails(tmp_path: Path):
-    out, elapsed = _launch_env(tmp_path, "broken_env", BROKEN_ENV, "BrokenEnv")
+    out = _launch_env(tmp_path, "broken_env", BROKEN_ENV, "BrokenEnv")
     assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("agent-r1-async: the last 4 episodes all failed"), last
     assert "env.step: ValueError: unit table missing" in last
-    assert elapsed < 180, elapsed  # not learner.sample_timeout_s (600 s)
     run_dir = Path(out.stdout.split("[launch] run directory: ")[1].splitlines()[0].strip())
     logs = [(run_dir / "logs" / f"actor-{i}.log").read_text() for i in range(2)]
     for text in logs:  # logged once per actor, with the traceback, then only counted
@@ -106,14 +105,13 @@ LINE = "env.step: StepResult.outcome_reward is nan, expected a finite real numbe
 
 
 def test_launch_stops_on_an_env_that_returns_nan_with_the_field_on_the_console(tmp_path: Path):
-    out, elapsed = _launch_env(tmp_path, "nan_env", NAN_ENV, "NanEnv")
+    out = _launch_env(tmp_path, "nan_env", NAN_ENV, "NanEnv")
     assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("agent-r1-async: the last 4 episodes all failed "
                            "(launch.stop_after_failed_episodes=4): env_error in env "
                            "nan_env:NanEnv (task arith-train-"), last
     assert last.endswith(f"): {LINE}"), last
-    assert elapsed < 180, elapsed  # not learner.sample_timeout_s (600 s)
     said = [ln for ln in out.stderr.splitlines() if ln.startswith("[launch] error: actor-")]
     assert said and all("env error ValueError: env_error in env nan_env:NanEnv (task " in ln
                         and LINE in ln for ln in said), out.stderr[-3000:]

@@ -22,6 +22,7 @@ from agent_r1_async.models import tiny_model_dir
 from agent_r1_async.weights.zmq import WeightSubscriber, ZmqWeightSender
 from agent_r1_async.wire.zmq import ZmqTransport
 from tests.fakes.learner import FakeSource
+from tests.setup_needs import require_module
 
 VOCAB = 49152
 
@@ -247,7 +248,7 @@ def test_update_under_temperature_top_p_stays_finite_with_tokens_outside_the_kep
 
 
 def test_lora_publishes_merged_weights():
-    pytest.importorskip("peft")
+    require_module("peft")
     cfg = config.config_from_dict({
         "model": {"name_or_path": tiny_model_dir()},
         "algorithm": {"group_size": 2, "batch_groups": 1},

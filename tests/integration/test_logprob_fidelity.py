@@ -29,6 +29,7 @@ from agent_r1_async.learner.loop import Learner
 from agent_r1_async.models import load_causal_lm, load_tokenizer, resolve_model, tiny_model_dir
 from agent_r1_async.sampling import process_logits
 from tests.fakes.records import episode, sample_batch, step
+from tests.setup_needs import require_module
 
 
 def chat_contexts(model_path: str, n: int = 6) -> list[list[int]]:
@@ -166,7 +167,7 @@ def test_hf_engine_fidelity_smollm2():
     [("float32", 1e-3, 1e-4), ("bfloat16", 1.0, 0.1)],
 )
 def test_vllm_engine_fidelity_smollm2(dtype, max_bound, mean_bound):
-    pytest.importorskip("vllm")
+    require_module("vllm")
     from agent_r1_async.actors.engines.vllm import VllmEngine
 
     path = resolve_model("smollm2-135m-instruct")

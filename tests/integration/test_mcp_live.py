@@ -137,7 +137,7 @@ def test_schemas_reach_the_prompt_and_calls_return(transport, tok, request):
     env = spec.make()
     obs = asyncio.run(env.reset(spec.tasks("dev")[0]))
     names = [t["function"]["name"] for t in obs.tools]
-    assert names == ["echo", "count", "pid", "sleep", "big", "auth"]
+    assert names == ["echo", "count", "pid", "sleep", "big", "auth", "meet"]
     h = History(tok)
     h.add_messages(obs.messages, obs.tools)
     text = tok.decode(h.instruction_ids)
@@ -172,8 +172,11 @@ def test_auth_header_comes_from_the_environment(http_server, monkeypatch):
 def test_a_hung_call_is_cut_at_the_timeout_and_the_episode_goes_on():
     spec = spec_for(stdio())
     t0 = time.perf_counter()
-    hung, after = asyncio.run(play(spec, [call("sleep", seconds=30), call("echo", text="ok")]))
-    assert 1.0 <= time.perf_counter() - t0 < 4.0  # timeout_s=1, not the 30 s sleep
+    # The call sleeps an hour: the episode ends at all only because timeout_s=1 cut it (the
+    # 120 s guard fails a hang instead of waiting for pytest's own timeout).
+    hung, after = asyncio.run(asyncio.wait_for(
+        play(spec, [call("sleep", seconds=3600), call("echo", text="ok")]), 120))
+    assert time.perf_counter() - t0 >= 1.0  # not before the timeout
     assert body(hung) == ("Error: sleep failed: McpTimeout: MCP server 'fx' (python "
                           f"{SERVER}) did not answer sleep within timeout_s=1")
     assert body(after) == "ok"
@@ -284,16 +287,16 @@ def test_a_server_lost_after_the_build_fails_episodes_until_it_lists_again(monke
     assert [body(r) for r in asyncio.run(play(spec, [call("echo", text="back")]))] == ["back"]
 
 
-@pytest.mark.parametrize(("limit", "low", "high"), [(1, 1.6, 3.0), (2, 0.8, 1.5)])
-def test_max_concurrency_bounds_calls_in_flight(limit, low, high):
+@pytest.mark.parametrize(("limit", "within_s"), [(1, 0.8), (2, 3.0)])
+def test_max_concurrency_bounds_calls_in_flight(limit, within_s):
+    """Two `meet` calls in one action (ToolEnv runs them concurrently), each waiting for the
+    other to be in flight too: the server counts how many ever were at once. max_concurrency=1
+    holds the second back while the first waits (it gives up after within_s): a peak of 1;
+    at 2 they meet at once (within_s only bounds a failure): a peak of 2."""
     spec = spec_for(stdio(shared=True, max_concurrency=limit, timeout_s=4.0))
-    asyncio.run(play(spec, [call("echo", text="warm")]))  # the server is up before timing
-    two = call("sleep", seconds=0.8) + call("sleep", seconds=0.8)  # run concurrently by ToolEnv
-    t0 = time.perf_counter()
-    (out,) = asyncio.run(play(spec, [two]))
-    elapsed = time.perf_counter() - t0
-    assert out.count("awake") == 2
-    assert low <= elapsed < high  # one at a time: 2 x 0.8 s; two at once: 0.8 s
+    meet = call("meet", n=2, within_s=within_s)
+    (out,) = asyncio.run(play(spec, [meet + meet]))
+    assert out.count(f"peak {limit}") == 2, out
 
 
 def test_a_group_of_episodes_gets_one_session_each(http_server):

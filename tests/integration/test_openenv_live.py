@@ -363,14 +363,14 @@ def test_a_stalled_step_fails_at_the_timeout_and_the_next_episode_plays(relay: R
     async def episode() -> tuple[EnvError, float]:
         env = spec.make()
         await env.reset(spec.tasks("train")[6])
-        relay.stall()
+        relay.stall()  # until the test lets it flow again: only the timeout can end the step
         t0 = time.perf_counter()
         with pytest.raises(EnvError) as err:
-            await env.step(JUNK)
+            await asyncio.wait_for(env.step(JUNK), 60)  # a guard against a hang, not a bound
         return err.value, time.perf_counter() - t0
 
     err, took = run(episode())
-    assert 1.0 <= took < 3.0
+    assert took >= 1.0  # not before the timeout
     assert str(err) == f"OpenEnv server 'fx' ({relay.url}): it did not answer step 1 within timeout_s=1"
     relay.stall(False)
     assert spec.definition.pool.idle == []  # the stalled session is not reused
@@ -481,14 +481,13 @@ def test_a_server_that_exits_is_named_restarted_then_given_up():
 
 
 def test_a_server_that_never_starts_is_one_line_naming_it_within_the_timeout():
-    t0 = time.perf_counter()
+    # It never listens (it sleeps an hour): the error can only come from start_timeout_s.
     with pytest.raises(ConfigError) as err:
-        spec_for(command=["python", "-c", "import time, sys; time.sleep(60)", "{port}"],
+        spec_for(command=["python", "-c", "import time, sys; time.sleep(3600)", "{port}"],
                  start_timeout_s=2.0, connect_timeout_s=1.0)
-    assert time.perf_counter() - t0 < 8.0
     assert str(err.value).startswith(
-        "OpenEnv server 'fx' (python -c import time, sys; time.sleep(60) {port}) did not start: "
-        "no answer to GET /health within start_timeout_s=2 (last: GET /health: "
+        "OpenEnv server 'fx' (python -c import time, sys; time.sleep(3600) {port}) did not "
+        "start: no answer to GET /health within start_timeout_s=2 (last: GET /health: "
         "ConnectionRefusedError")
     with pytest.raises(ConfigError) as err:
         spec_for(command=["python", "-c", "import sys; sys.exit('no model file')", "{port}"])

@@ -8,7 +8,6 @@ fail ends the episode with one line and never hangs the actor."""
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +33,9 @@ def tok():
 
 
 def play(tok: Any, engine: Any, env: dict[str, Any], group: int, rounds: int = 1,
-         ) -> tuple[list[EpisodeEnd], list[StepRecord], float]:
+         ) -> tuple[list[EpisodeEnd], list[StepRecord]]:
     """`rounds` x `group` episodes of the first train task (a round after the last); their
-    ends, every step record as the wire decodes it, and the seconds taken."""
+    ends and every step record as the wire decodes it."""
     cfg = config_from_dict({
         "model": {"name_or_path": "tiny-random-llama", "max_model_len": 512},
         "engine": {"backend": "hf", "max_new_tokens": 16}, "env": env})
@@ -62,16 +61,15 @@ def play(tok: Any, engine: Any, env: dict[str, Any], group: int, rounds: int = 1
             await spec.definition.aclose()
         return ends
 
-    t0 = time.monotonic()
     ends = asyncio.run(main())
-    return ends, [m for m in sent if isinstance(m, StepRecord)], time.monotonic() - t0
+    return ends, [m for m in sent if isinstance(m, StepRecord)]
 
 
 def test_a_verifiers_group_becomes_step_records_of_the_sampled_tokens(tok, tmp_path: Path):
     replies = [[*tok.encode("Red.", add_special_tokens=False), IM_END],
                [*tok.encode("Blue!", add_special_tokens=False), IM_END]]
     engine = FakeEngine.scripted([replies[i % 2] for i in range(4)])  # 2 episodes x 2 calls
-    ends, records, _ = play(tok, engine, vf_env(str(tmp_path)), group=2)
+    ends, records = play(tok, engine, vf_env(str(tmp_path)), group=2)
     assert [e.status for e in ends] == ["ok", "ok"], [e.error for e in ends]
     calls = logged_calls(tmp_path)
     assert len(calls) == 4 == len(records)
@@ -110,21 +108,22 @@ def test_a_verifiers_group_becomes_step_records_of_the_sampled_tokens(tok, tmp_p
 def test_a_failing_server_or_taskset_fails_its_episode_in_one_line(tok, mode, status, error):
     engine = FakeEngine.repeating([*tok.encode("Red.", add_special_tokens=False), IM_END])
     rounds = 2 if mode == "exit" else 1  # a dead server is started again for the next round
-    ends, _, took = play(tok, engine, vf_env(mode=mode), group=1, rounds=rounds)
+    ends, _ = play(tok, engine, vf_env(mode=mode), group=1, rounds=rounds)
+    assert len(ends) == rounds  # every round ended (a hang would end in pytest's timeout)
     for end in ends:
         assert end.status == status and end.error.startswith(error), end.error
         assert "\n" not in end.error and end.outcome_reward == 0.0
-    assert took < 60.0
 
 
 def test_an_episode_past_its_timeout_is_cancelled_on_time(tok):
     engine = FakeEngine.repeating([*tok.encode("Red.", add_special_tokens=False), IM_END])
     env = vf_env(mode="sleep", timeout_s=2.0)
-    ends, _, took = play(tok, engine, env, group=2)
+    ends, _ = play(tok, engine, env, group=2)
+    # Cut by env.args.timeout_s, not after the harness's hour (which pytest's timeout would
+    # end first): the reason says so.
     assert [e.status for e in ends] == ["timeout", "timeout"]
     assert ends[0].error == "verifiers taskset vf-echo: the episode took longer than 2 s " \
                             "(env.args.timeout_s)"
-    assert took < 30.0  # server start (~6 s) + 2 s, not the harness's hour
 
 
 def test_eval_plays_a_verifiers_env_through_an_endpoint_of_its_own(tmp_path: Path):

@@ -23,8 +23,9 @@ from test_logprob_fidelity import (
 from agent_r1_async.actors.engines.base import SamplingSettings
 from agent_r1_async.models import load_causal_lm, tiny_model_dir
 from tests.fakes.services import actor_config
+from tests.setup_needs import require_module
 
-pytest.importorskip("vllm")
+require_module("vllm")
 pytestmark = pytest.mark.vllm
 
 

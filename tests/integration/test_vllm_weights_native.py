@@ -19,8 +19,9 @@ from test_logprob_fidelity import chat_contexts, logprob_gap, reference_logprobs
 from agent_r1_async.actors.engines.base import SamplingSettings
 from agent_r1_async.config import EngineConfig
 from agent_r1_async.models import load_causal_lm, tiny_model_dir
+from tests.setup_needs import require_module
 
-pytest.importorskip("vllm")
+require_module("vllm")
 pytestmark = pytest.mark.vllm
 
 TIMEOUT_S = 30.0

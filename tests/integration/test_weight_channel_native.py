@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from tests.fakes.weights import GlooRecordingEngine
+from tests.setup_needs import require_module
 
-pytest.importorskip("vllm")
+require_module("vllm")
 pytestmark = pytest.mark.vllm
 
 from agent_r1_async.weights import native_sender  # noqa: E402
@@ -168,10 +169,12 @@ def test_an_actor_whose_learner_never_answers_fails_within_the_timeout():
     channel = NativeWeightReceiver(f"tcp://127.0.0.1:{port}/tok", "actor-0", TIMEOUT_S)
     engine = GlooRecordingEngine()
     t0 = time.monotonic()
-    assert asyncio.run(channel.update(engine)) is None
+    # nothing will ever answer: the update ends at all only through its timeout (the guard
+    # fails a hang instead of waiting for pytest's own timeout)
+    assert asyncio.run(asyncio.wait_for(channel.update(engine), 120)) is None
     took = time.monotonic() - t0
     assert channel.failed == 1 and engine.version == 0 and engine.joined == 0
-    assert TIMEOUT_S - 0.5 < took < TIMEOUT_S + 5
+    assert took > TIMEOUT_S - 0.5  # it waited out its timeout (no earlier give-up)
     del store
 
 
@@ -213,16 +216,15 @@ def test_learner_killed_mid_transfer_fails_the_update_and_the_actor_keeps_its_we
             while engine.joined == 0:
                 await channel.update(engine)
             q.put("joined")
-            t0 = time.monotonic()
+            t0 = time.monotonic()  # the guard against a hang: a failure is counted long before
             while channel.failed == 0 and time.monotonic() - t0 < TIMEOUT_S + 15:
                 await channel.update(engine)
                 await asyncio.sleep(0.01)
-            return time.monotonic() - t0
 
-        took = asyncio.run(run())
+        asyncio.run(run())
         learner.join(30)
         assert learner.exitcode == 9  # it died inside the transfer
-        assert (channel.failed, channel.rejected) == (1, 0) and took < TIMEOUT_S + 20, took
+        assert (channel.failed, channel.rejected) == (1, 0)
         assert engine.version == 0 and engine.weights == {}  # nothing half-loaded
         # with the learner gone, re-joining fails again (counted), it never raises or hangs
         time.sleep(1.1)

@@ -5,26 +5,27 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from agent_r1_async.cli import build_parser, main
 
+HEAVY = ("torch", "vllm", "ray", "transformers", "numpy", "yaml", "zmq", "msgspec", "wandb")
 
-def test_help_is_fast_and_imports_nothing_heavy():
+
+def test_help_is_fast_because_it_imports_nothing_heavy():
+    """Help is fast because it imports none of the packages whose import takes seconds (or
+    anything they would pull in): checked by name, not timed."""
     code = ("import sys, agent_r1_async.cli as c\n"
             "try:\n    c.main(['--help'])\nexcept SystemExit:\n    pass\n"
-            "heavy = [m for m in ('torch', 'vllm', 'ray', 'transformers') if m in sys.modules]\n"
+            f"heavy = [m for m in {HEAVY!r} if m in sys.modules]\n"
             "print('HEAVY', heavy)\n")
-    t0 = time.monotonic()
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    elapsed = time.monotonic() - t0
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         timeout=120)
     assert "HEAVY []" in out.stdout
     for cmd in ("launch", "eval", "prepare-model", "envs", "report", "sft"):
         assert cmd in out.stdout
-    assert elapsed < 2.0
 
 
 @pytest.mark.parametrize("argv", [["launch", "--help"], ["eval", "--help"],

@@ -47,6 +47,7 @@ from tests.fakes import envs
 from tests.fakes.engine import FakeEngine
 from tests.fakes.learner import FakeSource, RecordingSource
 from tests.fakes.transport import BrokenPusher, RecordingPusher, RecordingTransport
+from tests.setup_needs import require_module
 from tests.unit.bench.test_smoke import load
 
 REPO = Path(__file__).resolve().parents[2]
@@ -239,7 +240,7 @@ def test_implementation_conforms_to_its_protocol(proto: type, cls: type) -> None
 
 def test_the_native_weight_backends_conform_to_the_channel_seam() -> None:
     """The vLLM-native backends (they import vLLM, so they are checked only where it is)."""
-    pytest.importorskip("vllm")
+    require_module("vllm")
     from agent_r1_async.weights.native_receiver import NativeWeightReceiver
     from agent_r1_async.weights.native_sender import NativeWeightSender
 
@@ -251,11 +252,13 @@ def test_the_check_catches_drift() -> None:
     """Drifted copies of real fakes fail, each for the reason it drifted."""
 
     class RenamedParameter(FakeSource):
-        def sample(self, num_groups: int, version: int, timeout_s: float) -> Any:  # type: ignore[override]
+        def sample(self, num_groups: int, version: int, timeout_s: float,  # type: ignore[override]
+                   failed_episodes: int = 0) -> Any:
             return super().sample(num_groups, version, timeout_s)
 
     class LostParameter(FakeSource):
-        def sample(self, num_groups: int, learner_version: int) -> Any:  # type: ignore[override]
+        def sample(self, num_groups: int, learner_version: int,  # type: ignore[override]
+                   failed_episodes: int = 0) -> Any:
             return super().sample(num_groups, learner_version, 0.0)
 
     class WrongType(FakeSource):
@@ -283,7 +286,8 @@ def test_the_check_catches_drift() -> None:
         "RenamedParameter.sample: extra parameter 'version' has no default",
     ]
     assert conformance_problems(LostParameter, SampleSource) == [
-        "LostParameter.sample: parameter 'timeout_s' is missing"]
+        "LostParameter.sample: parameter 'timeout_s' is missing",
+        "LostParameter.sample: parameter 'failed_episodes' is not at position 3"]
     assert conformance_problems(WrongType, SampleSource) == [
         "WrongType.set_version: parameter 'version' is str, not int"]
     assert conformance_problems(NotAsync, Engine) == ["NotAsync.close: must be async"]

@@ -3,8 +3,11 @@
 Every logged record is a flat dict of numbers keyed like `reward/mean`, `staleness/max`,
 `actor/a0/tokens_per_s`, plus `update` (learner version) and `time` (seconds since start).
 The same records go to `RUN_DIR/metrics.jsonl` (one JSON object a line) and to W&B, so
-`agent-r1-async report RUN_DIR` can plot a run without W&B. Histograms (staleness) are
-logged to W&B as `wandb.Histogram` and to the JSONL file as `{"bins": [...], "counts": [...]}`.
+`agent-r1-async report RUN_DIR` can plot a run without W&B. Histograms (staleness, importance
+weights, episode lengths by bucket; run/output/histograms.py) are logged to W&B as
+`wandb.Histogram` and to the JSONL file as `{"bins": [...], "counts": [...]}` (one bin per
+value) or `{"edges": [...], "counts": [...]}`. Episode samples (run/output/episodes.py) go to
+W&B as tables through `log_table`, whose failure is reported and stops nothing.
 
 A sink never stops the run by raising: the first write that fails (a full disk, a quota, any
 OSError; W&B's own errors once its run started) is kept as one line,
@@ -29,8 +32,9 @@ from typing import Any, Literal
 from agent_r1_async.buffers.lengths import WIRE_PREFIX, length_metrics
 from agent_r1_async.config import LoggingConfig, RunConfig, config_to_dict
 from agent_r1_async.learner.checkpoint_files import complete_checkpoints, disk_full, free_bytes
+from agent_r1_async.run.output.histograms import Binned, Hist, to_json, to_wandb
 
-Histogram = dict[int, int]
+Histogram = Hist
 WandbMode = Literal["online", "offline", "disabled"]
 
 _NEARLY_FULL = 1 << 20
@@ -210,8 +214,7 @@ class MetricsLogger:
         record: dict[str, Any] = {"update": step, "time": time.monotonic() - self._start}
         record.update({k: v for k, v in metrics.items() if _is_number(v)})
         for name, hist in (histograms or {}).items():
-            keys = sorted(hist)
-            record[name] = {"bins": keys, "counts": [hist[k] for k in keys]}
+            record[name] = to_json(hist)
         self._write_jsonl(record, step)
         self._to_wandb(lambda run: run.log(self._wandb_record(record, histograms or {}),
                                            step=step), step)
@@ -258,18 +261,28 @@ class MetricsLogger:
             self._finish_wandb()
 
     def _wandb_record(self, record: dict[str, Any], histograms: dict[str, Histogram]) -> dict:
-        import numpy as np
-        import wandb
-
         out = {k: v for k, v in record.items() if k not in histograms}
         for name, hist in histograms.items():
-            if not hist:
-                continue
-            lo, hi = min(hist), max(hist)
-            edges = np.arange(lo, hi + 2, dtype=float) - 0.5  # one bin per staleness value
-            counts = np.array([hist.get(k, 0) for k in range(lo, hi + 1)], dtype=float)
-            out[name] = wandb.Histogram(np_histogram=(counts, edges))
+            drawn = to_wandb(hist)
+            if drawn is not None:
+                out[name] = drawn
         return out
+
+    def log_table(self, key: str, columns: list[str], data: list[list[Any]],
+                  step: int) -> str | None:
+        """A `wandb.Table` under `key` at `step`; the error in one line when W&B refuses it
+        (W&B stays on and nothing stops: an episode sample is not a metric), None when it is
+        logged or W&B is off."""
+        if self._wandb is None:
+            return None
+        try:
+            import wandb
+
+            table = wandb.Table(columns=list[str | int](columns), data=data)
+            self._wandb.log({key: table}, step=step)
+        except Exception as e:
+            return " ".join(f"{type(e).__name__}: {e}".split())[:200]
+        return None
 
     def _recover_checkpointed_update(self) -> int | None:
         """Log the newest checkpoint's update when metrics.jsonl has no record of it (class
@@ -467,7 +480,11 @@ def merge_metrics(
             for key, n in totals.items():
                 out[f"{prefix}/{key}"] = n
     hist = {int(k): int(v) for k, v in update.get("staleness_hist", {}).items()}
-    return out, {"staleness/hist": hist}
+    hists: dict[str, Histogram] = {"staleness/hist": hist}
+    weights = update.get("is_weight_hist") or {}
+    if weights.get("counts") and len(weights.get("edges", [])) == len(weights["counts"]) + 1:
+        hists["is_weight/hist"] = Binned(list(weights["edges"]), list(weights["counts"]))
+    return out, hists
 
 
 def failing_actors(actors: dict[str, Any], last_n: int, num_actors: int) -> str | None:

@@ -9,7 +9,10 @@ nothing, so the same code runs in `agent-r1-async sft` and `eval`.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import queue as queue_mod
+import signal
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +36,7 @@ def progress(done: float, total: float) -> None:
 def _main(fn: Any, args: tuple, q: Any, log_path: str | None) -> None:
     global _QUEUE
     _QUEUE = q
+    os.setpgrp()  # a group of its own: the processes it starts (vLLM's engine) end with it
     if log_path:
         from agent_r1_async.run.output.logs import redirect_output
 
@@ -89,7 +93,24 @@ def in_subprocess(fn: Any, *args: Any, log_path: str | None = None,
     finally:
         if not finished:  # interrupted (Ctrl-C, SIGTERM): the child may still be working
             proc.terminate()
+            _signal_group(proc.pid, signal.SIGTERM)
         proc.join(timeout=30)
         if proc.is_alive():
             proc.kill()
             proc.join()
+        if not finished:  # what the child started (an engine core) and left behind
+            _signal_group(proc.pid, signal.SIGKILL)
+
+
+def _signal_group(pid: int | None, sig: int) -> None:
+    """`sig` to the process group the child leads (it calls setpgrp first); nothing when
+    the group is gone, or when the child died before making it (the group would be ours)."""
+    if pid is None:
+        return
+    try:
+        if os.getpgid(pid) != pid:
+            return
+    except ProcessLookupError:  # the child is gone; its group may live on without it
+        pass
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)

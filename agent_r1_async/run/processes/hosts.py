@@ -323,9 +323,12 @@ class LearnerHost(_Host):
         self._on_worker(self.learner.publish)
 
     def update(self) -> dict[str, Any]:
-        """One learner update (+ its periodic checkpoint): metrics and staleness histogram."""
+        """One learner update (+ its periodic checkpoint): metrics, the staleness and
+        importance-weight histograms, and its episode sample (rows; [] at most updates)."""
         metrics = self._on_worker(self.learner.step)
-        return {"metrics": metrics, "staleness_hist": self.learner.last_staleness_hist}
+        return {"metrics": metrics, "staleness_hist": self.learner.last_staleness_hist,
+                "is_weight_hist": self.learner.last_is_weight_hist,
+                "episodes": self.learner.last_episodes}
 
     def set_buffer(self, control_endpoint: str) -> None:
         """Runs on Ray's second thread: the buffer restarted on another node; rank 0's client

@@ -152,13 +152,14 @@ class Evaluator:
             await asyncio.sleep(_DRAIN_S)
 
     async def _evaluate(self, episodes: Any, tasks: list[Any]) -> None:
-        from agent_r1_async.run.evaluate import run_episodes
+        from agent_r1_async.run.evaluate import eval_concurrency, run_episodes
 
         version = self.engine.version
         t0, cpu0 = time.monotonic(), cpu_seconds()
         drain = asyncio.create_task(self._drain())
         try:
-            result = await run_episodes(episodes, tasks, self.cfg.eval.samples_per_task)
+            result = await run_episodes(episodes, tasks, self.cfg.eval.samples_per_task,
+                                        concurrency=eval_concurrency(self.cfg))
         finally:
             drain.cancel()
         result["version"] = float(version)

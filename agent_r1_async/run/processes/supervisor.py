@@ -388,10 +388,11 @@ class Supervisor:
         return int(self.ray.get(self.learner.leader.version.remote()))
 
     def update(self) -> dict[str, Any]:
-        """One learner update on every rank: {"metrics": ..., "staleness_hist": ...} (rank 0's,
-        see LearnerHost). A rank that dies restarts the group from its last checkpoint; the
-        update is then run again from there. While it runs, every role's liveness is
-        watched (module docstring) and the buffer's stats checked for failures and stalls."""
+        """One learner update on every rank: {"metrics": ..., "staleness_hist": ...,
+        "is_weight_hist": ..., "episodes": ...} (rank 0's, see LearnerHost). A rank that dies
+        restarts the group from its last checkpoint; the update is then run again from there.
+        While it runs, every role's liveness is watched (module docstring) and the buffer's
+        stats checked for failures and stalls."""
         refs = self.learner.submit("update")
         probes = self._learner_probes()
         while True:

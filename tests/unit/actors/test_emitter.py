@@ -11,6 +11,9 @@ from agent_r1_async.wire import messages as m
 from agent_r1_async.wire.inproc import InProcTransport
 from tests.fakes.transport import BrokenPusher
 
+HANG_S = 30.0
+"""How long an awaited step may take before the test calls it hung: a guard, not a bound."""
+
 
 def _stats(i: int) -> m.ActorStats:
     return m.ActorStats("a0", float(i), 0, 0.0, 0.0, 0.0, 0.0, 0, 0, 0)
@@ -106,13 +109,13 @@ def test_a_full_pipe_makes_emit_wait_and_drops_nothing():
         await asyncio.sleep(0.05)  # several retries (5, 10, 20 ms) against the full pipe
         assert not third.done() and em.sent == 1  # one message waits: the emit waits too
         got.extend(_frames(sink))  # room for one frame
-        await asyncio.wait_for(third, 2)  # 1 entered the pipe, so 2 was accepted
+        await asyncio.wait_for(third, HANG_S)  # 1 entered the pipe, so 2 was accepted
         assert em.sent == 2
         flush = asyncio.create_task(em.flush())
         while len(got) < 3:
             await asyncio.sleep(0.005)
             got.extend(_frames(sink))
-        await asyncio.wait_for(flush, 2)
+        await asyncio.wait_for(flush, HANG_S)
 
     asyncio.run(main())
     assert [_times(f) for f in got] == [[0.0], [1.0], [2.0]]
@@ -130,9 +133,9 @@ def test_release_lets_a_waiting_emit_through_and_later_ones_never_wait():
         await asyncio.sleep(0.02)
         assert not blocked.done()  # back-pressure: the queue is at max_queued
         em.release()  # shutting down, and nobody reads the pipe
-        await asyncio.wait_for(blocked, 1)
+        await asyncio.wait_for(blocked, HANG_S)
         for i in range(3, 6):
-            await asyncio.wait_for(em.emit(_stats(i)), 1)
+            await asyncio.wait_for(em.emit(_stats(i)), HANG_S)
         assert (em.sent, em.queued) == (1, 5)  # accepted and kept, in order, for the flush
         got = _frames(sink)
         while em.queued:
@@ -169,7 +172,7 @@ def test_flush_waits_for_a_full_pipe():
         await asyncio.sleep(0.03)
         assert not flush.done() and em.sent == 2
         first = _frames(sink)
-        await asyncio.wait_for(flush, 2)
+        await asyncio.wait_for(flush, HANG_S)
         assert em.sent == 4
         return first + _frames(sink)
 

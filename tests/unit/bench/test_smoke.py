@@ -15,7 +15,7 @@ import pytest
 MODULES = ["bench_async_vs_sync", "bench_transport", "bench_weight_sync", "bench_engines",
            "bench_learner", "bench_vs_trl", "bench_buffer", "bench_learning",
            "bench_tool_overhead", "bench_delta_records", "bench_sft_vs_rl",
-           "bench_learner_long_sequences"]
+           "bench_learner_long_sequences", "bench_episode_sampler"]
 
 
 def load(name: str) -> ModuleType:
@@ -240,3 +240,17 @@ def test_long_sequence_bench_packs_each_episode_into_one_budget_sized_sequence()
     assert all(rows[t + 1].context_ids[:rows[t].length] == [*rows[t].context_ids,
                                                             *rows[t].action_ids]
                for t in range(2))
+
+
+def test_episode_sampler_bench_batches_resolve_and_carry_failed_episodes() -> None:
+    import argparse
+
+    from agent_r1_async.learner.batching import trainable_groups
+    from agent_r1_async.wire.delta import resolve_contexts
+
+    args = argparse.Namespace(episodes=2, steps=3, prompt=10, action=4, obs=3)
+    batch = load("bench_episode_sampler").SyntheticSource(args, vocab=100).sample(2, 5, 0.0, 2)
+    assert len(trainable_groups(batch)) == 2 and len(batch.failed) == 2
+    steps = batch.groups[0].episodes[0].steps
+    assert [len(c) for c in resolve_contexts(steps)] == [10, 17, 24]
+    assert batch.failed[0].end.status == "env_error"

@@ -224,3 +224,30 @@ def test_a_running_buffer_names_the_groups_it_holds_no_credit_for() -> None:
     assert set(buf.admission.held_by("a0")) == {g1} and buf.drops["unclaimed_credit"] == 0
     assert buf.grant("a0", 0, held=["g"] * 10_001).unknown == []
     assert buf.drops["invalid_request/held"] == 1
+
+
+def test_failed_episodes_are_kept_for_samples_and_handed_out_once() -> None:
+    """A failed episode is dropped from its group but kept whole in a bounded ring (the
+    newest `MAX_FAILED_SAMPLE`); a batch asked for with `failed` carries up to that many,
+    newest first, and they leave the buffer. An aborted one is not kept."""
+    from agent_r1_async.config import MAX_FAILED_SAMPLE
+    from tests.fakes.records import episode_records
+
+    buf = _buffer(max_staleness=20)  # credits for every group at once
+    n = MAX_FAILED_SAMPLE + 2
+    gids = buf.grant("a0", n + 1).group_ids
+    assert len(gids) == n + 1
+    for i, gid in enumerate(gids[:n]):
+        status = "aborted" if i == n - 1 else "env_error"
+        for rec in episode_records(f"{gid}-bad", gid, status=status):
+            buf.ingest(rec)
+    for rec in group_records(gids[n], [1.0, 0.0]):
+        buf.ingest(rec)
+    assert buf.assembler.drops["failed_episode"] == n
+    assert len(buf.assembler.failed) == MAX_FAILED_SAMPLE  # bounded; the aborted one skipped
+    batch, why = buf.try_sample(1, 0, failed=2)
+    assert batch is not None, why
+    assert [e.end.episode_id for e in batch.failed] == [f"{gids[n - 2]}-bad", f"{gids[n - 3]}-bad"]
+    assert [len(e.steps) for e in batch.failed] == [2, 2]
+    assert len(buf.assembler.failed) == MAX_FAILED_SAMPLE - 2
+    assert buf.take_failed(0) == [] and buf.take_failed(-1) == []

@@ -10,7 +10,7 @@ from agent_r1_async.wire import messages as m
 from agent_r1_async.wire.inproc import InProcTransport
 from agent_r1_async.wire.transport import Pusher
 from tests.fakes.clock import FakeClock
-from tests.fakes.records import episode_records, step
+from tests.fakes.records import episode_records, group_records, step
 from tests.fakes.services import buffer_service
 
 
@@ -147,3 +147,19 @@ def test_the_service_reports_records_per_frame_as_launch_metrics_log_it():
         assert out["buffer/records_per_frame"] == 2.0
     finally:
         service.stop()
+
+
+def test_a_sample_request_asking_for_failed_episodes_gets_them_with_its_batch():
+    service, pusher = _service()
+    first, second, bad = service.buffer.grant("a0", 3).group_ids
+    for rec in [*episode_records("bad-e0", bad, status="engine_error"),
+                *group_records(first, [1.0, 0.0]), *group_records(second, [0.0, 1.0])]:
+        assert pusher.send([m.encode(rec)])
+    service._drain_data()
+    plain = service._handle(b"learner", [m.encode(m.SampleRequest(1, 0, 0.0))])
+    assert isinstance(plain, m.SampleBatch) and plain.ready and plain.failed == []
+    asked = service._handle(b"learner", [m.encode(m.SampleRequest(1, 0, 0.0, 10**9))])
+    assert isinstance(asked, m.SampleBatch) and asked.ready, asked
+    assert [e.end.episode_id for e in asked.failed] == ["bad-e0"]  # all it has, however many
+    assert asked.failed[0].end.status == "engine_error" and len(asked.failed[0].steps) == 2
+    assert service.buffer.take_failed(1) == []  # handed out once

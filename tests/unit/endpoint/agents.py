@@ -47,9 +47,16 @@ def raises_after_one_call(task: Task, base_url: str, api_key: str) -> float:
     raise ValueError("boom\nsecond line of the message")
 
 
+SLEEPERS: list[dict[str, bool]] = []
+"""One entry per `sleeps_after_one_call` run, in order: whether its sleep has ended."""
+
+
 def sleeps_after_one_call(task: Task, base_url: str, api_key: str) -> float:
     _ask(_client(base_url, api_key), [{"role": "user", "content": task.prompt}])
+    me = {"awake": False}
+    SLEEPERS.append(me)
     time.sleep(30)
+    me["awake"] = True
     return 1.0
 
 

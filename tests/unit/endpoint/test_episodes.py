@@ -6,7 +6,6 @@ with one line and the status a rollout would give, and never hangs the actor."""
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import pytest
@@ -20,6 +19,7 @@ from agent_r1_async.envs.registry import get_env_spec
 from agent_r1_async.models import load_tokenizer, tiny_model_dir
 from agent_r1_async.wire.messages import EpisodeEnd, StepRecord, decode_data, encode
 from tests.fakes.engine import FakeEngine
+from tests.unit.endpoint import agents
 
 IM_END = 2
 AGENTS = "tests.unit.endpoint.agents"
@@ -49,9 +49,9 @@ def config(agent: str, max_turns: int = 4, timeout_s: float = 0.0, step_timeout_
 
 def play(tok, engine, agent: str, group: int = 1, cancel_after_s: float | None = None,
          counters: list[Any] | None = None,
-         **cfg_kw: Any) -> tuple[list[EpisodeEnd], list[StepRecord], float]:
+         **cfg_kw: Any) -> tuple[list[EpisodeEnd], list[StepRecord]]:
     """Run `group` concurrent episodes of the first train task; (their ends, every step record
-    as the wire decodes it, seconds taken). `counters` gets the actor's counters."""
+    as the wire decodes it). `counters` gets the actor's counters."""
     cfg = config(agent, **cfg_kw)
     spec = get_env_spec(cfg.env)
     rollout = Rollout.from_config(cfg, engine, tok, spec.name, "actor-0")
@@ -80,15 +80,14 @@ def play(tok, engine, agent: str, group: int = 1, cancel_after_s: float | None =
             await episodes.close()
             assert len(episodes.sessions) == 0
 
-    t0 = time.monotonic()
     ends = asyncio.run(main())
-    return ends, [m for m in sent if isinstance(m, StepRecord)], time.monotonic() - t0
+    return ends, [m for m in sent if isinstance(m, StepRecord)]
 
 
 def test_a_group_of_openai_agents_becomes_step_records_and_outcomes(tok):
     engine = FakeEngine.repeating(answer(tok))
     out: list[Any] = []
-    ends, records, _ = play(tok, engine, "two_turns", group=3, counters=out)
+    ends, records = play(tok, engine, "two_turns", group=3, counters=out)
     (c,) = out  # the actor's counters saw every call, and the agents' time as env time
     assert (c.tokens, c.episodes_done, c.episodes_failed, c.in_flight) == (
         6 * len(answer(tok)), 3, 0, 0)
@@ -113,7 +112,7 @@ def test_a_group_of_openai_agents_becomes_step_records_and_outcomes(tok):
 
 
 def test_an_async_agent_runs_too(tok):
-    ends, records, _ = play(tok, FakeEngine.repeating(answer(tok)), "async_one_turn")
+    ends, records = play(tok, FakeEngine.repeating(answer(tok)), "async_one_turn")
     assert [(e.status, e.outcome_reward, e.num_steps) for e in ends] == [("ok", 0.5, 1)]
     assert [(r.step_index, r.done) for r in records] == [(0, True)]
 
@@ -129,36 +128,43 @@ def test_an_async_agent_runs_too(tok):
     ("long_prompt", "env_error", "the agent's first context of "),
 ])
 def test_an_agent_failure_fails_its_episode_in_one_line(tok, agent, status, error):
-    ends, records, _ = play(tok, FakeEngine.repeating(answer(tok)), agent, max_model_len=256)
+    ends, records = play(tok, FakeEngine.repeating(answer(tok)), agent, max_model_len=256)
     (end,) = ends
     assert end.status == status and end.error.startswith(error), end.error
     assert "\n" not in end.error and end.outcome_reward == 0.0
     assert end.num_steps == len(records) and all(not r.done for r in records)
 
 
+def _sleeping(tok, **cfg_kw: Any) -> list[EpisodeEnd]:
+    """One episode of the agent that sleeps 30 s after its first call; its end comes while
+    the agent still sleeps (the episode was cut at its timeout, nothing waited for the
+    agent's thread), which is checked here."""
+    first = len(agents.SLEEPERS)
+    ends, _ = play(tok, FakeEngine.repeating(answer(tok)), "sleeps_after_one_call", **cfg_kw)
+    assert agents.SLEEPERS[first:] == [{"awake": False}]
+    return ends
+
+
 def test_an_agent_past_its_timeout_ends_the_episode_on_time(tok, caplog):
-    ends, _, took = play(tok, FakeEngine.repeating(answer(tok)), "sleeps_after_one_call",
-                         timeout_s=1.0)
+    ends = _sleeping(tok, timeout_s=1.0)
     # a synchronous agent is expected to block: that is not reported as a blocked loop
     assert BLOCKING_WARNING not in caplog.text
     (end,) = ends
     assert end.status == "timeout"
     assert end.error == f"agent {AGENTS}:sleeps_after_one_call took longer than 1 s " \
                         "(env.args.timeout_s)"
-    assert took < 5.0 and end.num_steps == 1
+    assert end.num_steps == 1
 
 
 def test_the_default_timeout_is_step_timeout_times_max_turns(tok):
-    ends, _, took = play(tok, FakeEngine.repeating(answer(tok)), "sleeps_after_one_call",
-                         max_turns=2, step_timeout_s=0.75)
+    ends = _sleeping(tok, max_turns=2, step_timeout_s=0.75)
     assert ends[0].status == "timeout" and ends[0].error.endswith(
         "took longer than 1.5 s (env.step_timeout_s x env.max_turns)")
-    assert took < 5.0
 
 
 def test_calls_past_max_turns_are_refused_and_the_episode_is_truncated(tok):
-    ends, records, _ = play(tok, FakeEngine.repeating(answer(tok)), "calls_until_refused",
-                            max_turns=3)
+    ends, records = play(tok, FakeEngine.repeating(answer(tok)), "calls_until_refused",
+                         max_turns=3)
     (end,) = ends
     assert (end.status, end.outcome_reward, end.num_steps) == ("truncated", 0.0, 3)
     assert end.error == "the agent made more than env.max_turns=3 generation calls"
@@ -168,18 +174,17 @@ def test_calls_past_max_turns_are_refused_and_the_episode_is_truncated(tok):
 
 def test_an_engine_failure_is_the_episodes_engine_error(tok):
     engine = FakeEngine.repeating(answer(tok), fail_on_call=0)
-    ends, records, _ = play(tok, engine, "two_turns")
+    ends, records = play(tok, engine, "two_turns")
     assert ends[0].status == "engine_error" and records == []
     assert ends[0].error == "EngineError: scripted engine failure"
 
 
 def test_a_stopping_actor_aborts_the_episode_and_still_sends_its_end(tok):
     engine = FakeEngine.repeating(answer(tok), hang_from=1)  # the second call never answers
-    ends, records, took = play(tok, engine, "two_turns", cancel_after_s=1.5)
-    (end,) = ends
+    ends, records = play(tok, engine, "two_turns", cancel_after_s=1.5)
+    (end,) = ends  # the second call would hang for an hour: only the stop ended the episode
     assert (end.status, end.error, end.num_steps) == ("aborted", "actor stopped", 1)
     assert [(r.step_index, r.done) for r in records] == [(0, False)]
-    assert took < 6.0
 
 
 def test_an_ordinary_env_keeps_our_rollout_and_no_endpoint(tok):
@@ -201,9 +206,9 @@ def test_the_example_openai_agent_solves_a_task_through_a_tool_call(tok, final, 
             f'{task.meta["expression"]}"}}}}\n</tool_call>')
     number = task.answer if final == "right" else task.answer + 1
     engine = FakeEngine.scripted([answer(tok, call), answer(tok, f"<answer>{number}</answer>")])
-    ends, records, _ = play(tok, engine, "examples.openai_agent:run",
-                            tasks="examples.openai_agent:tasks", max_model_len=1024,
-                            max_new_tokens=64, agent_args={"max_turns": 3})
+    ends, records = play(tok, engine, "examples.openai_agent:run",
+                         tasks="examples.openai_agent:tasks", max_model_len=1024,
+                         max_new_tokens=64, agent_args={"max_turns": 3})
     (end,) = ends
     assert (end.status, end.outcome_reward, end.num_steps) == ("ok", reward, 2)
     assert [r.num_tool_calls for r in records] == [1, 0]

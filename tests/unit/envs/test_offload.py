@@ -1,19 +1,22 @@
 """Blocking code inside `async def` cannot hang an actor.
 
 Episodes run through the real `Rollout` with a scripted engine on one event loop, as in an
-actor. Times are scaled down from the realistic case (a 20 s `time.sleep` in a tool with a
-10 s tool timeout) to a BLOCK_S = 3 s sleep with a TOOL_TIMEOUT_S = 1 s timeout: the property
-is the same (the block outlasts the timeout) and the test stays fast.
+actor. The realistic case (a 20 s `time.sleep` in a tool with a 10 s tool timeout) is played
+with a synchronous wait that lasts until the test lets it go (a `threading.Event`, released
+once every episode has ended) and 1 s timeouts: the block outlasts the timeout by
+construction, so the checks are of order and counts, not of durations.
 
-A tool run on the actor's own loop would freeze it: `wait_for` could not fire, each call
-would take the full 3 s and the four episodes of a group would run one after the other
-(>= 12 s) while an unrelated episode on the same loop waited behind them.
+A tool run on the actor's own loop would freeze it: `wait_for` could not fire and no episode
+could end while a call blocks, so the episodes would end only after the release, which comes
+after they end: the block's own guard (HANG_GUARD_S) would let them go, and the test fails on
+it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from typing import Any, ClassVar
 
@@ -28,27 +31,54 @@ from agent_r1_async.models import load_tokenizer, tiny_model_dir
 from agent_r1_async.wire.messages import EpisodeEnd
 from tests.fakes.engine import FakeEngine
 
-BLOCK_S = 3.0
+HANG_GUARD_S = 60.0
 TOOL_TIMEOUT_S = 1.0
 STEP_TIMEOUT_S = 1.0
 TASK = Task("t-block", "Nap, then answer.", answer="x")
 CALL = '<tool_call>{"name": "nap", "arguments": {}}</tool_call>'
 
 
+class Block:
+    """A synchronous block that lasts until `release()`; `log` is the order of events."""
+
+    def __init__(self) -> None:
+        self.released = threading.Event()
+        self.log: list[str] = []
+        self.let_go: list[bool] = []  # per block: True when released, False on the guard
+
+    def wait(self) -> None:
+        self.log.append("block")
+        let_go = self.released.wait(HANG_GUARD_S)  # time.sleep's twin: it blocks its thread
+        if not let_go:
+            self.log.append("block gave up")  # the loop was blocked: nothing could release it
+        self.let_go.append(let_go)
+
+    def release(self) -> None:
+        self.log.append("released")
+        self.released.set()
+
+    def before_release(self) -> list[str]:
+        return self.log[:self.log.index("released")]
+
+
 class NapTool:
-    """A tool written wrong: a synchronous sleep inside `async def`."""
+    """A tool written wrong: a synchronous wait inside `async def`."""
 
     name = "nap"
-    description = "Sleep synchronously."
+    description = "Wait synchronously."
     parameters: ClassVar[dict[str, Any]] = {"type": "object", "properties": {}}
 
+    def __init__(self, block: Block) -> None:
+        self.block = block
+
     async def call(self) -> str:
-        time.sleep(BLOCK_S)
+        self.block.wait()
         return "rested"
 
 
 class NapDomain:
-    tools: ClassVar[list[Any]] = [NapTool()]
+    def __init__(self, block: Block) -> None:
+        self.tools = [NapTool(block)]
 
     def system_prompt(self) -> str:
         return "Use tools."
@@ -58,13 +88,16 @@ class NapDomain:
 
 
 class BlockingStepEnv:
-    """An env whose `step` blocks synchronously for BLOCK_S."""
+    """An env whose `step` blocks synchronously until the block is released."""
+
+    def __init__(self, block: Block) -> None:
+        self.block = block
 
     async def reset(self, task: Task) -> Observation:
         return Observation([{"role": "user", "content": task.prompt}])
 
     async def step(self, action: str) -> StepResult:
-        time.sleep(BLOCK_S)
+        self.block.wait()
         return StepResult(Observation([]), 0.0, True, outcome_reward=1.0)
 
 
@@ -102,12 +135,27 @@ def _rollout(tokenizer: Any) -> Rollout:
     )
 
 
-async def _timed(rollout: Rollout, env: Any, t0: float) -> tuple[float, EpisodeEnd]:
+async def _ended(rollout: Rollout, env: Any, name: str, block: Block) -> EpisodeEnd:
     async def emit(msg: Any) -> None:
         pass
 
     end = await rollout.run(env, TASK, EpisodeIds.fresh("g", 4), emit)
-    return time.monotonic() - t0, end
+    block.log.append(f"{name} ended")
+    return end
+
+
+def _play(rollout: Rollout, block: Block, blocked: list[Any]) -> list[EpisodeEnd]:
+    """The `blocked` envs' episodes and a quick one, all at once on one loop; the block is
+    released once they have all ended (or on the way out of a failure)."""
+
+    async def main() -> list[EpisodeEnd]:
+        return await asyncio.gather(*(_ended(rollout, env, "episode", block) for env in blocked),
+                                    _ended(rollout, QuickEnv(), "quick episode", block))
+
+    try:
+        return asyncio.run(main())
+    finally:
+        block.release()
 
 
 def test_tool_blocking_in_async_def_gives_a_tool_error_on_time_and_others_keep_running(
@@ -115,49 +163,51 @@ def test_tool_blocking_in_async_def_gives_a_tool_error_on_time_and_others_keep_r
 ):
     rollout = _rollout(tokenizer)
     offload._warned.discard("tool nap")
+    block = Block()
 
     def make() -> ToolEnv:
-        return ToolEnv(NapDomain(), max_turns=3, tool_timeout_s=TOOL_TIMEOUT_S)
-
-    async def main() -> list[tuple[float, EpisodeEnd]]:
-        t0 = time.monotonic()
-        return await asyncio.gather(
-            *(_timed(rollout, make(), t0) for _ in range(4)), _timed(rollout, QuickEnv(), t0)
-        )
+        return ToolEnv(NapDomain(block), max_turns=3, tool_timeout_s=TOOL_TIMEOUT_S)
 
     with caplog.at_level(logging.WARNING, logger="agent_r1_async.envs.offload"):
-        results = asyncio.run(main())
-    *naps, (quick_s, quick) = results
-    # The quick episode (one engine call, one step) is not held up by the blocked tools.
-    assert quick.status == "ok" and quick_s < 0.5 * TOOL_TIMEOUT_S
-    for elapsed, end in naps:
-        # Each nap episode: the call is cut at the 1 s timeout (a tool error the agent sees),
-        # then the agent answers: status ok, 2 steps, the tool error counted. All four ran
-        # concurrently: ~1 s in total, not 4 x 3 s.
+        *naps, quick = _play(rollout, block, [make() for _ in range(4)])
+    # Every episode ended while all four tools were still blocked (none returns before the
+    # release): the four calls were in flight at once, each was cut at its timeout, and the
+    # quick episode was not held up behind them.
+    assert sorted(block.before_release()) == (
+        ["block"] * 4 + ["episode ended"] * 4 + ["quick episode ended"])
+    assert quick.status == "ok"
+    for end in naps:
+        # Each nap episode: the call is cut at the timeout (a tool error the agent sees), then
+        # the agent answers: status ok, 2 steps, the tool error counted.
         assert end.status == "ok" and end.num_steps == 2 and end.outcome_reward == 1.0
         assert end.metrics["tool_errors"] == 1.0
-        assert TOOL_TIMEOUT_S <= elapsed < TOOL_TIMEOUT_S + 1.0
     warnings = [r.getMessage() for r in caplog.records if "tool nap" in r.getMessage()]
     assert len(warnings) == 1 and "blocked its event loop" in warnings[0]
+    _released(block, 4)
 
 
 def test_env_step_blocking_in_async_def_times_out_the_episode_only(tokenizer):
     rollout = _rollout(tokenizer)
     rollout.step_timeout_s = STEP_TIMEOUT_S
+    block = Block()
 
-    async def main() -> list[tuple[float, EpisodeEnd]]:
-        t0 = time.monotonic()
-        return await asyncio.gather(
-            *(_timed(rollout, BlockingStepEnv(), t0) for _ in range(3)),
-            _timed(rollout, QuickEnv(), t0),
-        )
-
-    *blocked, (quick_s, quick) = asyncio.run(main())
-    assert quick.status == "ok" and quick_s < 0.5 * STEP_TIMEOUT_S
-    for elapsed, end in blocked:
+    *blocked, quick = _play(rollout, block, [BlockingStepEnv(block) for _ in range(3)])
+    assert sorted(block.before_release()) == (
+        ["block"] * 3 + ["episode ended"] * 3 + ["quick episode ended"])
+    assert quick.status == "ok"
+    for end in blocked:
         assert end.status == "timeout" and end.num_steps == 0
         assert "BlockingStepEnv" not in end.error  # the reason names the method the user knows
         assert "env.step took longer than env.step_timeout_s=1.0" in end.error
         assert "blocked in a synchronous call" in end.error
-        assert STEP_TIMEOUT_S <= elapsed < STEP_TIMEOUT_S + 1.0
     assert rollout.counters.episodes_failed == 3 and rollout.counters.episodes_done == 1
+    _released(block, 3)
+
+
+def _released(block: Block, n: int) -> None:
+    """The `n` abandoned blocks end once released (by the test, not by their guard)."""
+    deadline = time.monotonic() + HANG_GUARD_S
+    while len(block.let_go) < n:
+        assert time.monotonic() < deadline, "a released block did not end"
+        time.sleep(0.01)
+    assert block.let_go == [True] * n

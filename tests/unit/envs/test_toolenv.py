@@ -197,8 +197,9 @@ def test_slow_tool_is_cut_at_timeout_while_other_call_completes():
     elapsed = time.monotonic() - t0
     content = r.observation.messages[0]["content"]
     assert "Error: sleep timed out after 0.2 s." in content and "slept 0.05" in content
-    assert 0.2 <= elapsed < 1.0  # cut at the 0.2 s timeout, not 30 s
+    # Cut at the 0.2 s timeout, not after the 30 s: the sleep was cancelled (it never ended).
     assert isinstance(sleeper, SleepTool) and sleeper.cancelled == 1
+    assert elapsed >= 0.2  # not before the timeout
 
 
 def test_no_tool_call_ends_episode_without_answer():

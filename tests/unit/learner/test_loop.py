@@ -20,13 +20,19 @@ from agent_r1_async.wire import messages
 
 
 class _NeverReady:
-    """A buffer with nothing ready: each poll waits its full timeout, as the real one does."""
+    """A buffer with nothing ready: each poll waits its full timeout, as the real one does.
+    `stop_on_poll`: during that poll (1-based), the launcher's `stop_waiting` arrives."""
 
-    def __init__(self) -> None:
+    def __init__(self, stop_on_poll: int = 0) -> None:
         self.polls: list[float] = []
+        self.stop_on_poll = stop_on_poll
+        self.learner: Learner | None = None
 
     def sample(self, num_groups: int, learner_version: int, timeout_s: float):
         self.polls.append(timeout_s)
+        if len(self.polls) == self.stop_on_poll:
+            assert self.learner is not None
+            self.learner.stop_waiting()
         time.sleep(timeout_s)
         return messages.SampleBatch(groups=[], is_weights=[], learner_version=learner_version,
                                     ready=False, reason="nothing ready")
@@ -38,20 +44,19 @@ def _learner(source: _NeverReady) -> Learner:
     learner.source, learner.version, learner.samples_drawn = source, 3, 0
     learner._stop_waiting = threading.Event()
     learner._republish_if_idle = lambda: None
+    source.learner = learner
     return learner
 
 
 def test_an_update_waiting_for_data_stops_at_the_next_poll():
-    source = _NeverReady()
+    source = _NeverReady(stop_on_poll=3)
     learner = _learner(source)
-    threading.Timer(0.5, learner.stop_waiting).start()
-    t0 = time.monotonic()
     with pytest.raises(SamplingStopped, match="stopped by the launcher"):
         learner._sample()
-    waited = time.monotonic() - t0
-    # Stopped at 0.5 s; the poll in progress (0.2 s each, plus 0.05 s between) runs out first.
-    assert 0.5 <= waited < 0.5 + 0.2 + 0.05 + 0.5, waited
-    assert learner.samples_drawn == 0 and all(t == pytest.approx(0.2) for t in source.polls)
+    # Asked during the third poll: it ends when that poll does (each waits republish_s, not
+    # sample_timeout_s), with no further poll.
+    assert len(source.polls) == 3 and all(t == pytest.approx(0.2) for t in source.polls)
+    assert learner.samples_drawn == 0
 
 
 def test_without_stop_it_keeps_waiting():
@@ -65,9 +70,15 @@ def test_without_stop_it_keeps_waiting():
         done.set()
 
     threading.Thread(target=run, daemon=True).start()
-    assert not done.wait(1.0) and len(source.polls) >= 3  # still polling after 1 s
+    deadline = time.monotonic() + 60  # a guard against a hang, not a bound
+    while len(source.polls) < 3:
+        assert time.monotonic() < deadline and not done.is_set()
+        time.sleep(0.01)
+    assert not done.is_set()  # still polling after three polls
     learner.stop_waiting()
-    assert done.wait(2.0)
+    stopped_at = len(source.polls)
+    assert done.wait(60)
+    assert len(source.polls) <= stopped_at + 1  # the poll in progress, at most one more
 
 
 def test_epoch_mean_averages_and_keeps_the_max_weight():

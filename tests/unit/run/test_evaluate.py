@@ -59,3 +59,40 @@ def test_format_table_aligns_columns():
         "    a  0.5000   -",
         "   bb       -   1",
     ]
+
+
+def test_episodes_run_at_most_concurrency_at_once():
+    import asyncio
+
+    from agent_r1_async.run.evaluate import run_episodes
+    from agent_r1_async.wire.messages import EpisodeEnd
+
+    peak, now = [0], [0]
+
+    class Episodes:
+        async def run(self, task, ids, emit):
+            now[0] += 1
+            peak[0] = max(peak[0], now[0])
+            await asyncio.sleep(0)  # every other episode gets the loop here
+            await asyncio.sleep(0)
+            now[0] -= 1
+            end = EpisodeEnd(ids.episode_id, ids.group_id, task.task_id, "eval", "fake", 1,
+                             1.0, "ok", 1)
+            await emit(end)
+            return end
+
+    tasks = [type("T", (), {"task_id": f"t{i}"})() for i in range(10)]
+    for cap, want in ((3, 3), (0, 20)):  # 0: every episode at once (10 tasks x 2 samples)
+        peak[0] = 0
+        result = asyncio.run(run_episodes(Episodes(), tasks, 2, concurrency=cap))
+        assert result["episodes"] == 20.0 and peak[0] == want
+
+
+def test_eval_concurrency_defaults_to_one_actors_training_load():
+    from agent_r1_async.config import config_from_dict
+    from agent_r1_async.run.evaluate import eval_concurrency
+
+    cfg = config_from_dict({"actors": {"groups_in_flight": 4}, "algorithm": {"group_size": 8}})
+    assert eval_concurrency(cfg) == 32
+    cfg = config_from_dict({"eval": {"concurrency": 5}})
+    assert eval_concurrency(cfg) == 5

@@ -46,6 +46,9 @@ class _Logger:
         with open(self.run_dir / "metrics.jsonl", "a") as f:
             f.write(json.dumps({"update": step, **record}) + "\n")
 
+    def log_table(self, key: str, columns: list, data: list, step: int) -> str | None:
+        return None
+
 
 
 def _cfg(total: int):

@@ -21,7 +21,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-pytest.importorskip("vllm")
+from tests.setup_needs import require_module
+
+require_module("vllm")
 pytestmark = pytest.mark.vllm
 
 from vllm.distributed.weight_transfer import ipc_engine  # noqa: E402

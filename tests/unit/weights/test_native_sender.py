@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-pytest.importorskip("vllm")
+from tests.setup_needs import require_module
+
+require_module("vllm")
 pytestmark = pytest.mark.vllm
 
 from agent_r1_async.weights.native_sender import (  # noqa: E402

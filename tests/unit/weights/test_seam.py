@@ -21,6 +21,7 @@ from agent_r1_async.weights.seam import (
     sent_tensors,
     with_tied_head,
 )
+from tests.setup_needs import require_module
 
 EMBED, UP, NORM = EMBEDDING, "model.layers.0.mlp.up_proj.weight", "model.norm.weight"
 
@@ -178,7 +179,7 @@ def test_the_receiver_recomputes_the_senders_checksum(
 ) -> None:
     """The learner's stream and checksum (`prepare`, what `publish` stores and each pair
     sends) pass the real worker's check, and the model gets every tensor plus the head."""
-    pytest.importorskip("vllm")
+    require_module("vllm")
     from agent_r1_async.weights.native_sender import prepare
 
     sd = STATE_DICTS[state]()
@@ -200,7 +201,7 @@ def test_a_checksum_over_the_published_dict_alone_fails_a_tied_model_on_nccl(
     and `SnapshotSource.set(tensors, tied_head=True)` appended `lm_head.weight` afterwards,
     so the NCCL worker, which hashes every tensor it loads, rejected every version of a tied
     model. That checksum is refused here; the stream's passes."""
-    pytest.importorskip("vllm")
+    require_module("vllm")
     from agent_r1_async.weights.native_sender import prepare
     from agent_r1_async.weights.seam import ChecksumMismatch
 

@@ -12,6 +12,7 @@ from agent_r1_async.config import ConfigError, EnvConfig, config_from_dict
 from agent_r1_async.envs.check import check_env, preflight_env
 from agent_r1_async.envs.twx import requirements
 from agent_r1_async.run.preflight.checks import env_preflight
+from tests.setup_needs import REQUIRE_SETUP
 from tests.unit.envs.twx import needs
 
 NO_PACKAGE = ("env textworld_express needs the textworld_express package "
@@ -56,12 +57,17 @@ def test_launch_and_envs_check_print_the_line(monkeypatch):
     assert not ok and lines[-1] == f"  FAILED  {NO_JAVA}"
 
 
-def test_the_tests_skip_only_without_java_outside_ci(monkeypatch):
+@pytest.mark.parametrize("ci", [{"CI": "true"}, {REQUIRE_SETUP: "1"}], ids=["CI", REQUIRE_SETUP])
+def test_the_tests_skip_only_without_java_outside_ci(monkeypatch, ci: dict[str, str]):
     monkeypatch.setattr(needs, "missing", lambda: NO_PACKAGE)
-    monkeypatch.setenv("CI", "true")
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv(REQUIRE_SETUP, raising=False)
+    for name, value in ci.items():
+        monkeypatch.setenv(name, value)
     with pytest.raises(pytest.fail.Exception, match="CI runs the textworld_express tests"):
         needs.require_twx()
-    monkeypatch.delenv("CI")
+    for name in ci:
+        monkeypatch.delenv(name)
     monkeypatch.setattr(needs.shutil, "which", lambda cmd: "/usr/bin/java")
     with pytest.raises(pytest.fail.Exception, match=r"java is here, so run scripts/setup\.sh"):
         needs.require_twx()
