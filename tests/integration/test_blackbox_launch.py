@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from agent_r1_async.wire.delta import resolve_contexts
 from tests.integration.agent_calls import buffered_episodes, logged_calls
 from tests.integration.cli_runs import launch_ok, tiny_config_with_env
 
@@ -41,13 +42,17 @@ def test_an_openai_agent_trains_end_to_end_through_the_endpoint(tmp_path: Path):
     tok = load_tokenizer(tiny_model_dir())
     for ep in episodes:
         assert [s.step_index for s in ep.steps] == [0, 1] and ep.end.status == "ok"
-        for step in ep.steps:
+        contexts = resolve_contexts(ep.steps)  # the buffer keeps delta records as sent
+        for step, context in zip(ep.steps, contexts, strict=True):
             call = calls[ep.end.episode_id, step.step_index]
             assert list(step.action_ids) == call["token_ids"]
-            assert list(step.context_ids) == call["prompt_token_ids"]
+            assert list(context) == call["prompt_token_ids"]
             assert list(step.behavior_logprobs) == call["logprobs"]
             assert tok.decode(list(step.action_ids), skip_special_tokens=True) == call["content"]
         first, second = ep.steps
-        prefix = [*first.context_ids, *first.action_ids]
-        assert list(second.context_ids[:len(prefix)]) == prefix
+        prefix = [*contexts[0], *first.action_ids]
+        assert list(contexts[1][:len(prefix)]) == prefix
+        # the second call extends the first: it travelled as a delta of the appended tokens
+        assert second.context_from == 0 and list(second.context_ids) == list(
+            contexts[1][len(prefix):])
         assert ep.end.outcome_reward == float(len(calls[ep.end.episode_id, 1]["content"]) % 2)

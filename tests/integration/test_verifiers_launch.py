@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from agent_r1_async.wire.delta import resolve_contexts
 from tests.integration.agent_calls import buffered_episodes, logged_calls
 from tests.integration.cli_runs import launch_ok, tiny_config_with_env
 from tests.integration.vf_setup import needs_verifiers, vf_env
@@ -41,10 +42,11 @@ def test_a_verifiers_env_trains_in_a_tiny_launch_token_exact(tmp_path: Path):
     episodes = buffered_episodes(run_dir, "verifiers")
     for ep in episodes:
         assert [s.step_index for s in ep.steps] == [0, 1] and ep.end.status == "ok"
-        for step in ep.steps:
+        contexts = resolve_contexts(ep.steps)  # the buffer keeps delta records as sent
+        for step, context in zip(ep.steps, contexts, strict=True):
             call = calls[ep.end.episode_id, step.step_index]
             assert list(step.action_ids) == call["token_ids"]
-            assert list(step.context_ids) == call["prompt_token_ids"]
+            assert list(context) == call["prompt_token_ids"]
             assert list(step.behavior_logprobs) == call["logprobs"]
             versions = list(step.token_versions) or [step.policy_version] * len(step.action_ids)
             assert versions == call["token_versions"]
