@@ -28,7 +28,6 @@ from agent_r1_async.config import (
 from agent_r1_async.envs.base import StepResult, Task
 from agent_r1_async.learner import advantages as adv
 from agent_r1_async.learner import batching
-from agent_r1_async.models import load_tokenizer, tiny_model_dir
 from agent_r1_async.wire.delta import WHOLE, resolve_contexts
 from agent_r1_async.wire.messages import (
     MAX_METRICS,
@@ -42,25 +41,21 @@ from agent_r1_async.wire.messages import (
 )
 from tests.fakes.engine import FakeEngine
 from tests.fakes.envs import ScriptedEnv
-from tests.unit.actors.test_context import A1, A2, A3, INSTRUCTION, O1, O2, QWEN_LIKE
+from tests.unit.actors.test_context import (
+    A1,
+    A2,
+    A3,
+    IM_END,
+    INSTRUCTION,
+    O1,
+    O2,
+    QWEN_LIKE,
+    enc,
+    reference,
+)
 
-IM_END = 2  # SmolLM2: <|im_end|>
 TASK = Task("t1", "What is 2+2?", answer="4")
 SUMMARY = "Asked 2+2; two searches done; answer next."
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return load_tokenizer(tiny_model_dir())
-
-
-def enc(tok, text: str) -> list[int]:
-    return tok.encode(text, add_special_tokens=False)
-
-
-def reference(tok, messages, gen=True) -> list[int]:
-    return list(tok.apply_chat_template(
-        messages, tokenize=True, add_generation_prompt=gen, return_dict=False))
 
 
 def asst(text: str) -> dict[str, str]:

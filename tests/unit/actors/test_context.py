@@ -17,7 +17,6 @@ from agent_r1_async.actors.context import (
 )
 from agent_r1_async.config import ContextConfig, EnvConfig
 from agent_r1_async.envs.registry import get_env_spec
-from agent_r1_async.models import load_tokenizer, tiny_model_dir
 
 IM_START, IM_END, NL = 1, 2, 198  # SmolLM2: <|im_start|>, <|im_end|>, "\n"
 
@@ -54,11 +53,6 @@ O2 = [
     }
 ]
 A3 = "<answer>Kell River</answer>"
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return load_tokenizer(tiny_model_dir())
 
 
 def enc(tok, text: str) -> list[int]:
