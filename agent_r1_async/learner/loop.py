@@ -178,10 +178,8 @@ class Learner:
             if dist_util.rank() == 0:
                 assert self.source is not None, "rank 0 samples: it is built with the source"
                 left = deadline - time.monotonic()
-                wait = max(min(left, lc.republish_s), 0.0)
-                n = self.cfg.algorithm.batch_groups
-                batch = (self.source.sample(n, self.version, wait, failed) if failed
-                         else self.source.sample(n, self.version, wait))
+                batch = self.source.sample(self.cfg.algorithm.batch_groups, self.version,
+                                           max(min(left, lc.republish_s), 0.0), failed)
                 ready = batch.ready and bool(batch.groups)
                 stopped = self._stop_waiting.is_set() and not ready
                 outcome = (batch if ready else None,

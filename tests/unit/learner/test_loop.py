@@ -28,7 +28,8 @@ class _NeverReady:
         self.stop_on_poll = stop_on_poll
         self.learner: Learner | None = None
 
-    def sample(self, num_groups: int, learner_version: int, timeout_s: float):
+    def sample(self, num_groups: int, learner_version: int, timeout_s: float,
+               failed_episodes: int = 0):
         self.polls.append(timeout_s)
         if len(self.polls) == self.stop_on_poll:
             assert self.learner is not None
