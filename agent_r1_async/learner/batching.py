@@ -45,7 +45,7 @@ from torch import Tensor
 
 from agent_r1_async.learner import advantages as adv
 from agent_r1_async.wire import messages
-from agent_r1_async.wire.delta import is_delta, resolve_contexts
+from agent_r1_async.wire.delta import extends, is_delta, resolve_contexts
 
 
 @dataclass
@@ -258,13 +258,6 @@ def collate(rows: Sequence[Row], row_indices: Sequence[int], pad_id: int) -> Mic
     return mb
 
 
-def _extends(context: Sequence[int], prev: Row) -> bool:
-    """Does `context` begin with prev's context + action?"""
-    n, k = len(prev.context_ids), len(prev.action_ids)
-    return (len(context) >= n + k and list(context[:n]) == list(prev.context_ids)
-            and list(context[n:n + k]) == list(prev.action_ids))
-
-
 def chain_steps(rows: Sequence[Row]) -> list[list[int]]:
     """Row indices grouped into training sequences: consecutive steps of one episode whose
     context extends the previous step's context + action share a sequence (rows in
@@ -275,7 +268,7 @@ def chain_steps(rows: Sequence[Row]) -> list[list[int]]:
             prev = rows[seqs[-1][-1]]
             if ((prev.group_index, prev.episode_index) == (r.group_index, r.episode_index)
                     and r.step_index == prev.step_index + 1
-                    and (r.extends or _extends(r.context_ids, prev))):
+                    and (r.extends or extends(r.context_ids, prev.context_ids, prev.action_ids))):
                 seqs[-1].append(i)
                 continue
         seqs.append([i])

@@ -38,6 +38,7 @@ from agent_r1_async.learner import batching, checkpoint
 from agent_r1_async.learner.batching import MicroBatch
 from agent_r1_async.learner.trainer import PolicyTrainer
 from agent_r1_async.sft.demos import Demonstration, DemoStats, jsonl_demos, oracle_demos
+from agent_r1_async.wire.delta import extends
 
 Pair = tuple[list[int], list[int]]
 
@@ -58,12 +59,9 @@ def chain_pairs(pairs: Sequence[Pair]) -> list[list[int]]:
     context builder that only appends), else it starts one."""
     seqs: list[list[int]] = []
     for i, (ctx, _) in enumerate(pairs):
-        if seqs:
-            prev_ctx, prev_act = pairs[seqs[-1][-1]]
-            n, k = len(prev_ctx), len(prev_act)
-            if len(ctx) >= n + k and ctx[:n] == prev_ctx and ctx[n:n + k] == prev_act:
-                seqs[-1].append(i)
-                continue
+        if seqs and extends(ctx, *pairs[seqs[-1][-1]]):
+            seqs[-1].append(i)
+            continue
         seqs.append([i])
     return seqs
 

@@ -38,6 +38,15 @@ WHOLE = -1
 """`context_from` of a record that carries its whole context."""
 
 
+def extends(context: Sequence[int], prev_context: Sequence[int],
+            prev_action: Sequence[int]) -> bool:
+    """Does `context` begin with `prev_context` + `prev_action`? (Then it is a delta of them,
+    and a learner can train both steps in one sequence.)"""
+    n, k = len(prev_context), len(prev_action)
+    return (len(context) >= n + k and list(context[:n]) == list(prev_context)
+            and list(context[n:n + k]) == list(prev_action))
+
+
 def is_delta(rec: StepRecord) -> bool:
     return rec.context_from != WHOLE
 
@@ -92,11 +101,10 @@ class DeltaEncoder:
     ) -> tuple[TokenIds, int, int]:
         """(`context_ids`, `context_from`, `context_len`) for this step's record."""
         ctx = list(context)
-        n, k = len(self._context), len(self._action)
-        extends = (self.enabled and self._index == step_index - 1 and n > 0
-                   and len(ctx) >= n + k and ctx[:n] == self._context
-                   and ctx[n:n + k] == self._action)
-        out = (TokenIds(ctx[n + k:]), step_index - 1, len(ctx)) if extends else \
+        base = len(self._context) + len(self._action)
+        delta = (self.enabled and self._index == step_index - 1 and bool(self._context)
+                 and extends(ctx, self._context, self._action))
+        out = (TokenIds(ctx[base:]), step_index - 1, len(ctx)) if delta else \
             (TokenIds(ctx), WHOLE, 0)
         self._context, self._action, self._index = ctx, list(action), step_index
         return out
@@ -126,5 +134,5 @@ def resolve_contexts(steps: Sequence[StepRecord]) -> list[TokenIds]:
     return out
 
 
-__all__ = ["WHOLE", "DeltaEncoder", "context_length", "form_problem", "is_delta",
+__all__ = ["WHOLE", "DeltaEncoder", "context_length", "extends", "form_problem", "is_delta",
            "reference_problem", "resolve_contexts"]
