@@ -142,11 +142,6 @@ def gae(
     return adv, [a + v for a, v in zip(adv, values, strict=True)]
 
 
-def episode_level(advantages: Nested) -> Nested:
-    """Token credit for PPO-style per-step numbers: every step gets the episode's first value."""
-    return [[[ep[0]] * len(ep) for ep in group] for group in advantages]
-
-
 def compute_advantages(
     returns: Nested,
     name: Literal["grpo", "reinforce_pp", "rloo"],

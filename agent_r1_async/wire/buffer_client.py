@@ -6,7 +6,7 @@ growing pause (`backoff_s`, doubling, at most 5 s); every lost reply is counted 
 `.timeouts`. One slow or lost reply therefore costs a retry, not the caller's thread.
 Resending is safe for every request: Hello, StatsRequest and VersionUpdate are idempotent; a
 SampleRequest replaces the peer's parked one; a CreditRequest whose grant was lost leaves
-credits the buffer expires after `buffer.grant_timeout_s`.
+credits the buffer expires after `buffer.episode_timeout_s` (its grant timeout).
 
 Failures are explicit: no answer after the retries -> `TimeoutError`; an `ErrorReply` or a
 reply of the wrong type -> `RuntimeError` naming it; a schema mismatch on `connect` ->

@@ -29,16 +29,10 @@ The estimate, per process (bytes; P = parameters of `model.name_or_path`'s archi
               least 1 GiB); transformers: PROCESS + P x dtype bytes
     buffer, driver, Ray's own processes: FIXED
 
-Calibrated on this repo's measurements (configs/default.yaml, SmolLM2-135M fp32, 2,048-token
-micro-batches): the learner estimate is 9.4 GB against 9–10.6 GB of learner RSS measured
-inside default launches (6.5 GB in bench_learner, which publishes nothing and runs fewer
-steps); configs/tiny.yaml's learner 0.9 GB against 0.9 GB measured; a vLLM CPU actor (the host process, vLLM's engine core and its worker together)
-estimates 4.0 GB against 4.0 GB measured in an `agent-r1-async eval` run (0.76 + 0.66 +
-2.60 GB RSS; fp32 weights, KV cache 1 GiB). At long sequences (configs/world.yaml's learner
-with the `full` context builder, 100-step episodes packed into sequences of up to 6,430
-tokens, micro_batch_tokens 6,656; bench/bench_learner_long_sequences.py) the learner
-estimate is 4.7 GB against 4.06 GB of peak RSS measured (BENCHMARKS.md, "Learner at long
-sequences").
+The estimate is meant to stay at or above each process's peak resident memory: the constants
+below are sized from measured peaks, and BENCHMARKS.md ("Learner at long sequences",
+bench/bench_learner_long_sequences.py) measures a learner's peak against the sum of its
+`learner_parts`, with its date and command.
 """
 
 from __future__ import annotations
