@@ -11,7 +11,8 @@ already there, so a stage can be stopped and run again):
 - **sweep** (dev only). For each `--demos` count D, warm starts of E = 1, 2, 4, ... epochs
   (`sft.num_demos` D, `sft.epochs` E: D × E / `sft.batch_episodes` optimizer steps) from the
   config's base model, each evaluated on the first `--dev-tasks` tasks of `env.eval_split`
-  at sampling seed 0, until the metric stops rising (the next E scores no higher) or
+  at sampling seed 0, until the metric stops rising (the next E scores no higher; where
+  it ties, `--tiebreak`, a finer metric such as the world's progress, decides) or
   `--max-epochs`. Every evaluation is kept (OUT/sweep/dD-eE.json and .jsonl, one line per
   episode). The best cell on dev (ties: fewer optimizer steps) is **best SFT**:
   OUT/best.json.
@@ -80,7 +81,9 @@ def evaluate(args: argparse.Namespace, name: str, model: str, split: str, tasks:
                    *sets([*args.overrides, f"launch.seed={seed}"])),
                args.out / "logs" / f"eval-{name}.log")
     rows = [json.loads(x) for x in rows_path.read_text().splitlines()]
-    return {"metric": metric_of(rows, args.metric), "episodes": len(rows), "split": split,
+    return {"metric": metric_of(rows, args.metric),
+            **({"tiebreak": metric_of(rows, args.tiebreak)} if args.tiebreak else {}),
+            "episodes": len(rows), "split": split,
             "mean_steps": statistics.fmean(r["steps"] for r in rows), "rows": str(rows_path)}
 
 
@@ -130,8 +133,11 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
     per_step = cfg.sft.batch_episodes
     path = args.out / "sweep.json"
     cells = _load(path)
+    def score(cell: dict[str, Any]) -> tuple[float, float]:
+        return cell["metric"], cell.get("tiebreak", 0.0)
+
     for demos in args.demos:
-        best = -math.inf
+        best = (-math.inf, -math.inf)
         epochs = 1
         while epochs <= args.max_epochs:
             key = f"d{demos}-e{epochs}"
@@ -144,12 +150,14 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
                               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                               "load": load_line()}
                 _save(path, cells)
-                print(f"  {key}: dev {args.metric} {cells[key]['metric']:.3f}", flush=True)
-            if cells[key]["metric"] <= best:
+                print(f"  {key}: dev {args.metric} {cells[key]['metric']:.3f}"
+                      + (f", {args.tiebreak} {cells[key]['tiebreak']:.3f}" if args.tiebreak else ""),
+                      flush=True)
+            if score(cells[key]) <= best:
                 break
-            best = cells[key]["metric"]
+            best = score(cells[key])
             epochs *= 2
-    top = max(cells.values(), key=lambda c: (c["metric"], -c["steps"]))
+    top = max(cells.values(), key=lambda c: (*score(c), -c["steps"]))
     best_cell = {k: top[k] for k in ("demos", "epochs", "steps", "metric")}
     _save(args.out / "best.json", best_cell)
     print(f"best SFT on dev: {best_cell}")
@@ -305,6 +313,9 @@ def main() -> None:
     ap.add_argument("--stage", choices=("sweep", "arms", "summarize"), required=True)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--metric", default="success")
+    ap.add_argument("--tiebreak", default=None,
+                    help="a finer env metric that decides the sweep where --metric ties "
+                         "(the world: progress, when success is 0 everywhere)")
     ap.add_argument("--demos", type=int, nargs="+", default=[32, 64, 128])
     ap.add_argument("--max-epochs", type=int, default=8)
     ap.add_argument("--dev-tasks", type=int, default=50)
