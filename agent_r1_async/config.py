@@ -4,7 +4,8 @@
   full key path (`buffer.max_stalenes`) and what was expected.
 - Cross-field rules live in `__post_init__` (per section) or `RunConfig.__post_init__`
   (between sections); each message names the key and says why.
-- Every field has one docstring line (the string right below it).
+- Every field has a docstring (the string right below it) of a line or two, at most 400
+  characters: what, unit, default, why. Measurements belong in BENCHMARKS.md.
 - CLI overrides: `--set a.b.c=value`, where value is parsed as YAML (`--set buffer.alpha=0.6`).
 
 Load with `load_config(path, overrides)`; every file in `configs/` is parsed by a test.
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
+import msgspec.inspect
 import yaml
 
 
@@ -105,9 +107,8 @@ class EngineConfig(_Section):
     """Actor inference engine: vLLM (async engine, continuous batching) or transformers."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """Engine weights/activations dtype; auto: bfloat16 on CUDA with bf16 support, and on a CPU
-    with AMX-BF16 or AVX512-BF16 where a micro-benchmark of the engine's own linear op runs
-    bf16 at least 1.1x as fast as fp32 (measured once per machine and cached), else float32
-    (precision.py)."""
+    where a cached micro-benchmark of the engine's own linear op finds bf16 at least 1.1x as fast
+    as fp32, else float32 (precision.py)."""
     max_new_tokens: int = 256
     """Token budget of one action (one assistant turn)."""
     temperature: float = 1.0
@@ -282,7 +283,7 @@ class BufferConfig(_Section):
     seed: int = 0
     """Seed of the buffer's sampling RNG (in [0, 2**32)). Unset: `launch.seed`."""
     gc_freeze: bool = True
-    """Move stored records out of the cyclic GC's scans (gc.freeze, ~2x ingest); off if the process relies on cycle collection."""
+    """Move stored records out of the cyclic GC's scans (gc.freeze: faster ingest); off if the process relies on cycle collection."""
 
     def __post_init__(self) -> None:
         _require(self.max_staleness >= 0, "buffer.max_staleness", "must be >= 0")
@@ -406,6 +407,9 @@ class LearnerConfig(_Section):
     pack_steps: bool = True
     """Train an episode's steps as one sequence when each context extends the last (the `full`
     builder): same loss, gradient and V(s_t), one forward per episode (learner/batching.py)."""
+    shared_prefix: bool = True
+    """Train a group's sequences as one row with a tree attention mask, so their common prefix
+    (the prompt) is computed once: same loss and gradient (learner/prefix_tree.py)."""
     total_updates: int = 100
     """Updates (optimizer steps over a batch) before the run ends."""
     publish_every: int = 1
@@ -416,41 +420,32 @@ class LearnerConfig(_Section):
     """Keep the newest N complete checkpoints of the run, removing older ones after each new
     one is in place (never the one `checkpoints/latest` names); 0 = keep all."""
     bf16: bool | Literal["auto"] = "auto"
-    """bf16 autocast for forward/backward (fp32 master weights and AdamW state); auto: on
-    where `learner.device` runs bf16 matmuls faster: CUDA with bf16 support, or a CPU whose
-    measured torch bf16 matmul is at least 1.1x as fast as fp32, as `engine.dtype: auto`
-    (precision.py)."""
+    """bf16 autocast for forward/backward (fp32 master weights and AdamW state); auto: on where
+    `learner.device` runs bf16 matmuls faster, decided as for `engine.dtype` (precision.py)."""
     bf16_copy: bool = True
-    """With bf16 on and one learner process (no LoRA): forward and backward run on a bf16 copy
-    of the weights, refreshed after each optimizer step, whose gradients accumulate into the
-    fp32 master weights; casts the weights once per step instead of in every layer call
-    (learner/bf16_copy.py). false: plain autocast over the fp32 weights."""
+    """With bf16, one learner process and no LoRA: forward and backward run on a bf16 copy of the
+    weights, refreshed after each optimizer step, whose gradients accumulate into the fp32 master
+    weights (learner/bf16_copy.py). false: plain autocast over the fp32 weights."""
     compile: bool = False
-    """torch.compile (inductor, dynamic shapes) every decoder layer of the model the learner
-    runs forward and backward on: fused elementwise kernels, fewer passes over memory. The
-    first forward and backward compile (tens of seconds; inductor caches them on disk for the
-    next run). On a CPU inductor needs a C++ compiler (g++, c++ or clang++ on PATH, or $CXX).
-    One learner process without LoRA."""
+    """torch.compile (inductor, dynamic shapes) each decoder layer the learner trains: fused
+    elementwise kernels. The first update compiles (cached on disk); on a CPU inductor needs a C++
+    compiler (g++, c++, clang++ or $CXX). One learner process without LoRA."""
     gradient_checkpointing: bool = False
     """Recompute each decoder layer's activations in backward (non-reentrant
     torch.utils.checkpoint; FSDP2 needs that variant): a micro-batch keeps one layer's
     activations instead of all layers', for one more forward of compute."""
     checkpoint_recompute: Literal["all", "pointwise"] = "all"
-    """With `gradient_checkpointing`: what a layer recomputes in backward. all: everything
-    (keeps only the layer's input; one more forward of compute); pointwise: only the
-    elementwise ops (norms, activations, rotary, residual adds), keeping matmul and attention
-    outputs (~40 % of a layer's activations, a few percent more compute; learner/memory_savers.py)."""
+    """With `gradient_checkpointing`, what a layer recomputes in backward: all (it keeps only its
+    input) or pointwise (the elementwise ops only; matmul and attention outputs are kept: more
+    memory, less compute). learner/memory_savers.py."""
     allocator: Literal["glibc", "jemalloc"] = "glibc"
-    """malloc of the learner processes `launch` starts: jemalloc = the libjemalloc.so Ray
-    ships, preloaded (LD_PRELOAD) with purging off: 3.8 vs 4.5 GB peak RSS for the default
-    config's micro-batch at +1 % CPU (learner/memory_savers.py). Only a launched learner (not a
-    process that builds a trainer itself, tests or benchmarks)."""
+    """malloc of the learner processes `launch` starts: glibc, or jemalloc (the libjemalloc.so Ray
+    ships, preloaded, purging off: a lower peak RSS, BENCHMARKS.md "Learner memory"). Launched
+    learners only, not tests or benchmarks (learner/memory_savers.py)."""
     malloc_mmap_threshold_kb: int = 0
-    """glibc malloc: allocations of at least this many KiB get their own mapping, returned to
-    the system when freed (0 = glibc's default, a threshold that grows to 32 MiB). 1024 keeps
-    the peak RSS at the live set whatever thread allocates, but the page faults cost ~40 %
-    more CPU time per update (learner/memory_savers.py). Process-wide, set when the trainer is
-    built; no effect off glibc."""
+    """glibc malloc: allocations of at least this many KiB get their own mapping, returned when freed
+    (0 = glibc's default, which grows to 32 MiB); 1024 keeps the peak RSS at the live set for more
+    page faults (learner/memory_savers.py). Process-wide; no effect off glibc."""
     head_chunk_tokens: int = 0
     """LM head + (temperature/top-p) log-softmax over at most this many action tokens at a
     time, each chunk recomputed in backward, so the [action tokens × vocab] fp32 logits of a
@@ -608,7 +603,7 @@ class LaunchConfig(_Section):
     bind_host: str = "127.0.0.1"
     """Host the ZeroMQ sockets bind to (loopback unless a cluster needs more). `node`: each process binds its own Ray node's address (what a cluster of several nodes needs; `launch` refuses loopback on one)."""
     curve: bool = True
-    """Authenticate (and encrypt) every ZeroMQ socket with CurveZMQ keys that `launch` generates for the run, one client key pair per process (wire/curve.py), so that only the run's own processes connect and each has its role (wire/roles.py). false = explicit opt-out on one machine: any local process that reaches the sockets is then trusted."""
+    """Authenticate and encrypt every ZeroMQ socket with the run's CurveZMQ keys (wire/curve.py), so only the run's processes connect, each in its role (wire/roles.py). false: an opt-out on one machine, trusting any local process that reaches the sockets."""
     num_cpus: int = 0
     """CPUs of the embedded Ray (0 = all of this machine's)."""
     max_wall_time_s: float = 0.0
@@ -622,7 +617,7 @@ class LaunchConfig(_Section):
     stop_timeout_s: float = 300.0
     """Longest the learner's final checkpoint may take when the run stops; past it the launch ends without that checkpoint and says so (the last periodic one stands). A second Ctrl-C ends the stop at once, naming what is left unsaved."""
     unresponsive_s: float = 120.0
-    """A process that shows no progress for this long is named on the console (`actor-1 unresponsive for 120 s: ...`); an actor is then replaced: the buffer takes back its credits and unfinished episodes at once and its process is killed for Ray to restart (`actors.max_restarts`). The buffer and the learner are named, and named again when they answer, never killed for it (run/processes/supervisor.py). Progress: an actor's engine or env call returned, an episode ended, or it had nothing in flight (its reports say when: a stopped process, an event loop blocked in C code and a hung engine step all count as silence), measured in the time the buffer was listening; the buffer and each learner rank answering the launcher. An actor is judged from its first report on, so an engine's start (vLLM: 24-105 s measured) never counts. Worst cases measured on the 2-core reference machine, from the step records of the default-config launches behind BENCHMARKS.md ("Precision", "vs TRL"): one generation step 21 s (fp32 vLLM beside the learner; bf16 13 s; the tiny config's transformers step 0.6 s), an env step 0.07 s (at most `env.step_timeout_s`, which must stay below this bound), a learner update 14-65 s of training (the learner answers the launcher throughout). 120 s is over 5x the worst step, for a machine under load. 0 = never."""
+    """Seconds without progress after which a process is named on the console; an actor is also replaced (its credits reclaimed, its process killed for Ray to restart), the buffer and the learner only named. Above env.step_timeout_s + actors.stats_interval_s; 0 = never (docs/reliability.md, "Hung processes")."""
     warm_start: bool = False
     """Without `model.init_from`: first train the `sft` section's warm start (cached, reused by later launches with the same settings) and start RL from it."""
 
@@ -651,11 +646,11 @@ class LaunchConfig(_Section):
 
 class EndpointConfig(_Section):
     host: str = "127.0.0.1"
-    """Host each actor's generation endpoint binds to (endpoint/: token-in/token-out and chat completions, started for `env.name: blackbox` and `verifiers`). Beyond loopback launch.curve must be on."""
+    """Host each actor's generation endpoint binds to (actors/endpoint/: token-in/token-out and chat completions, started for `env.name: blackbox` and `verifiers`). Beyond loopback launch.curve must be on."""
     port: int = 0
     """Port of actor 0's endpoint; actor i binds port + i (0 = a free port for each)."""
     auth: Literal["token", "none"] = "token"
-    """token: every request carries a bearer token, each episode's agent its session's own (endpoint/auth.py). none: no check, for a trusted single-user machine only (any local process may then write steps into training); loopback only."""
+    """token: every request carries a bearer token, each episode's agent its session's own (actors/endpoint/auth.py). none: no check, for a trusted single-user machine only (any local process may then write steps into training); loopback only."""
 
     def __post_init__(self) -> None:
         _require(bool(self.host), "endpoint.host", "must name a host, e.g. 127.0.0.1")
@@ -910,10 +905,42 @@ def _translate(err: msgspec.ValidationError) -> ConfigError:
         if key == "weights.backend" and head.startswith("Invalid value"):
             return ConfigError(f"config key `weights.backend`: {head.removeprefix('Invalid value ')}"
                                f" is not one of {', '.join(WEIGHTS_BACKENDS)}")
-        return ConfigError(f"config key `{key}`: {head}")
+        return ConfigError(f"config key `{key}`: {with_choices(head, RunConfig, key)}")
     if msg.startswith("Object contains unknown field"):
         return ConfigError(f"unknown config key `{msg.split('`')[1]}`")
     return ConfigError(msg)
+
+
+def with_choices(error: str, root: type, key: str) -> str:
+    """msgspec's `Invalid enum value 'x'` for the Literal field at dotted `key` of the struct
+    `root`, with the values it takes appended; any other error unchanged."""
+    if not error.startswith("Invalid enum value"):
+        return error
+    choices = _literal_values(msgspec.inspect.type_info(root), key.split(".") if key else [])
+    shown = [str(v).lower() if isinstance(v, bool) else str(v) for v in choices]
+    return f"{error} (one of {', '.join(shown)})" if shown else error
+
+
+def _literal_values(info: Any, parts: list[str]) -> tuple[Any, ...]:
+    """The values of the Literal that `parts` (field names, `name[i]` for list items) reach
+    from the msgspec type `info`; () where they reach none."""
+    mi = msgspec.inspect
+    if isinstance(info, mi.UnionType):
+        return tuple(v for t in info.types for v in _literal_values(t, parts))
+    if not parts:
+        if isinstance(info, mi.BoolType):
+            return (True, False)
+        return info.values if isinstance(info, mi.LiteralType) else ()
+    name, _, index = parts[0].partition("[")
+    if not isinstance(info, mi.StructType):
+        return ()
+    field = next((f for f in info.fields if f.encode_name == name), None)
+    if field is None:
+        return ()
+    inner = field.type
+    for _ in range(index.count("]")):  # each `[i]`: one level into a list or tuple
+        inner = getattr(inner, "item_type", None)
+    return _literal_values(inner, parts[1:]) if inner is not None else ()
 
 
 SEEDED_SECTIONS = ("actors", "buffer", "learner")

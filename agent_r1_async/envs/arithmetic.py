@@ -122,8 +122,11 @@ class ArithmeticArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     seed: int = 0
     """Base seed; each split derives its own."""
     num_train: int = 2000
+    """Problems in the train split."""
     num_dev: int = 200
+    """Problems in the dev split."""
     num_test: int = 200
+    """Problems in the test split."""
     valid_call_reward: float = 0.1
     """Process reward for the first well-formed calculator call of an episode."""
     invalid_call_penalty: float = -0.1

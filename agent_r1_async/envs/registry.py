@@ -31,7 +31,7 @@ from typing import Any
 
 import msgspec
 
-from agent_r1_async.config import ConfigError, EnvConfig
+from agent_r1_async.config import ConfigError, EnvConfig, with_choices
 from agent_r1_async.envs.base import Env, EnvError, Task
 
 ENTRY_POINT_GROUP = "agent_r1_async.envs"
@@ -206,10 +206,10 @@ def parse_args(cls: type, args: dict[str, Any]) -> Any:
     try:
         return msgspec.convert(args, args_type)
     except (msgspec.ValidationError, ValueError) as e:
-        raise ConfigError(_args_error(str(e))) from None
+        raise ConfigError(_args_error(str(e), args_type)) from None
 
 
-def _args_error(msg: str) -> str:
+def _args_error(msg: str, args_type: type) -> str:
     head, sep, path = msg.rpartition(" - at `")
     if not sep:
         head, path = msg, ""
@@ -220,7 +220,7 @@ def _args_error(msg: str) -> str:
     m = re.match(r"([A-Za-z_]\w*): (.*)", head, re.DOTALL)
     if not key and m:
         key, head = m.group(1), m.group(2)
-    return f"config key `env.args{'.' + key if key else ''}`: {head}"
+    return f"config key `env.args{'.' + key if key else ''}`: {with_choices(head, args_type, key)}"
 
 
 class EnvSpec:

@@ -35,10 +35,10 @@ Checkpoints written before manifests existed load unverified, said in the same l
 several ranks, rank 0 alone reads and checks and every rank gets its verdict; after each load
 the ranks agree (an all-reduce) whether it failed anywhere and move on together (a load that
 fails on one rank only, inside one of DCP's collectives, can still hold the others there). The full
-check reads every byte. Measured on 2 busy cores, a SmolLM2-135M checkpoint (HF copy 0.54 GB,
-DCP model + AdamW state 1.73 GB): 1.6 s from the page cache (what a save's manifest costs: the
-files were just written), 6 s from disk (a resume; the load that follows then reads from the
-cache). `latest_checkpoint` and pruning only compare sizes (`stat`: well under 1 ms).
+check reads every byte (a save's manifest reads the files it just wrote, from the page cache;
+a resume reads them from disk, and its load then from the cache); `latest_checkpoint` and
+pruning only compare sizes (`stat`). docs/reliability.md ("State that verifies itself")
+says what each costs.
 
 A full disk is reported as such (`checkpoint_files.DiskFullError`: the directory and the bytes
 free), not as torch's writer error nor as DCP's `CheckpointException` (a BaseException) around

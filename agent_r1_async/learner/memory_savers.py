@@ -1,30 +1,28 @@
 """The learner's memory: which activations a checkpointed layer keeps, and the malloc heap.
 
-Activations. A SmolLM2-135M decoder layer keeps ~13.9k fp32 values per token for backward
-(~1.6 MB per token over 30 layers, 2.9 GB for a 1,800-token micro-batch, measured with
-saved-tensor hooks): its matmul inputs, but also every elementwise intermediate (RMSNorm's
-input and normalised output, SiLU's input and output, the gate × up product, ...). Full
-activation checkpointing keeps only each layer's input and re-runs the whole layer in
-backward: a third more compute. `save_matmul_outputs` is the selective variant
-(`learner.checkpoint_recompute: pointwise`): the outputs of the matmuls and of attention are
-kept (q, k, v, attention, o_proj, gate, up, down: ~5.8k values per token and layer), and only
-the elementwise ops between them are recomputed in backward, which costs a few percent.
+Activations. A decoder layer keeps, for backward, its matmul inputs and every elementwise
+intermediate too (RMSNorm's input and normalised output, SiLU's input and output, the
+gate × up product, ...). Full activation checkpointing keeps only each layer's input and
+re-runs the whole layer in backward: one more forward of compute. `save_matmul_outputs` is
+the selective variant (`learner.checkpoint_recompute: pointwise`): the outputs of the matmuls
+and of attention are kept (q, k, v, attention, o_proj, gate, up, down), and only the
+elementwise ops between them are recomputed in backward.
 
 The heap. The learner allocates and frees a few GB of activations per micro-batch, in tensors
 of 1-32 MB that glibc serves from its arenas (its mmap threshold rises to 32 MB after the
 first large free), and freed arena memory stays resident. Under Ray the updates run on
 whichever thread of the actor's pool is free, each thread with its own arena, so every thread
-ends up holding its own copy of the peak: measured 10.6 GB RSS over 4 updates alternating
-between two threads vs 6.7 GB with one arena (BENCHMARKS.md, "Learner memory").
-The learner runs on one thread (run/processes/hosts.py), and `release_free_memory` (malloc_trim)
-returns what the arenas hold after each update; glibc still keeps ~1 GB above the live set
-at the peak (4.5 vs 3.5 GB, SmolLM2-135M, pointwise checkpointing, 1,800-token micro-batch).
+ends up holding its own copy of the peak. The learner therefore runs on one thread
+(run/processes/hosts.py), and `release_free_memory` (malloc_trim) returns what the arenas hold
+after each update; glibc still keeps some memory above the live set at the peak.
 `configure_malloc` pins the mmap threshold (every allocation of `mmap_threshold` bytes or
-more its own mapping, given back on free): peak = the live set, but its page faults cost
-~35 % more CPU per update. jemalloc (`learner.allocator`, the copy Ray ships, preloaded into
-the learner process by the launcher: `allocator_env`) with purging off packs the same
-allocations into 3.8 GB for ~1 % more CPU than glibc without checkpointing, and
-`release_free_memory` purges it at the end of each update (shapes change between updates).
+more its own mapping, given back on free): peak = the live set, for the CPU time of its page
+faults. jemalloc (`learner.allocator`, the copy Ray ships, preloaded into the learner process
+by the launcher: `allocator_env`) with purging off packs the same allocations tighter for
+little CPU, and `release_free_memory` purges it at the end of each update (shapes change
+between updates). BENCHMARKS.md, "Learner memory", measures these: the activations per
+token, the RSS with one thread and with two, the CPU cost of the mmap threshold and of
+jemalloc, jemalloc's peak, and the two recompute modes.
 """
 
 from __future__ import annotations
@@ -115,9 +113,8 @@ def _jemalloc_mallctl() -> Any:
 
 
 JEMALLOC_CONF = "dirty_decay_ms:-1,muzzy_decay_ms:-1"
-"""jemalloc keeps freed pages for reuse within an update (purging by time costs page faults:
-+18 % CPU per update measured with jemalloc's default decay); `release_free_memory` purges
-once per update instead."""
+"""jemalloc keeps freed pages for reuse within an update (purging by time, jemalloc's default
+decay, costs page faults); `release_free_memory` purges once per update instead."""
 
 
 def jemalloc_path() -> str | None:
@@ -133,11 +130,9 @@ def jemalloc_path() -> str | None:
 PRIMITIVE_CACHE_ENV = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "128", "LRU_CACHE_CAPACITY": "128"}
 """oneDNN (and ideep, torch's wrapper of it) cache up to 1,024 compiled matmul primitives each,
 keyed by shape, and a learner's micro-batches change shape every update (rows × longest row):
-with the defaults the learner's resident memory creeps ~16 MB per update for good (SmolLM2-135M,
-bf16 autocast, default-launch shapes: 2.53 → 2.71 GB between updates 0 and 7, still rising;
-one fixed shape: flat). 128 entries hold every primitive one update reuses (forward,
-recompute and backward of each micro-batch) and cap the growth: flat at 2.62 GB from the third
-update, at the same seconds per update (2026-11-26, `learner_process_env`)."""
+with the defaults the learner's resident memory creeps up with each new shape, for good. 128
+entries hold every primitive one update reuses (forward, recompute and backward of each
+micro-batch) and cap that growth (BENCHMARKS.md, "Learner memory")."""
 
 
 def learner_process_env(allocator: str) -> dict[str, str]:

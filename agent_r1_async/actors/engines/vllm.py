@@ -346,8 +346,8 @@ def _for_vllm(state_dict: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[s
       engine loop, so the cast costs nothing while generation is paused (and a bf16 file is
       half the bytes of the learner's fp32 weights).
     - `lm_head.weight` present even when tied to the embeddings: without it the head silently
-      keeps the old weights (measured: 0.6 nats of log-prob error). It is its own copy, so the
-      safetensors file holds no shared storage.
+      keeps the old weights. It is its own copy, so the safetensors file holds no shared
+      storage.
     """
     out = {k: (v.to(dtype) if v.is_floating_point() else v) for k, v in state_dict.items()}
     embed = state_dict.get("model.embed_tokens.weight")

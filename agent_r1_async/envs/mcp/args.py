@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Literal
 from urllib.parse import urlparse
 
 import msgspec
@@ -79,17 +80,21 @@ class McpServerArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 class McpToolsArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     servers: list[McpServerArgs]
+    """The MCP servers whose tools the agent may call (at least one; names unique)."""
     tasks: str
     """`module:function`; `function(split)` returns the split's tasks, each a `Task` or a dict
     {"id", "prompt", "answer", "oracle"?} (oracle: tool calls {"name", "arguments"} or
     action strings, played before the answer)."""
-    score: str = "numeric"
+    score: Literal["numeric", "exact"] = "numeric"
     """How an answer is scored against the task's: "numeric" (within rel_tol) or "exact"."""
     rel_tol: float = 1e-3
+    """Relative tolerance of the "numeric" score."""
     system_prompt: str = ""
     """Default: a prompt naming the tool-call and answer formats."""
     valid_call_reward: float = 0.1
+    """Process reward for the first step of an episode whose tool calls are all well-formed."""
     invalid_call_penalty: float = -0.1
+    """Process reward of a step with a malformed call."""
 
     def __post_init__(self) -> None:
         if not self.servers:
@@ -99,7 +104,5 @@ class McpToolsArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             raise ValueError(f"servers: server names repeat: {names}")
         if ":" not in self.tasks:
             raise ValueError("tasks: must be 'module:function'")
-        if self.score not in ("numeric", "exact"):
-            raise ValueError(f"score: must be 'numeric' or 'exact', got {self.score!r}")
         if self.rel_tol < 0:
             raise ValueError("rel_tol: must be >= 0")

@@ -34,8 +34,11 @@ class TwxArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     limit_inventory_size: bool | None = None
     """The agent carries only a few items at once."""
     num_train: int = SEEDS_PER_FOLD
+    """Games in the train split, one per seed of the package's train fold (1 to 1000)."""
     num_dev: int = 200
+    """Games in the dev split, one per seed of the package's dev fold (1 to 1000)."""
     num_test: int = 200
+    """Games in the test split, one per seed of the package's test fold (1 to 1000)."""
     show_valid_actions: bool = False
     """Append the game's list of valid commands to every observation."""
     score_weight: float = 1.0

@@ -63,8 +63,11 @@ class WorldArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     seed: int = 0
     """Base seed; each split takes its worlds from its own seed range."""
     num_train: int = 2000
+    """Worlds in the train split (at most `MAX_TASKS`)."""
     num_dev: int = 100
+    """Worlds in the dev split (at most `MAX_TASKS`)."""
     num_test: int = 200
+    """Worlds in the test split (at most `MAX_TASKS`)."""
     held_out: bool = True
     """Keep the held-out compositions (tasks.py) out of train."""
     progress_reward: float = 1.0

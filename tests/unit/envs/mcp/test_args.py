@@ -46,7 +46,8 @@ def test_tool_args_checks():
         parse_args(McpToolsEnv, {"servers": [GOOD, GOOD], "tasks": "m:f"})
     with pytest.raises(ConfigError, match=r"^config key `env\.args\.tasks`: must be 'module:function'$"):
         args(tasks="m.f")
-    with pytest.raises(ConfigError, match=r"`env\.args\.score`: must be 'numeric' or 'exact'"):
+    with pytest.raises(ConfigError, match=r"^config key `env\.args\.score`: Invalid enum value "
+                                          r"'f1' \(one of exact, numeric\)$"):
         args(score="f1")
 
 

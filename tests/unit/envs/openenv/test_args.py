@@ -52,7 +52,8 @@ def test_defaults():
                                       "Observation field other than reward, done, metadata"),
     ({"metric_fields": ["done"]}, "config key `env.args.metric_fields`: 'done' is not an "
                                   "Observation field the server sends"),
-    ({"outcome": "max"}, "config key `env.args.outcome`: Invalid enum value 'max'"),
+    ({"outcome": "max"}, "config key `env.args.outcome`: Invalid enum value 'max' (one of last, "
+                         "sum)"),
     ({"tasks": {}}, "config key `env.args.tasks`: name at least one split"),
     ({"tasks": {"train": {}}}, "config key `env.args.tasks`: split 'train': give seeds, a "
                                "seed_range or prompts"),

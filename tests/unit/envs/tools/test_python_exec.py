@@ -471,8 +471,8 @@ def test_python_tool_env_sandbox_key(monkeypatch: pytest.MonkeyPatch) -> None:
         return get_env_spec(EnvConfig(name="python_tool", tool_timeout_s=10.0,
                                       args={"num_train": 1, "sandbox": sandbox}))
 
-    with pytest.raises(ConfigError, match=r"env\.args\.sandbox: must be one of bwrap, "
-                                          r"unsafe_inprocess, got 'off'"):
+    with pytest.raises(ConfigError, match=r"^config key `env\.args\.sandbox`: Invalid enum value "
+                                          r"'off' \(one of bwrap, unsafe_inprocess\)$"):
         spec("off")
     bwrap.bwrap_plan.cache_clear()
     monkeypatch.setattr(bwrap.shutil, "which", lambda name: None)
