@@ -12,6 +12,7 @@ so a unit test does not pay for hypothesis or a tokenizer it never uses):
     weights.py   a gloo weight-receiving engine that records tensors instead of loading a
                  vLLM model, and child processes that die mid-transfer
     hostile.py   hypothesis strategies for hostile frames
+    bf16.py      injected micro-benchmark timings and CPU flag sets (bf16/, precision.py)
 
 `tests/unit/test_protocols.py` checks every fake here against the Protocol it stands in for.
 """

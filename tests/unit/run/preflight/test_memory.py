@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from agent_r1_async import precision
+from agent_r1_async.bf16 import hardware, verdicts
 from agent_r1_async.config import ConfigError, load_config
 from agent_r1_async.run.preflight import memory
 from agent_r1_async.run.preflight.memory import GB, ModelDims, check, estimate, learner_parts
@@ -78,11 +79,11 @@ def test_checkpointing_and_bf16_shrink_the_activations() -> None:
     assert parts["bf16 weight copies"] == 2 * 134_515_008  # the working copy itself
 
 
-_CPU_VERDICT = precision.cpu_verdict
+_CPU_VERDICT = verdicts.cpu_verdict
 
 
 def _cpu_measures(monkeypatch, ratio: float) -> None:
-    """This CPU's micro-benchmark (precision.py) gives bf16 `ratio` x fp32's speed."""
+    """This CPU's micro-benchmark (bf16/probe.py) gives bf16 `ratio` x fp32's speed."""
     monkeypatch.setattr(precision, "cpu_verdict", lambda probe, flags=None, timer=None: (
         _CPU_VERDICT(probe, flags, lambda _: (ratio, 1.0))))  # (fp32 s, bf16 s)
 
@@ -92,7 +93,7 @@ def test_default_config_as_shipped_on_a_bf16_cpu(monkeypatch, tmp_path) -> None:
     # per token; under bf16 (an AMX CPU, where bf16 matmuls measure 5.2x fp32's speed) on the
     # bf16 working copy both are bf16: 30 x 576 x 2 + 11,520 x 2 = 57,600 bytes.
     monkeypatch.setenv("AGENT_R1_ASYNC_CACHE", str(tmp_path / "bf16"))
-    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"amx_bf16", "avx512_bf16"}))
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: frozenset({"amx_bf16", "avx512_bf16"}))
     _cpu_measures(monkeypatch, 5.2)
     cfg = load_config(str(ROOT / "configs" / "default.yaml"), [])
     d = ModelDims.from_hf_config(SMOLLM2)
@@ -110,7 +111,7 @@ def test_default_config_as_shipped_on_a_bf16_cpu(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("AGENT_R1_ASYNC_CACHE", str(tmp_path / "fp32"))
     _cpu_measures(monkeypatch, 0.57)
     assert sum(learner_parts(cfg, d).values()) == pytest.approx(fp32)
-    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2"}))
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: frozenset({"avx2"}))
     monkeypatch.setenv("AGENT_R1_ASYNC_CACHE", str(tmp_path / "no-flags"))
     _cpu_measures(monkeypatch, 5.2)
     assert sum(learner_parts(cfg, d).values()) == pytest.approx(fp32)
