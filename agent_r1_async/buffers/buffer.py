@@ -15,8 +15,8 @@ fake clock). Data flow:
 Episode lengths (buffers/lengths.py): the assembler counts the episodes generated and dropped
 by length bucket, this class the ones it hands to the learner (a group's first sample) and the
 ones it drops as stale before their first sample; `stats()` carries the counts in `drops` under
-`lengths.WIRE_PREFIX`, with what was received since the last snapshot (`unsaved`: the episodes
-with a record since then and not trained, which a restart from that snapshot discards).
+`lengths.WIRE_PREFIX`, with what a restart from the last snapshot would discard
+(buffers/unsaved.py).
 
 Only groups granted to the record's actor are assembled: a record of any other group is refused
 (`invalid_record/ungranted`) and keeps nothing, so foreign records can neither take admission
@@ -27,39 +27,30 @@ Memory bound: when the stored + assembling bytes reach `max_bytes`, credits stop
 Groups already granted still complete and are kept (bounded overshoot of at most the
 in-flight groups), so accepted data is never dropped for lack of memory.
 
-Actor silence (`BufferStats.actor_silence_s`, which the launcher judges against
-`launch.unresponsive_s`): each ActorStats says how long ago its actor last made progress
-(`progress_age_s`); the buffer keeps, per actor, the moment of that progress on its own
-*listening clock*, which advances only between ticks and by at most `_MAX_TICK_GAP_S` per
-gap. A buffer whose loop stalls (a stopped process, a long snapshot) therefore never makes its
-actors look silent, and a report that arrives late after such a stall can only move an actor's
-last progress later, never earlier. An actor granted a credit before its first report counts
-from the grant. `reclaim` forgets the actor: its next process is judged from its first report.
+Actor silence (`BufferStats.actor_silence_s`) is counted on the buffer's listening clock
+(buffers/silence.py); `reclaim` forgets the actor: its next process is judged from its first
+report.
 
-Reconciliation after a restart: a CreditRequest lists the groups its actor runs (`held`).
-Credits restored from a snapshot that their actor does not list (it finished or lost those
-groups while the buffer was down) are released, from `CLAIM_GRACE_S` after the restore (so
-records the actor queued while the buffer was down arrive first), and those no actor claims
-within `CLAIM_WITHIN_S` are released at a tick (`unclaimed_credit`). The grant names the listed
-groups that hold no credit of this actor (`unknown`: never granted here, or dropped), so the
-actor stops them at once instead of sending records that would be refused.
+Credits given back before their groups complete (after a restart, from a replaced actor, on
+a relaunch) are buffers/reclaim.py's.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections import Counter
 from collections.abc import Callable
 
-import msgspec
-
 from agent_r1_async.buffers.admission import AdmissionControl
-from agent_r1_async.buffers.assembly import Assembler, OpenGroup, episode_nbytes
-from agent_r1_async.buffers.lengths import UNSAVED, WIRE_PREFIX, Loss, action_tokens
+from agent_r1_async.buffers.assembly import Assembler, episode_nbytes
+from agent_r1_async.buffers.lengths import UNSAVED, WIRE_PREFIX, Loss
 from agent_r1_async.buffers.rate_limiter import SampleToInsertRatio
+from agent_r1_async.buffers.reclaim import CreditReturns
+from agent_r1_async.buffers.silence import ActorSilence
+from agent_r1_async.buffers.state import BufferState, StoredState
 from agent_r1_async.buffers.store import GroupStore, StoredGroup, describe
+from agent_r1_async.buffers.unsaved import UnsavedEpisodes
 from agent_r1_async.buffers.validate import RecordBounds, check_record, check_stats
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
 from agent_r1_async.wire import roles
@@ -69,7 +60,6 @@ from agent_r1_async.wire.messages import (
     CreditGrant,
     Episode,
     EpisodeEnd,
-    Group,
     SampleBatch,
     StepRecord,
 )
@@ -77,38 +67,7 @@ from agent_r1_async.wire.messages import (
 log = logging.getLogger(__name__)
 
 _DEFAULT_MAX_ACTORS = 256
-CLAIM_GRACE_S = 5.0
-"""After a restore, restored credits are released for not being claimed only this late."""
-CLAIM_WITHIN_S = 60.0
-"""A restored credit no actor claims within this long is released."""
-MAX_HELD = 10_000
-"""A CreditRequest listing more groups than this is not reconciled (counted)."""
 """ActorStats kept when `RecordBounds.max_actors` is 0 (unknown: no bounds from a launch)."""
-_MAX_TICK_GAP_S = 1.0
-"""Longest gap between two ticks that counts as listening time (the service ticks every
-0.2 s; a longer gap is a stalled loop, which must not age the actors' silence)."""
-
-
-class StoredState(msgspec.Struct, array_like=True, gc=False):
-    group: Group
-    times_sampled: int
-
-
-class BufferState(msgspec.Struct, array_like=True, gc=False):
-    """Everything needed to resume a buffer without losing an accepted episode."""
-
-    learner_version: int
-    stored: list[StoredState]
-    assembling: list[OpenGroup]
-    accepted: int
-    in_flight: list[tuple[str, str, bool]]
-    limiter: tuple[float, int, int]
-    drops: dict[str, int]
-    staleness_hist: dict[int, int]
-    records: int
-    sampled_groups: int
-    lengths: dict[str, int] = {}
-    """The length ledger's counts (`LengthLedger.export`)."""
 
 
 class TrajectoryBuffer:
@@ -126,7 +85,6 @@ class TrajectoryBuffer:
         self.cfg = cfg
         self.version = 0
         self._clock = clock
-        self._restored_at = -math.inf
         self._max_group_size = algo.group_size
         self.bounds = bounds if bounds is not None else RecordBounds(max_group_size=algo.group_size)
         self._max_actors = self.bounds.max_actors or _DEFAULT_MAX_ACTORS
@@ -162,15 +120,10 @@ class TrajectoryBuffer:
         self.actor_stats: dict[str, ActorStats] = {}
         self.records = 0
         self.sampled_groups = 0
-        self._listened = 0.0
-        """Seconds the loop has been listening (its ticks; stalls left out, module docstring)."""
-        self._last_tick: float | None = None
-        self._progress: dict[str, float] = {}
-        """Actor id -> its last progress, on the listening clock."""
-        self._unsaved: dict[str, str] = {}
-        """Episode id -> group id of each episode with a record accepted since the last
-        snapshot (`saved`); pruned of episodes no longer held (`_prune_unsaved`)."""
-        self._unsaved_kept = 0
+        self.silent = ActorSilence()
+        self.returns = CreditReturns(self.admission, self.assembler, self.drops, self._collect,
+                                     clock)
+        self.unsaved_episodes = UnsavedEpisodes(self.assembler, self.store)
 
     @property
     def nbytes(self) -> int:
@@ -197,9 +150,7 @@ class TrajectoryBuffer:
         else:
             if self.assembler.add(msg, self._clock()):
                 self.admission.on_record(msg.group_id, msg.actor_id)
-            self._unsaved[msg.episode_id] = msg.group_id
-            if len(self._unsaved) > 2 * self._unsaved_kept + 1024:
-                self._prune_unsaved()
+            self.unsaved_episodes.add(msg.episode_id, msg.group_id)
         self._collect()
 
     def _origin(self, msg: StepRecord | EpisodeEnd, sender: str | None) -> tuple[str, str]:
@@ -249,64 +200,30 @@ class TrajectoryBuffer:
             self.drops[f"invalid_stats/{reason}"] += 1
         elif msg.actor_id in self.actor_stats or len(self.actor_stats) < self._max_actors:
             self.actor_stats[msg.actor_id] = msg
-            # Never earlier than already known: a report sent during a buffer stall arrives late.
-            seen = self._listened - msg.progress_age_s
-            self._progress[msg.actor_id] = max(self._progress.get(msg.actor_id, seen), seen)
+            self.silent.report(msg.actor_id, msg.progress_age_s)
         else:
             self.drops["actor_stats_overflow"] += 1
 
     def tick(self) -> None:
         """Apply timeouts; call a few times per second."""
         now = self._clock()
-        if self._last_tick is not None:
-            self._listened += min(max(0.0, now - self._last_tick), _MAX_TICK_GAP_S)
-        self._last_tick = now
+        self.silent.tick(now)
         self.assembler.poll(now)
         self._collect()
         self.drops["expired_credit"] += len(self.admission.expire())
-        unclaimed = self.admission.unclaimed_since(now - CLAIM_WITHIN_S)
-        if unclaimed:
-            self._release(unclaimed, "unclaimed_credit")
-
-    def _release(self, group_ids: list[str], reason: str) -> int:
-        """Give back these groups' credits now, each counted once in `drops[reason]`: their
-        open episodes are dropped (`reclaimed_episode`) and each group closes as after
-        `group_wait_s` (ready with `min_group_episodes` done, else dropped). Returns the
-        episodes dropped."""
-        now = self._clock()
-        episodes = sum(self.assembler.reclaim(gid, now) for gid in group_ids)
-        self._collect()  # closed groups: accepted or dropped, their credits released
-        for gid in group_ids:
-            if self.admission.holds(gid):  # granted, never started
-                self.admission.on_dropped(gid)
-        self.drops[reason] += len(group_ids)
-        if group_ids:
-            log.info("released %d credit(s) (%s): %s", len(group_ids), reason,
-                     ", ".join(group_ids[:8]))
-        return episodes
+        self.returns.release_unclaimed(now)
 
     def reconcile(self, actor_id: str, held: list[str]) -> list[str]:
-        """`actor_id` runs the groups `held`: claim its restored credits among them, release
-        those it does not run (module docstring); the held groups that hold no credit of
-        this actor, which it should stop."""
-        if len(held) > MAX_HELD:
-            self.drops["invalid_request/held"] += 1
-            return []
-        claimed = set(held)
-        self.admission.claim(actor_id, claimed)
-        unclaimed = self.admission.unclaimed(actor_id)
-        if unclaimed and self._clock() - self._restored_at >= CLAIM_GRACE_S:
-            self._release(unclaimed, "unclaimed_credit")
-        return [g for g in held if self.admission.owner(g) != actor_id]
+        """`actor_id` runs the groups `held` (`CreditReturns.reconcile`): the held groups that
+        hold no credit of this actor, which it should stop."""
+        return self.returns.reconcile(actor_id, held)
 
     def orphan_all(self) -> None:
         """Every actor that held a credit or an open episode is gone (a relaunch restored this
         buffer with fresh actors): expire their open episodes now and release their credits,
         instead of blocking admission until `episode_timeout_s` passes."""
-        self.assembler.poll(self._clock() + self.cfg.episode_timeout_s + self.cfg.group_wait_s + 1)
-        self._collect()
-        self.drops["orphaned_credit"] += self.admission.release_all()
-        self._progress.clear()
+        self.returns.orphan_all(self.cfg.episode_timeout_s + self.cfg.group_wait_s + 1)
+        self.silent.clear()
 
     def reclaim(self, actor_id: str) -> tuple[int, int]:
         """`reclaim_report` without what it discarded."""
@@ -324,23 +241,16 @@ class TrajectoryBuffer:
         report. Returns (credits, episodes) reclaimed and what was discarded: the open
         episodes, and the finished ones of groups dropped as too small (or stale), with their
         steps and action tokens."""
-        held = self.admission.held_by(actor_id)
-        lengths = self.assembler.lengths
-        lengths.journal = []
-        try:
-            episodes = self._release(held, "reclaimed_credit")
-            loss = Loss.from_journal(lengths.journal, lengths.max_steps)
-        finally:
-            lengths.journal = None
-        self._progress.pop(actor_id, None)
+        credits, episodes, loss = self.returns.reclaim(actor_id)
+        self.silent.forget(actor_id)
         self.actor_stats.pop(actor_id, None)
         if loss.episodes:
             log.info("reclaimed %s: discarded %s", actor_id, loss.phrase())
-        return len(held), episodes, loss
+        return credits, episodes, loss
 
     def silence(self) -> dict[str, float]:
-        """Per tracked actor: listening seconds since its last progress (module docstring)."""
-        return {a: max(0.0, self._listened - t) for a, t in self._progress.items()}
+        """Per tracked actor: listening seconds since its last progress (buffers/silence.py)."""
+        return self.silent.seconds()
 
     def _collect(self) -> None:
         ready, dropped = self.assembler.drain()
@@ -375,8 +285,8 @@ class TrajectoryBuffer:
         by_staleness = self.admission.capacity()
         by_rate = self.limiter.insert_room(pending=self.admission.in_flight)
         ids = self.admission.grant(actor_id, min(max_groups, by_staleness, by_rate))
-        if ids and (actor_id in self._progress or len(self._progress) < self._max_actors):
-            self._progress.setdefault(actor_id, self._listened)  # holds credits: judged now
+        if ids and (actor_id in self.silent or len(self.silent) < self._max_actors):
+            self.silent.start(actor_id)  # holds credits: judged now
         reason = ""
         if len(ids) < max_groups:
             reason = "staleness" if by_staleness <= by_rate else "rate_limit"
@@ -437,40 +347,13 @@ class TrajectoryBuffer:
         for ep in entry.group.episodes:
             self.assembler.lengths.dropped(reason, ep.steps)
 
-    def _held(self, episode_id: str, group_id: str) -> tuple[int, int] | None:
-        """(steps, action tokens) of an episode this buffer holds untrained: assembling, or in
-        a stored group never sampled; None otherwise (trained, dropped, never seen)."""
-        got = self.assembler.progress(episode_id, group_id)
-        if got is not None:
-            return got
-        entry = self.store.get(group_id)
-        if entry is None or entry.times_sampled:
-            return None
-        for ep in entry.group.episodes:
-            if ep.end.episode_id == episode_id:
-                return len(ep.steps), action_tokens(ep.steps)
-        return None
-
-    def _prune_unsaved(self) -> None:
-        self._unsaved = {e: g for e, g in self._unsaved.items() if self._held(e, g) is not None}
-        self._unsaved_kept = len(self._unsaved)
-
     def unsaved(self) -> Loss:
-        """What a restart from the last snapshot would discard: every episode with a record
-        received since (its later records are lost with this process, so it can never be
-        whole) that was not trained, at all the steps received of it."""
-        loss, kept = Loss(), {}
-        for eid, gid in self._unsaved.items():
-            got = self._held(eid, gid)
-            if got is not None:
-                kept[eid] = gid
-                loss.add(*got, max_steps=self.assembler.lengths.max_steps)
-        self._unsaved, self._unsaved_kept = kept, len(kept)
-        return loss
+        """What a restart from the last snapshot would discard (buffers/unsaved.py)."""
+        return self.unsaved_episodes.loss()
 
     def saved(self) -> None:
         """A snapshot of this buffer's state was written: it holds everything received."""
-        self._unsaved, self._unsaved_kept = {}, 0
+        self.unsaved_episodes.saved()
 
     def _drops_and_lengths(self) -> dict[str, int]:
         """`BufferStats.drops`: the drops by reason, the length ledger's counts and the
@@ -531,11 +414,12 @@ class TrajectoryBuffer:
             self.store.insert(describe(s.group, nbytes, s.times_sampled))
         self.assembler.restore(state.assembling, self._clock())
         self.admission.restore(state.accepted, state.in_flight)
-        self._restored_at = self._clock()
+        self.returns.restored_at = self._clock()
         for _, actor_id, _ in state.in_flight:  # its credits are back: judged from now
-            self._progress.setdefault(actor_id, self._listened)
+            self.silent.start(actor_id)
         self.limiter.restore(*state.limiter)
-        self.drops = Counter(state.drops)
+        self.drops.clear()  # in place: the credit returns count into it too
+        self.drops.update(state.drops)
         self.staleness_hist = Counter(state.staleness_hist)
         self.records, self.sampled_groups = state.records, state.sampled_groups
         self.assembler.lengths.restore(state.lengths)

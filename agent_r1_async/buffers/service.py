@@ -57,8 +57,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agent_r1_async.buffers.buffer import BufferState, TrajectoryBuffer
+from agent_r1_async.buffers.buffer import TrajectoryBuffer
 from agent_r1_async.buffers.snapshot import SnapshotReport, restore_snapshot, save_snapshot
+from agent_r1_async.buffers.state import BufferState
 from agent_r1_async.buffers.validate import RecordBounds
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
 from agent_r1_async.wire import messages as m

@@ -57,7 +57,7 @@ from typing import Any
 
 import msgspec
 
-from agent_r1_async.buffers.buffer import BufferState
+from agent_r1_async.buffers.state import BufferState
 from agent_r1_async.wire import messages as m
 
 SNAPSHOT_FILE = "buffer.snapshot"

@@ -291,7 +291,7 @@ class CreditRequest(_Wire, tag="credit_request"):
     max_groups: int
     held: list[str] | None = None
     """The groups the actor runs now (None: not said); the buffer reconciles its credits
-    with them (buffers/buffer.py)."""
+    with them (buffers/reclaim.py)."""
 
 
 class CreditGrant(_Wire, tag="credit_grant"):

@@ -173,7 +173,7 @@ def test_a_resumed_run_whose_buffer_is_killed_reaches_every_update(tmp_path: Pat
     """The launcher SIGKILLed mid-run, `--resume`, then the buffer SIGKILLed once the resumed
     run has logged an update: the restarted buffer's restored credits (granted before its
     snapshot, their groups long gone) and the groups granted after it are reconciled with
-    what the actors run (buffers/buffer.py), so the run reaches its next update and its last,
+    what the actors run (buffers/reclaim.py), so the run reaches its next update and its last,
     each logged once. This sequence once stalled a run for minutes."""
     total = 8
     proc = _start(tmp_path, "--set", f"learner.total_updates={total}",

@@ -137,7 +137,7 @@ def test_actor_silence_counts_only_the_buffers_listening_time() -> None:
         clock.advance(0.2)
         buf.tick()
     assert buf.stats().actor_silence_s == {"a1": pytest.approx(10.0)}
-    clock.advance(90.0)  # the loop stalled: the gap counts 1 s (_MAX_TICK_GAP_S), not 90
+    clock.advance(90.0)  # the loop stalled: the gap counts 1 s (MAX_TICK_GAP_S), not 90
     assert buf.stats().actor_silence_s == {"a1": pytest.approx(10.0)}  # nor before the tick
     buf.tick()
     assert buf.stats().actor_silence_s == {"a1": pytest.approx(11.0)}
@@ -161,7 +161,7 @@ def test_a_restarted_buffer_releases_the_restored_credits_their_actor_no_longer_
     every record of groups granted after its snapshot: the run stalled for minutes. The
     actor's list of the groups it runs reconciles both. Budget by hand: (max_staleness 3 +
     version 0 + 1) x batch_groups 1 = 4 credits."""
-    from agent_r1_async.buffers.buffer import CLAIM_GRACE_S
+    from agent_r1_async.buffers.reclaim import CLAIM_GRACE_S
 
     buf = _buffer(max_staleness=3, min_group_episodes=1)
     g0, g1, g2 = buf.grant("a0", 3).group_ids
@@ -193,7 +193,7 @@ def test_a_restarted_buffer_releases_the_restored_credits_their_actor_no_longer_
 
 
 def test_restored_credits_no_actor_claims_are_released_within_the_bound() -> None:
-    from agent_r1_async.buffers.buffer import CLAIM_WITHIN_S
+    from agent_r1_async.buffers.reclaim import CLAIM_WITHIN_S
 
     buf = _buffer(max_staleness=3)
     buf.grant("a0", 2)

@@ -20,7 +20,8 @@ import msgspec
 import pytest
 
 from agent_r1_async.buffers import snapshot
-from agent_r1_async.buffers.buffer import BufferState, TrajectoryBuffer
+from agent_r1_async.buffers.buffer import TrajectoryBuffer
+from agent_r1_async.buffers.state import BufferState
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
 from agent_r1_async.wire import messages as m
 from agent_r1_async.wire.inproc import InProcTransport
