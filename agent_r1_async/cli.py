@@ -143,8 +143,9 @@ def cmd_envs_list(args: argparse.Namespace) -> int:
 
 
 def cmd_envs_check(args: argparse.Namespace) -> int:
-    from agent_r1_async.envs.check import check_env, named_env, prompt_budget
     from agent_r1_async.run.preflight.checks import episodes_in_flight
+    from agent_r1_async.run.preflight.env_check import check_env, named_env
+    from agent_r1_async.run.preflight.prompt_budget import prompt_budget
 
     cfg = _load(args)
     env_cfg = named_env(cfg.env, args.name) if args.name else cfg.env
@@ -161,7 +162,7 @@ def cmd_envs_check(args: argparse.Namespace) -> int:
 
 def cmd_config_show(args: argparse.Namespace) -> int:
     from agent_r1_async.config import dump_config
-    from agent_r1_async.envs.check import check_args
+    from agent_r1_async.run.preflight.env_check import check_args
 
     cfg = _load(args)
     check_args(cfg.env)  # env.args is checked against the env's own Args struct

@@ -88,7 +88,7 @@ async def _run(rounds: int, seconds: float, flooders: int, body_kb: int,
                max_new: int) -> list[dict[str, dict[str, Any]]]:
     import aiohttp
 
-    from agent_r1_async.endpoint.server import Endpoint
+    from agent_r1_async.actors.endpoint.server import Endpoint
     from bench.endpoint_service import tiny_service
 
     _, engine, service, new_session = tiny_service(max_new)

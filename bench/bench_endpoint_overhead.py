@@ -37,7 +37,7 @@ def _quantile(xs: list[float], q: float) -> float:
 async def _run(calls: int, max_new: int, turns: int) -> dict[str, list[float]]:
     import aiohttp
 
-    from agent_r1_async.endpoint.server import Endpoint
+    from agent_r1_async.actors.endpoint.server import Endpoint
     from bench.endpoint_service import tiny_service
 
     tok, engine, service, opened = tiny_service(max_new)
@@ -50,7 +50,7 @@ async def _run(calls: int, max_new: int, turns: int) -> dict[str, list[float]]:
         return opened()
 
     endpoint = Endpoint(service, "127.0.0.1", 0, None)
-    await endpoint.start()  # the client calls with the actor's token (endpoint/auth.py)
+    await endpoint.start()  # the client calls with the actor's token (actors/endpoint/auth.py)
     times: dict[str, list[float]] = {"in-process": [], "tito": [], "chat": [],
                                      "in-process@chat": []}
     try:

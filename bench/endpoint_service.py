@@ -10,14 +10,14 @@ from typing import Any
 def tiny_service(max_new: int) -> tuple[Any, Any, Any, Callable[[], Any]]:
     """(tokenizer, engine, service, new_session): `new_session()` opens a recorded session."""
     from agent_r1_async.actors.context import FullContext
+    from agent_r1_async.actors.endpoint.params import EngineSampling
+    from agent_r1_async.actors.endpoint.recorder import StepRecorder
+    from agent_r1_async.actors.endpoint.service import GenerationService
+    from agent_r1_async.actors.endpoint.sessions import Session, SessionStore
     from agent_r1_async.actors.engines.base import SamplingSettings
     from agent_r1_async.actors.engines.hf import HFEngine
     from agent_r1_async.actors.rollout import EpisodeIds
     from agent_r1_async.config import EngineConfig
-    from agent_r1_async.endpoint.params import EngineSampling
-    from agent_r1_async.endpoint.recorder import StepRecorder
-    from agent_r1_async.endpoint.service import GenerationService
-    from agent_r1_async.endpoint.sessions import Session, SessionStore
     from agent_r1_async.models import load_tokenizer, tiny_model_dir
 
     path = tiny_model_dir()

@@ -4,7 +4,8 @@
     loop:  apply newest weights (if any) -> ActorStats when due (at once on the first pass)
            -> ask the buffer for credits for free group slots
            -> start one group (G concurrent episodes of one task) per credit -> wait a bit
-    each episode: StepRecord per step as it exists, EpisodeEnd at the end (rollout.py)
+    each episode: StepRecord per step as it exists, EpisodeEnd at the end, played by the
+                  episode runner (runner.py: our rollout, or a black-box agent's session)
     every actors.stats_interval_s: ActorStats (with how long ago the actor made progress,
                                    stats.py: the launcher judges a hung actor by it)
 
@@ -46,9 +47,9 @@ from collections.abc import Iterator
 from agent_r1_async.actors.emitter import BatchEmitter
 from agent_r1_async.actors.engines import Engine, make_engine
 from agent_r1_async.actors.rollout import EpisodeIds, Rollout
+from agent_r1_async.actors.runner import open_runner
 from agent_r1_async.actors.stats import StatsReporter
 from agent_r1_async.config import RunConfig
-from agent_r1_async.endpoint.episodes import open_episodes
 from agent_r1_async.envs.base import Task
 from agent_r1_async.envs.registry import EnvSpec, get_env_spec
 from agent_r1_async.wire.buffer_client import BufferClient
@@ -137,9 +138,9 @@ class Actor:
         if self.engine is None:
             self.engine = make_engine(cfg, model_path, seed=cfg.actors.seed + self.index)
         tokenizer = load_tokenizer(model_path)
-        self.rollout = Rollout.from_config(cfg, self.engine, tokenizer, spec.name, self.actor_id,
-                                           cfg.actors.delta_records)
-        self._reporter = StatsReporter(self.actor_id, self.rollout.counters)
+        rollout = Rollout.from_config(cfg, self.engine, tokenizer, spec.name, self.actor_id,
+                                      cfg.actors.delta_records)
+        self._reporter = StatsReporter(self.actor_id, rollout.counters)
         self._pusher = self.transport.pusher(self.data_endpoint)
         self._emitter = BatchEmitter(self._pusher)
         client = BufferClient(self.transport, self.control_endpoint, "actor", self.actor_id)
@@ -147,7 +148,7 @@ class Actor:
             make_weight_receiver(cfg, self.transport, self.weights_endpoint, self.actor_id)
             if self.weights_endpoint else None
         )
-        self.episodes = await open_episodes(cfg, spec, self.rollout, self.transport, self.index)
+        self.runner = await open_runner(cfg, spec, rollout, self.transport, self.index)
         watch = asyncio.create_task(self._release_on_stop(stop))
         try:
             ack = await asyncio.to_thread(client.connect)
@@ -166,7 +167,7 @@ class Actor:
                 if receiver is not None:
                     receiver.close()
                 self._pusher.close()  # linger: queued records still leave
-                await self.episodes.close()  # a black-box env's endpoint
+                await self.runner.close()  # a black-box env's endpoint
                 if self._owns_engine:
                     await self.engine.close()
 
@@ -276,7 +277,7 @@ class Actor:
     async def _group(self, spec: EnvSpec, task: Task, group_id: str) -> list[EpisodeEnd]:
         g = self.cfg.algorithm.group_size
         return await asyncio.gather(
-            *(self.episodes.run(task, EpisodeIds.fresh(group_id, g), self.emit)
+            *(self.runner.run(task, EpisodeIds.fresh(group_id, g), self.emit)
               for _ in range(g))
         )
 
@@ -289,7 +290,8 @@ class Actor:
         self.weight_errors = receiver.failed + receiver.rejected
         if applied is None:
             return
-        self.rollout.counters.weight_sync_latency_s = max(0.0, time.time() - applied.published_at)
+        latency = max(0.0, time.time() - applied.published_at)
+        self._reporter.counters.weight_sync_latency_s = latency
         log.info("%s: serving weights v%d", self.actor_id, applied.version)
 
     async def emit(self, msg: StepRecord | EpisodeEnd | ActorStats) -> None:

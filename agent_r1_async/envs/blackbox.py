@@ -14,9 +14,9 @@ The agent is any function `run(task, base_url, **kw) -> reward`, sync or async, 
 control flow: it calls the model through an OpenAI client (or token-in/token-out) at
 `base_url`, reads what it needs, and returns the episode's reward. It declares `api_key`:
 the episode's own bearer token, which the endpoint requires on every call
-(`endpoint.auth: token`, endpoint/auth.py); an OpenAI client takes it as `api_key`, and a
-program the agent starts takes it from its environment (`OPENAI_API_KEY`), never from its
-command line. It may also declare `session_id` (for clients that send `X-Session-Id` or
+(`endpoint.auth: token`, actors/endpoint/auth.py); an OpenAI client takes it as `api_key`,
+and a program the agent starts takes it from its environment (`OPENAI_API_KEY`), never from
+its command line. It may also declare `session_id` (for clients that send `X-Session-Id` or
 `user` instead of using the base URL). `task` is the `Task` from
 `tasks(split)` (id, prompt, answer, meta); a mapping with those keys works as a task too.
 
@@ -25,7 +25,7 @@ loop (envs/offload.py; a synchronous one on a thread of its own: a blocking func
 freeze the actor, and its blocking is not reported as a blocked loop), and records the
 session's calls as the episode's steps; the reward becomes the outcome, checked like an env's
 (a finite real number). `algorithm.group_size` episodes of one task run at once, each with a
-session of its own. See agent_r1_async/endpoint/episodes.py for how an episode ends.
+session of its own. See actors/endpoint/episodes.py for how an episode ends.
 
 The episodes exist only where an endpoint serves them (a launch's actors, `eval`): `make()`
 gives an env whose `reset` explains that, so `envs check` fails in one line, and there is no
@@ -42,7 +42,7 @@ from typing import Any
 import msgspec
 
 from agent_r1_async.config import ConfigError, EnvConfig
-from agent_r1_async.endpoint.agent import AgentFailed
+from agent_r1_async.envs.agent import AgentFailed
 from agent_r1_async.envs.base import EnvError, Observation, StepResult, Task
 from agent_r1_async.envs.contract import EnvContractError, real
 from agent_r1_async.envs.offload import OffloadTimeout, run_offloaded
@@ -149,7 +149,7 @@ class BlackboxEnv:
         self.tasks_fn = import_callable(args.tasks, "tasks")
         self.optional = _keywords(self.fn, args)
         self.credential = "session" if "api_key" in self.optional else "none"
-        """Which token its episodes get (endpoint/episodes.py `credential`)."""
+        """Which token its episodes get (actors/endpoint/episodes.py `credential`)."""
         self.timeout_s, self._timeout_key = episode_timeout(args.timeout_s, env_cfg)
         self._tasks: dict[str, list[Task]] = {}
 

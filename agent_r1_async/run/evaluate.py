@@ -139,13 +139,13 @@ def _model_and_env(cfg: RunConfig, spec: Any, model_path: str | None, baseline: 
     return model_path or cfg.model.start_from, spec.make
 
 
-async def run_episodes(episodes: Any, tasks: list[Any], samples_per_task: int,
+async def run_episodes(runner: Any, tasks: list[Any], samples_per_task: int,
                        progress: Callable[[int, int], None] | None = None,
                        errors: list[str] | None = None,
                        rows: list[dict[str, Any]] | None = None,
                        concurrency: int = 0) -> dict[str, float]:
-    """`samples_per_task` episodes of every task, played by `episodes` (an actor's episode
-    runner: endpoint/episodes.py), at most `concurrency` at once (0: all), summarized;
+    """`samples_per_task` episodes of every task, played by `runner` (an episode runner:
+    actors/runner.py), at most `concurrency` at once (0: all), summarized;
     `progress(done, total)` after each episode; `errors` as in `evaluate`; `rows` receives
     one `episode_row` per episode."""
     from agent_r1_async.actors.rollout import EpisodeIds
@@ -158,7 +158,7 @@ async def run_episodes(episodes: Any, tasks: list[Any], samples_per_task: int,
     async def episode(task: Any) -> None:
         nonlocal done
         async with slots:
-            await episodes.run(task, EpisodeIds.fresh(f"eval-{task.task_id}", k), tally.emit)
+            await runner.run(task, EpisodeIds.fresh(f"eval-{task.task_id}", k), tally.emit)
         done += 1
         if progress is not None:
             progress(done, total)
@@ -210,29 +210,30 @@ async def _evaluate(
         engine = make_engine(cfg, path, seed=cfg.launch.seed, temperature=cfg.eval.temperature)
     tokenizer = load_tokenizer(path)
     rollout = Rollout.from_config(cfg, engine, tokenizer, spec.name, "eval")
-    episodes = await eval_episodes(cfg, spec, rollout, make)
+    runner = await eval_runner(cfg, spec, rollout, make)
     try:
         # child.progress: the launch's progress bar, when the launch runs this evaluation
-        return await run_episodes(episodes, tasks, cfg.eval.samples_per_task,
+        return await run_episodes(runner, tasks, cfg.eval.samples_per_task,
                                   progress=child.progress, errors=errors, rows=rows,
                                   concurrency=eval_concurrency(cfg))
     finally:
-        await episodes.close()
+        await runner.close()
         if owns:
             await engine.close()
 
 
-async def eval_episodes(cfg: RunConfig, spec: Any, rollout: Any, make: Callable[[], Any]) -> Any:
+async def eval_runner(cfg: RunConfig, spec: Any, rollout: Any, make: Callable[[], Any]) -> Any:
     """The episode runner of an evaluation: our rollout over `make`, or, for an env whose
     agent plays through a generation endpoint (blackbox, verifiers), an endpoint over the
-    evaluation's engine on a free loopback port, with tokens of its own (endpoint/auth.py)."""
-    from agent_r1_async.endpoint.episodes import RolloutEpisodes, open_episodes
+    evaluation's engine on a free loopback port, with tokens of its own
+    (actors/endpoint/auth.py)."""
+    from agent_r1_async.actors.runner import RolloutRunner, open_runner
 
     if make != spec.make:  # a baseline's own episodes
-        return RolloutEpisodes(rollout, make)
+        return RolloutRunner(rollout, make)
     local = msgspec.structs.replace(
         cfg, endpoint=msgspec.structs.replace(cfg.endpoint, host="127.0.0.1", port=0))
-    return await open_episodes(local, spec, rollout, None, 0)
+    return await open_runner(local, spec, rollout, None, 0)
 
 
 def with_valid_calls(result: dict[str, float]) -> dict[str, float]:

@@ -207,7 +207,7 @@ def load_demos(cfg: RunConfig, tokenizer: Any, stats: DemoStats) -> list[Demonst
     verifiers): the endpoint renders every message with the role it is sent with, so its
     demonstrations keep theirs and train on exactly the token layout RL samples in."""
     from agent_r1_async.actors.context import make_context_builder
-    from agent_r1_async.endpoint.agent import AgentDefinition
+    from agent_r1_async.envs.agent import AgentDefinition
     from agent_r1_async.envs.registry import get_env_spec
 
     builder = make_context_builder(cfg.context, tokenizer)

@@ -18,7 +18,7 @@ from agent_r1_async.actors.engines.hf import HFEngine
 from agent_r1_async.config import EngineConfig
 from agent_r1_async.models import load_causal_lm, load_tokenizer, tiny_model_dir
 from agent_r1_async.sampling import process_logits
-from tests.unit.endpoint.serving import make_service, post, serving
+from tests.unit.actors.endpoint.serving import make_service, post, serving
 
 TEMPERATURE, TOP_P, MAX_NEW = 0.8, 0.9, 12
 

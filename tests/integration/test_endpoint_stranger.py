@@ -24,7 +24,7 @@ import pytest
 
 from agent_r1_async.models import load_tokenizer, tiny_model_dir
 from tests.fakes.engine import FakeEngine
-from tests.unit.endpoint.serving import make_service, post, recorded_session, serving
+from tests.unit.actors.endpoint.serving import make_service, post, recorded_session, serving
 
 NOBODY = 65534
 STRANGER = r'''

@@ -239,7 +239,7 @@ def test_a_shared_session_that_drops_is_reopened_and_the_call_retried():
 def _unavailable(server: dict[str, Any]) -> str:
     """The one line a server that does not list its tools is: preflight fails with it, and
     in an actor (the definition builds) every episode fails with it while the actor lives."""
-    from agent_r1_async.envs.check import preflight_env
+    from agent_r1_async.run.preflight.env_check import preflight_env
 
     spec = spec_for(server)
     line = spec.definition.unavailable

@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
+from agent_r1_async.actors.endpoint.episodes import BlackboxRunner
 from agent_r1_async.actors.rollout import EpisodeIds, Rollout
+from agent_r1_async.actors.runner import open_runner
 from agent_r1_async.config import config_from_dict
-from agent_r1_async.endpoint.episodes import BlackboxEpisodes, open_episodes
 from agent_r1_async.envs.registry import get_env_spec
 from agent_r1_async.models import load_tokenizer, tiny_model_dir
 from agent_r1_async.wire.messages import EpisodeEnd, StepRecord, decode_data, encode
@@ -48,16 +49,16 @@ def play(tok: Any, engine: Any, env: dict[str, Any], group: int, rounds: int = 1
         sent.append(decode_data(encode(msg)))
 
     async def main() -> list[EpisodeEnd]:
-        episodes = await open_episodes(cfg, spec, rollout, None, 0)
-        assert isinstance(episodes, BlackboxEpisodes)
+        runner = await open_runner(cfg, spec, rollout, None, 0)
+        assert isinstance(runner, BlackboxRunner)
         ends: list[EpisodeEnd] = []
         try:
             for r in range(rounds):
                 ends += await asyncio.gather(*(
-                    episodes.run(task, EpisodeIds.fresh(f"g-{r}", group), emit)
+                    runner.run(task, EpisodeIds.fresh(f"g-{r}", group), emit)
                     for _ in range(group)))
         finally:
-            await episodes.close()
+            await runner.close()
             await spec.definition.aclose()
         return ends
 

@@ -16,7 +16,15 @@ Rules
 - `ray` is imported only in `run/`; `zmq` only in `wire/`;
 - `run/` (the edge) is imported only by `run/` and `cli.py`;
 - `envs` is imported only by `actors/`, `sft/`, `run/`, `envs/` itself and `cli.py` (the
-  `envs list` command, an edge like `run/`).
+  `envs list` command, an edge like `run/`), and imports none of `actors/`, `learner/`,
+  `buffers/`, `weights/`, `run/`: the actor reads the envs' contracts, never the reverse;
+- layers, bottom up (`LAYERS`): an import between two areas (subpackages or top-level modules)
+  goes from a higher layer to a lower one, never up and never across a layer;
+- no import loop between areas (the package-level graph has no cycle).
+
+A second check keeps docs/architecture.md's doors true: its "Seams" section lists every
+Protocol class of the package with its file, and every path its "Who owns what" table names
+exists.
 
 The checker is tested on synthetic sources too, so that a checker that finds nothing cannot
 pass by accident. A second group of tests keeps the documentation inside the repository:
@@ -51,6 +59,20 @@ WEIGHTS_IMPORTERS = ("actors", "learner", "run", "weights")
 WEIGHTS_MUST_NOT_IMPORT = ("actors", "buffers", "learner", "run", "envs", "sft")
 RUN_IMPORTERS = ("run", "cli")
 """run/ (Ray, processes, the launch) is the edge: the library below it never imports it."""
+ENVS_MUST_NOT_IMPORT = ("actors", "learner", "buffers", "weights", "run")
+"""envs/ (tasks, tools, rewards, the agent contract) knows none of the processes that run it."""
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("", "config", "models", "sampling", "disk"),
+    ("bf16",),
+    ("precision", "wire"),
+    ("weights", "envs"),
+    ("actors", "buffers", "learner"),
+    ("sft",),
+    ("run",),
+    ("cli",),
+)
+"""The package's areas ("" is the package's own `__init__`), bottom up: an area imports only
+areas of lower layers."""
 
 
 @dataclass(frozen=True)
@@ -203,17 +225,56 @@ def _area(module: str, package: str = PACKAGE) -> str:
     return parts[1] if len(parts) > 1 else ""
 
 
-def layout_violations(sources: Mapping[str, str], package: str = PACKAGE) -> list[str]:
-    """Every broken rule, one readable line each (empty when the layout holds)."""
-    edges = import_edges(sources, package)
-    cycles = []
-    for path, component in find_cycles(sources, edges):
-        line = "import cycle: " + " -> ".join(path)
+def _cycle_lines(kind: str, cycles: list[tuple[list[str], list[str]]]) -> list[str]:
+    lines = []
+    for path, component in cycles:
+        line = f"{kind}: " + " -> ".join(path)
         if len(component) > len(path) - 1:
             line += f" (one of the cycles among {', '.join(component)})"
-        cycles.append(line)
+        lines.append(line)
+    return lines
+
+
+def _layer(area: str) -> int | None:
+    return next((i for i, layer in enumerate(LAYERS) if area in layer), None)
+
+
+def _layer_problem(e: Edge, src: str, dst: str) -> str:
+    """Why an import from area `src` to area `dst` breaks the layers ("" when it does not)."""
+    name = {a: a or "__init__" for a in (src, dst)}
+    for area in (src, dst):
+        if _layer(area) is None:
+            return (f"{e.where()} imports {e.imported}: {name[area]} has no layer; place it "
+                    "in LAYERS (tests/unit/test_layout.py) and docs/architecture.md")
+    i, j = _layer(src), _layer(dst)
+    assert i is not None and j is not None
+    if i == j:
+        return (f"{e.where()} imports {e.imported}: {name[src]} and {name[dst]} share a layer "
+                "and import neither")
+    if i < j:
+        return (f"{e.where()} imports {e.imported}: {name[src]} sits below {name[dst]}; "
+                "imports go down the layers only")
+    return ""
+
+
+def area_cycles(edges: Iterable[Edge], package: str = PACKAGE) -> list[tuple[list[str], list[str]]]:
+    """`find_cycles` on the package-level graph: one node per area (subpackage or top-level
+    module), an edge where a module of one imports a module of another."""
+    area_edges = [Edge(_area(e.importer, package), _area(e.imported, package), e.line)
+                  for e in edges if e.imported.startswith(package + ".")]
+    areas = sorted({a for e in area_edges for a in (e.importer, e.imported)})
+    return find_cycles(areas, [e for e in area_edges if e.importer != e.imported])
+
+
+def layout_violations(sources: Mapping[str, str], package: str = PACKAGE) -> list[str]:
+    """Every broken rule, one readable line each (empty when the layout holds). An import that
+    breaks a named rule is not reported again for the layers it crosses."""
+    edges = import_edges(sources, package)
+    cycles = _cycle_lines("import cycle", find_cycles(sources, edges))
+    cycles += _cycle_lines("package import loop", area_cycles(edges, package))
     problems = []
     for e in edges:
+        named = len(problems)
         internal = e.imported.startswith(package + ".")
         src = _area(e.importer, package)
         dst = _area(e.imported, package) if internal else ""
@@ -252,12 +313,22 @@ def layout_violations(sources: Mapping[str, str], package: str = PACKAGE) -> lis
                 f"{e.where()} imports {e.imported}: only {', '.join(ENVS_IMPORTERS)} may "
                 "import envs"
             )
+        if internal and src == "envs" and dst in ENVS_MUST_NOT_IMPORT:
+            problems.append(
+                f"{e.where()} imports {e.imported}: envs/ imports none of "
+                f"{', '.join(ENVS_MUST_NOT_IMPORT)} (the actor reads the envs' contracts, "
+                "never the reverse)"
+            )
         allowed = ONLY_IN.get(e.imported)
         if not internal and allowed is not None and src not in allowed:
             problems.append(
                 f"{e.where()} imports {e.imported}: {e.imported} belongs in "
                 f"{' or '.join(a + '/' for a in allowed)} only"
             )
+        if internal and src != dst and len(problems) == named:
+            layered = _layer_problem(e, src, dst)
+            if layered:
+                problems.append(layered)
     return cycles + sorted(set(problems))
 
 
@@ -398,6 +469,75 @@ def test_checker_accepts_a_clean_package() -> None:
     assert layout_violations(sources, "pkg") == []
 
 
+def test_checker_keeps_envs_below_the_processes() -> None:
+    """An env module that reaches into the actor (here lazily, for its context builder) is
+    named with the envs rule, once: not again for the layer it climbs."""
+    sources = _pkg(
+        actors__context="from pkg.envs.base import Env\n",
+        envs__base="",
+        envs__check="def budget():\n    from pkg.actors.context import History\n",
+        envs__pool="from pkg.run.hosts import on_this_node\n",
+        run__hosts="",
+    )
+    assert layout_violations(sources, "pkg") == [
+        "package import loop: actors -> envs -> actors",
+        "pkg.envs.check (line 2) imports pkg.actors.context: envs/ imports none of actors, "
+        "learner, buffers, weights, run (the actor reads the envs' contracts, never the "
+        "reverse)",
+        "pkg.envs.pool (line 1) imports pkg.run.hosts: envs/ imports none of actors, learner, "
+        "buffers, weights, run (the actor reads the envs' contracts, never the reverse)",
+        "pkg.envs.pool (line 1) imports pkg.run.hosts: run/ is the edge; only run, cli may "
+        "import it",
+    ]
+
+
+def test_checker_reports_an_import_up_or_across_the_layers() -> None:
+    """Imports no named rule covers still go down the layers only; an area with no layer is
+    refused until it is placed."""
+    sources = _pkg(
+        models="from pkg.precision import choose\n",  # up: models sits below precision
+        precision="",
+        sampling="import pkg.models\n",  # across: one layer
+        buffers__store="from pkg.sft.demos import load\n",  # up
+        sft__demos="from pkg.cli import main\n",  # up
+        cli="",
+        learner__loop="from pkg.plugins.x import y\n",  # plugins has no layer
+        plugins__x="",
+    )
+    assert layout_violations(sources, "pkg") == [
+        "pkg.buffers.store (line 1) imports pkg.sft.demos: buffers sits below sft; imports go "
+        "down the layers only",
+        "pkg.learner.loop (line 1) imports pkg.plugins.x: plugins has no layer; place it in "
+        "LAYERS (tests/unit/test_layout.py) and docs/architecture.md",
+        "pkg.models (line 1) imports pkg.precision: models sits below precision; imports go "
+        "down the layers only",
+        "pkg.sampling (line 1) imports pkg.models: sampling and models share a layer and "
+        "import neither",
+        "pkg.sft.demos (line 1) imports pkg.cli: sft sits below cli; imports go down the "
+        "layers only",
+    ]
+
+
+def test_checker_finds_a_package_level_loop_of_modules_that_form_no_cycle() -> None:
+    """Four modules, no module cycle (a -> b, c -> d), yet actors and buffers import each
+    other: the package-level graph has the loop, and says which areas it joins."""
+    sources = _pkg(
+        actors__a="from pkg.buffers import b\n",
+        buffers__b="",
+        buffers__c="from pkg.sft.d import x\n",
+        sft__d="def f():\n    from pkg.actors import e\n",
+        actors__e="",
+    )
+    edges = import_edges(sources, "pkg")
+    assert find_cycles(sources, edges) == []
+    assert area_cycles(edges, "pkg") == [
+        (["actors", "buffers", "sft", "actors"], ["actors", "buffers", "sft"])
+    ]
+    assert layout_violations(sources, "pkg")[0] == (
+        "package import loop: actors -> buffers -> sft -> actors"
+    )
+
+
 @pytest.mark.parametrize("source", ["import pkg.gone\n", "from pkg.gone import x\n"])
 def test_checker_refuses_an_import_of_a_module_that_does_not_exist(source: str) -> None:
     with pytest.raises(AssertionError, match=r"pkg.run.a \(line 1\) imports pkg.gone"):
@@ -416,7 +556,9 @@ _EXTERNAL = re.compile(r"^[a-z][a-z0-9+.-]*:", re.I)  # https:, mailto:, ...
 _QUOTED_PATH = re.compile(
     r"`((?:agent_r1_async|tests|bench|configs|docs|examples|scripts)/[\w./-]*?\.\w+)(?:::[^`]*)?`"
 )
-_QUOTED_MODULE = re.compile(r"`((?:wire|actors|buffers|learner|envs|sft|run)/[\w./-]*?\.py)`")
+_QUOTED_MODULE = re.compile(
+    r"`((?:wire|weights|actors|buffers|learner|envs|sft|run)/[\w./-]*?\.py)`"
+)
 """A module path relative to the package (`run/launch.py`), as docs/architecture.md writes them."""
 
 
@@ -541,4 +683,105 @@ def test_the_listing_check_names_a_missing_and_a_stale_module() -> None:
     assert listing_problems(doc, {"cli.py", "wire/zmq.py", "wire/messages.py"}) == [
         "wire/messages.py: in the package, missing from the listing",
         "wire/old.py: listed, not in the package",
+    ]
+
+
+# --------------------------------------------------------------------------------------
+# docs/architecture.md's seams and owners against the tree
+# --------------------------------------------------------------------------------------
+
+
+def _section(doc_text: str, heading: str) -> str:
+    """The text of a `## heading` section, up to the next `## ` heading."""
+    return doc_text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def protocols_on_disk(root: Path, package: str = PACKAGE) -> set[tuple[str, str]]:
+    """(class, module path relative to the package) of every class that has `Protocol` among
+    its bases (`Protocol` or `typing.Protocol`), at any depth of any module."""
+    out = set()
+    base = root / package
+    for path in sorted(base.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(
+                (isinstance(b, ast.Name) and b.id == "Protocol")
+                or (isinstance(b, ast.Attribute) and b.attr == "Protocol") for b in node.bases
+            ):
+                out.add((node.name, path.relative_to(base).as_posix()))
+    return out
+
+
+def listed_protocols(doc_text: str) -> set[tuple[str, str]]:
+    """The (Protocol, file) rows of the "Seams" section's table: `| `Name` | `path.py` | ...`."""
+    rows = re.findall(r"^\|\s*`(\w+)`\s*\|\s*`([\w/]+\.py)`\s*\|", _section(doc_text, "Seams"),
+                      re.MULTILINE)
+    return set(rows)
+
+
+def seam_problems(doc_text: str, on_disk: set[tuple[str, str]]) -> list[str]:
+    listed = listed_protocols(doc_text)
+    return ([f"{c} ({f}): a Protocol of the package, missing from the Seams section"
+             for c, f in sorted(on_disk - listed)]
+            + [f"{c} ({f}): listed in the Seams section, no such Protocol in that file"
+               for c, f in sorted(listed - on_disk)])
+
+
+def owner_paths(doc_text: str) -> set[str]:
+    """The paths the "Who owns what" table names: backticked, relative to the package, each a
+    module (`buffers/store.py`) or a folder (`envs/`)."""
+    return set(re.findall(r"`([\w/]+(?:\.py|/))`", _section(doc_text, "Who owns what")))
+
+
+def owner_problems(doc_text: str, root: Path, package: str = PACKAGE) -> list[str]:
+    return [f"`{p}`: named in Who owns what, not in the package"
+            for p in sorted(owner_paths(doc_text)) if not (root / package / p).exists()]
+
+
+def test_the_seams_section_lists_every_protocol_of_the_package() -> None:
+    on_disk = protocols_on_disk(ROOT)
+    assert ("Transport", "wire/transport.py") in on_disk and len(on_disk) > 20
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    assert seam_problems(doc, on_disk) == []
+
+
+def test_the_paths_who_owns_what_names_exist() -> None:
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    assert {"buffers/admission.py", "envs/", "config.py"} <= owner_paths(doc)
+    assert owner_problems(doc, ROOT) == []
+
+
+def test_the_doc_checks_name_a_missing_and_a_stale_entry(tmp_path: Path) -> None:
+    (tmp_path / "pkg" / "wire").mkdir(parents=True)
+    (tmp_path / "pkg" / "wire" / "transport.py").write_text(
+        "import typing\nfrom typing import Protocol\n\n"
+        "class Pusher(Protocol): ...\nclass Poller(typing.Protocol): ...\n"
+        "class ZmqPusher: ...\n"
+        "def f():\n    class _Local(Protocol): ...\n"
+    )
+    (tmp_path / "pkg" / "envs").mkdir()
+    on_disk = protocols_on_disk(tmp_path, "pkg")
+    assert on_disk == {("Pusher", "wire/transport.py"), ("Poller", "wire/transport.py"),
+                       ("_Local", "wire/transport.py")}
+    doc = ("# A\n\n## Who owns what\n\n| concept | owner |\n|---|---|\n"
+           "| sockets | `wire/transport.py`, `wire/gone.py`, `CreditGrant.group_ids` |\n"
+           "| tasks | `envs/`, `learner/` |\n\n"
+           "## Seams\n\n| Protocol | file |\n|---|---|\n"
+           "| `Pusher` | `wire/transport.py` | the data channel |\n"
+           "| `_Local` | `wire/transport.py` | |\n"
+           "| `ZmqPusher` | `wire/transport.py` | a class, no Protocol |\n"
+           "| `Engine` | `actors/engines/base.py` | |\n\n"
+           "## Later\n\n| `Poller` | `wire/transport.py` | outside the section |\n")
+    assert seam_problems(doc, on_disk) == [
+        "Poller (wire/transport.py): a Protocol of the package, missing from the Seams section",
+        "Engine (actors/engines/base.py): listed in the Seams section, no such Protocol in "
+        "that file",
+        "ZmqPusher (wire/transport.py): listed in the Seams section, no such Protocol in that "
+        "file",
+    ]
+    assert owner_paths(doc) == {"wire/transport.py", "wire/gone.py", "envs/", "learner/"}
+    assert owner_problems(doc, tmp_path, "pkg") == [
+        "`learner/`: named in Who owns what, not in the package",
+        "`wire/gone.py`: named in Who owns what, not in the package",
     ]

@@ -15,8 +15,8 @@ this process speaks its EnvServer protocol (wire/envserver.py) and imports nothi
 
 Each process that plays episodes (an actor, `eval`) starts one EnvServer for the taskset
 (`bridge.py serve`, server.py) at its first episode. An episode is a black-box agent's
-(endpoint/episodes.py): the actor opens a session on its generation endpoint and sends the
-server a `RunRequest` with the task's data and a client that points at that session's
+(actors/endpoint/episodes.py): the actor opens a session on its generation endpoint and sends
+the server a `RunRequest` with the task's data and a client that points at that session's
 OpenAI-compatible base URL. verifiers then runs its harness, whose model calls (through its
 interception proxy) become the session's steps, token-exact with per-token policy versions;
 it scores the trace with the taskset's rewards, and results.py turns the streamed traces into
@@ -34,7 +34,7 @@ import json
 from typing import Any
 
 from agent_r1_async.config import EnvConfig
-from agent_r1_async.endpoint.agent import AgentFailed, AgentOutcome
+from agent_r1_async.envs.agent import AgentFailed, AgentOutcome
 from agent_r1_async.envs.base import Task
 from agent_r1_async.envs.blackbox import EndpointEpisode, episode_timeout
 from agent_r1_async.envs.host_loop import at_exit, on_host
@@ -67,7 +67,8 @@ class VerifiersEnv:
     Args = VerifiersArgs
     credential = "actor"
     """The EnvServer plays every episode of this process, so it holds the actor's token (in
-    its environment) and names each episode's session by its base URL (endpoint/auth.py)."""
+    its environment) and names each episode's session by its base URL
+    (actors/endpoint/auth.py)."""
 
     def __init__(self, args: VerifiersArgs, env_cfg: EnvConfig) -> None:
         interpreter(args)  # a missing verifiers environment is a config error, at once

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from agent_r1_async.endpoint.agent import AgentFailed, AgentOutcome
+from agent_r1_async.envs.agent import AgentFailed, AgentOutcome
 
 _LISTS = ("calls", "errors")
 

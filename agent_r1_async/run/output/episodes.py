@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from agent_r1_async.endpoint.toolcalls import split_tool_calls
+from agent_r1_async.actors.endpoint.toolcalls import split_tool_calls
 
 EPISODES_DIR = "episodes"
 TABLE_KEY = "episodes/sample"

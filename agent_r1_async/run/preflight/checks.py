@@ -53,9 +53,9 @@ def episodes_in_flight(cfg: RunConfig) -> tuple[int, int]:
 
 
 def env_preflight(cfg: RunConfig, command: str, split: str | None = None) -> None:
-    """The env's cheap checks (envs/check.py) for the splits `command` will use: the actors
+    """The env's cheap checks (env_check.py) for the splits `command` will use: the actors
     need one train task per actor; evaluations need one task of their split."""
-    from agent_r1_async.envs.check import preflight_env
+    from agent_r1_async.run.preflight.env_check import preflight_env
 
     env = cfg.env
     splits = {split or env.eval_split: 1} if command == "eval" else {env.train_split: 1}
@@ -70,8 +70,8 @@ def env_preflight(cfg: RunConfig, command: str, split: str | None = None) -> Non
     if command == "launch" and probe is not None:  # a server's sessions: one per episode
         probe(*episodes_in_flight(cfg))
     if command != "sft":
-        from agent_r1_async.endpoint.agent import AgentDefinition
-        from agent_r1_async.endpoint.episodes import check_credentials
+        from agent_r1_async.actors.endpoint.episodes import check_credentials
+        from agent_r1_async.envs.agent import AgentDefinition
 
         if isinstance(spec.definition, AgentDefinition):
             check_credentials(cfg, spec.definition)

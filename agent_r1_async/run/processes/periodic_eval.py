@@ -109,21 +109,21 @@ class Evaluator:
                                       temperature=cfg.eval.temperature)
         rollout = Rollout.from_config(cfg, self.engine, load_tokenizer(path), spec.name,
                                       "evaluator")
-        from agent_r1_async.run.evaluate import eval_episodes
+        from agent_r1_async.run.evaluate import eval_runner
 
-        episodes = await eval_episodes(cfg, spec, rollout, spec.make)
+        runner = await eval_runner(cfg, spec, rollout, spec.make)
         self._rx = WeightSubscriber(self.transport, self.weights_endpoint)
         try:
             while not stop.is_set():
                 self._follow_endpoint(WeightSubscriber)
                 await self._apply_newest()
                 if self.engine.version >= self.due:
-                    await self._evaluate(episodes, tasks)
+                    await self._evaluate(runner, tasks)
                 else:
                     await asyncio.sleep(_IDLE_S)
         finally:
             self._rx.close()
-            await episodes.close()
+            await runner.close()
             if self._owns_engine:
                 await self.engine.close()
 
@@ -151,14 +151,14 @@ class Evaluator:
                 self._pending = got
             await asyncio.sleep(_DRAIN_S)
 
-    async def _evaluate(self, episodes: Any, tasks: list[Any]) -> None:
+    async def _evaluate(self, runner: Any, tasks: list[Any]) -> None:
         from agent_r1_async.run.evaluate import eval_concurrency, run_episodes
 
         version = self.engine.version
         t0, cpu0 = time.monotonic(), cpu_seconds()
         drain = asyncio.create_task(self._drain())
         try:
-            result = await run_episodes(episodes, tasks, self.cfg.eval.samples_per_task,
+            result = await run_episodes(runner, tasks, self.cfg.eval.samples_per_task,
                                         concurrency=eval_concurrency(self.cfg))
         finally:
             drain.cancel()
@@ -179,7 +179,7 @@ class EvalHost:
 
         import torch
 
-        from agent_r1_async.run.processes.hosts import own_log
+        from agent_r1_async.run.output.logs import own_log
 
         own_log(cfg, log_dir, "eval")  # RUN_DIR/logs/eval.log, not the console
 

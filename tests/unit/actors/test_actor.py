@@ -208,7 +208,7 @@ def test_a_restarted_actor_generates_nothing_until_its_weights_are_within_the_st
     try:
         thread.start()
         deadline = time.monotonic() + 30
-        while actor.learner_version != 5 or not hasattr(actor, "rollout"):
+        while actor.learner_version != 5 or not hasattr(actor, "runner"):
             assert time.monotonic() < deadline
             time.sleep(0.05)
         time.sleep(1.0)  # its loop runs (20 turns at least): nothing may be generated yet

@@ -9,12 +9,12 @@ import asyncio
 import pytest
 
 from agent_r1_async.config import ConfigError, EnvConfig
-from agent_r1_async.endpoint.agent import AgentDefinition, AgentFailed
+from agent_r1_async.envs.agent import AgentDefinition, AgentFailed
 from agent_r1_async.envs.base import EnvError, Task
 from agent_r1_async.envs.blackbox import BlackboxEnv
 from agent_r1_async.envs.registry import get_env_spec, list_envs
 
-AGENTS = "tests.unit.endpoint.agents"
+AGENTS = "tests.unit.actors.endpoint.agents"
 
 
 def spec(**args):
@@ -75,7 +75,7 @@ def test_run_agent_gives_the_reward_or_an_agent_failure_naming_the_agent():
 
 def test_an_episode_outside_an_endpoint_fails_in_one_line():
     env = spec().make()
-    with pytest.raises(EnvError, match=r"env 'blackbox' \(tests.unit.endpoint.agents:"
+    with pytest.raises(EnvError, match=r"env 'blackbox' \(tests.unit.actors.endpoint.agents:"
                                        r"makes_no_call\) plays its episodes only through a "
                                        r"generation endpoint"):
         asyncio.run(env.reset(Task("t", "q")))

@@ -33,8 +33,8 @@ from agent_r1_async.actors.rollout import EpisodeIds, Rollout
 from agent_r1_async.cli import main
 from agent_r1_async.config import config_from_dict
 from agent_r1_async.envs.base import Observation, StepResult, Task
-from agent_r1_async.envs.check import preflight_env
 from agent_r1_async.models import load_tokenizer, tiny_model_dir
+from agent_r1_async.run.preflight.env_check import preflight_env
 from agent_r1_async.wire.messages import ActorStats, EpisodeEnd, StepRecord, decode_data, encode
 from tests.fakes.engine import FakeEngine
 
@@ -295,7 +295,7 @@ def test_repeated_task_ids_fail_envs_check_and_are_warned_about_at_preflight(cap
     assert "  FAILED  tasks('dev'): task id 'dev-0' appears 4 times; each task needs its own " \
            "id" in out
     cfg = config_from_dict({"env": {"name": f"{HERE}:BadValues", "args": {"repeat": True}}})
-    with caplog.at_level(logging.WARNING, logger="agent_r1_async.envs.check"):
+    with caplog.at_level(logging.WARNING, logger="agent_r1_async.run.preflight.env_check"):
         preflight_env(cfg.env, {"train": 1})
     assert [r.getMessage() for r in caplog.records] == [
         f"env '{HERE}:BadValues': tasks('train'): task id 'train-0' appears 4 times; each task "

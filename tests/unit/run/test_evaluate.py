@@ -69,7 +69,7 @@ def test_episodes_run_at_most_concurrency_at_once():
 
     peak, now = [0], [0]
 
-    class Episodes:
+    class Runner:
         async def run(self, task, ids, emit):
             now[0] += 1
             peak[0] = max(peak[0], now[0])
@@ -84,7 +84,7 @@ def test_episodes_run_at_most_concurrency_at_once():
     tasks = [type("T", (), {"task_id": f"t{i}"})() for i in range(10)]
     for cap, want in ((3, 3), (0, 20)):  # 0: every episode at once (10 tasks x 2 samples)
         peak[0] = 0
-        result = asyncio.run(run_episodes(Episodes(), tasks, 2, concurrency=cap))
+        result = asyncio.run(run_episodes(Runner(), tasks, 2, concurrency=cap))
         assert result["episodes"] == 20.0 and peak[0] == want
 
 

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from agent_r1_async.config import load_config
-from agent_r1_async.envs.check import check_env, prompt_budget
 from agent_r1_async.envs.registry import get_env_spec
+from agent_r1_async.run.preflight.env_check import check_env
+from agent_r1_async.run.preflight.prompt_budget import prompt_budget
 
 pytestmark = pytest.mark.usefixtures("twx_ready")
 ROOT = Path(__file__).resolve().parents[4]

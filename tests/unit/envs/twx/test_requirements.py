@@ -9,9 +9,9 @@ import shutil
 import pytest
 
 from agent_r1_async.config import ConfigError, EnvConfig, config_from_dict
-from agent_r1_async.envs.check import check_env, preflight_env
 from agent_r1_async.envs.twx import requirements
 from agent_r1_async.run.preflight.checks import env_preflight
+from agent_r1_async.run.preflight.env_check import check_env, preflight_env
 from tests.setup_needs import REQUIRE_SETUP
 from tests.unit.envs.twx import needs
 

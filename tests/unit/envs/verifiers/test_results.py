@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from agent_r1_async.endpoint.agent import AgentFailed
+from agent_r1_async.envs.agent import AgentFailed
 from agent_r1_async.envs.verifiers.results import assemble, outcome
 
 CALL = {"node": 2, "finish_reason": "stop"}

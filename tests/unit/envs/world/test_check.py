@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from agent_r1_async.cli import main
 from agent_r1_async.config import EnvConfig
-from agent_r1_async.envs.check import named_env
+from agent_r1_async.run.preflight.env_check import named_env
 
 
 def test_envs_check_world_passes_with_the_default_config(capsys):

@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agent_r1_async.endpoint.calls import Call
-from agent_r1_async.endpoint.params import (
+from agent_r1_async.actors.endpoint.calls import Call
+from agent_r1_async.actors.endpoint.params import (
     ACCEPTED,
     NEUTRAL,
     Budget,
@@ -35,7 +35,7 @@ from agent_r1_async.endpoint.params import (
     check_fields,
     check_sampling,
 )
-from agent_r1_async.endpoint.toolcalls import openai_tool_calls, split_tool_calls
+from agent_r1_async.actors.endpoint.toolcalls import openai_tool_calls, split_tool_calls
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 CHAT_READ = frozenset({

@@ -1,5 +1,5 @@
 """Black-box agents for the endpoint tests, written with the `openai` client as a user would
-(named as `tests.unit.endpoint.agents:NAME` in `env.args.agent`)."""
+(named as `tests.unit.actors.endpoint.agents:NAME` in `env.args.agent`)."""
 
 from __future__ import annotations
 

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
+from agent_r1_async.actors.endpoint.episodes import check_credentials
 from agent_r1_async.config import config_from_dict
-from agent_r1_async.endpoint.episodes import check_credentials
 from agent_r1_async.envs.registry import get_env_spec
 from agent_r1_async.models import load_tokenizer, tiny_model_dir
 from tests.fakes.engine import FakeEngine
-from tests.unit.endpoint.serving import make_service, post, recorded_session, serving
+from tests.unit.actors.endpoint.serving import make_service, post, recorded_session, serving
 
 IM_END = 2
 CHAT = {"messages": [{"role": "user", "content": "hi"}]}
@@ -239,11 +239,11 @@ def test_token_in_token_out_refuses_unknown_fields_and_states_a_capped_budget(to
 def test_an_agent_that_takes_no_key_is_refused_at_configuration():
     from agent_r1_async.config import ConfigError
 
-    env = {"name": "blackbox", "args": {"agent": "tests.unit.endpoint.agents:takes_no_key",
-                                        "tasks": "tests.unit.endpoint.agents:tasks"}}
+    env = {"name": "blackbox", "args": {"agent": "tests.unit.actors.endpoint.agents:takes_no_key",
+                                        "tasks": "tests.unit.actors.endpoint.agents:tasks"}}
     cfg = config_from_dict({"env": env})
     definition = get_env_spec(cfg.env).definition
-    with pytest.raises(ConfigError, match=r"^config key `env.args.agent`: tests.unit.endpoint."
+    with pytest.raises(ConfigError, match=r"^config key `env.args.agent`: tests.unit.actors.endpoint."
                                           r"agents:takes_no_key takes no api_key, and the "
                                           r"generation endpoint authenticates every call"):
         check_credentials(cfg, definition)
@@ -251,7 +251,7 @@ def test_an_agent_that_takes_no_key_is_refused_at_configuration():
 
 
 def test_the_request_counts_reach_the_metrics_and_a_flood_is_said_once():
-    from agent_r1_async.run.output.events import REFUSED_FLOOD, RefusalWatch
+    from agent_r1_async.run.output.watches import REFUSED_FLOOD, RefusalWatch
 
     now = [0.0]
     watch = RefusalWatch(clock=lambda: now[0])
@@ -272,7 +272,7 @@ def test_the_request_counts_reach_the_metrics_and_a_flood_is_said_once():
     assert watch.observe(stats(3 * REFUSED_FLOOD, 2)) == []  # said already: quiet for a while
     now[0] = 200.0  # a window with no new refusals
     assert watch.observe(stats(3 * REFUSED_FLOOD, 2)) == []
-    from agent_r1_async.run.output.metrics import merge_metrics
+    from agent_r1_async.run.output.metric_names import merge_metrics
 
     flat, _ = merge_metrics({"version": 1, "metrics": {}}, {"actors": {"actor-0": {
         "weight_sync_latency_s": 0.0, "policy_version": 1, "episodes_in_flight": 0,

@@ -11,18 +11,19 @@ from typing import Any
 import pytest
 
 from agent_r1_async.actors.context import FullContext
+from agent_r1_async.actors.endpoint.episodes import BlackboxRunner
 from agent_r1_async.actors.rollout import EpisodeIds, Rollout
+from agent_r1_async.actors.runner import RolloutRunner, open_runner
 from agent_r1_async.config import config_from_dict
-from agent_r1_async.endpoint.episodes import BlackboxEpisodes, RolloutEpisodes, open_episodes
 from agent_r1_async.envs.offload import BLOCKING_WARNING
 from agent_r1_async.envs.registry import get_env_spec
 from agent_r1_async.models import load_tokenizer, tiny_model_dir
 from agent_r1_async.wire.messages import EpisodeEnd, StepRecord, decode_data, encode
 from tests.fakes.engine import FakeEngine
-from tests.unit.endpoint import agents
+from tests.unit.actors.endpoint import agents
 
 IM_END = 2
-AGENTS = "tests.unit.endpoint.agents"
+AGENTS = "tests.unit.actors.endpoint.agents"
 
 
 @pytest.fixture(scope="module")
@@ -64,10 +65,10 @@ def play(tok, engine, agent: str, group: int = 1, cancel_after_s: float | None =
         sent.append(decode_data(encode(msg)))
 
     async def main() -> list[EpisodeEnd]:
-        episodes = await open_episodes(cfg, spec, rollout, None, 0)
-        assert isinstance(episodes, BlackboxEpisodes)
+        runner = await open_runner(cfg, spec, rollout, None, 0)
+        assert isinstance(runner, BlackboxRunner)
         try:
-            runs = [asyncio.create_task(episodes.run(task, EpisodeIds.fresh("g-1", group), emit))
+            runs = [asyncio.create_task(runner.run(task, EpisodeIds.fresh("g-1", group), emit))
                     for _ in range(group)]
             if cancel_after_s is not None:
                 await asyncio.sleep(cancel_after_s)
@@ -77,8 +78,8 @@ def play(tok, engine, agent: str, group: int = 1, cancel_after_s: float | None =
                 return [m for m in sent if isinstance(m, EpisodeEnd)]
             return list(await asyncio.gather(*runs))
         finally:
-            await episodes.close()
-            assert len(episodes.sessions) == 0
+            await runner.close()
+            assert len(runner.sessions) == 0
 
     ends = asyncio.run(main())
     return ends, [m for m in sent if isinstance(m, StepRecord)]
@@ -192,8 +193,8 @@ def test_an_ordinary_env_keeps_our_rollout_and_no_endpoint(tok):
                             "env": {"name": "arithmetic"}})
     spec = get_env_spec(cfg.env)
     rollout = Rollout.from_config(cfg, FakeEngine.repeating([5]), tok, spec.name, "a0")
-    episodes = asyncio.run(open_episodes(cfg, spec, rollout, None, 0))
-    assert isinstance(episodes, RolloutEpisodes) and episodes.make == spec.make
+    runner = asyncio.run(open_runner(cfg, spec, rollout, None, 0))
+    assert isinstance(runner, RolloutRunner) and runner.make == spec.make
     assert isinstance(rollout.builder, type(FullContext()))
 
 

@@ -27,10 +27,10 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from agent_r1_async.endpoint.auth import new_token, token_digest
-from agent_r1_async.endpoint.params import RequestError
-from agent_r1_async.endpoint.recorder import StepRecorder
-from agent_r1_async.endpoint.segments import Segments
+from agent_r1_async.actors.endpoint.auth import new_token, token_digest
+from agent_r1_async.actors.endpoint.params import RequestError
+from agent_r1_async.actors.endpoint.recorder import StepRecorder
+from agent_r1_async.actors.endpoint.segments import Segments
 from agent_r1_async.wire.messages import EpisodeStatus
 
 SESSION_HEADER = "X-Session-Id"

@@ -1,7 +1,9 @@
-"""What the endpoint needs from a black-box env definition (envs/blackbox.py).
+"""The agent contract: an env definition whose episodes an agent plays (blackbox.py,
+verifiers/env.py) is an `AgentDefinition`; `run_agent` returns the reward (or an
+`AgentOutcome`) or raises `AgentFailed`.
 
-Kept apart and light (no engine, no HTTP server) so that an env definition can import it
-without loading the endpoint.
+The actor's endpoint (actors/endpoint/episodes.py) plays such episodes; this module is the
+contract alone (no engine, no HTTP server), so that env definitions never import the actor.
 """
 
 from __future__ import annotations
@@ -37,9 +39,10 @@ class AgentDefinition(Protocol):
     agent_name: str
     """The agent as errors name it (`module:function`)."""
     # Optional attribute `credential` (not a protocol member, so definitions without it
-    # still match): which token `run_agent` is given as `api_key` (endpoint/episodes.py):
-    # "session" (the episode's own, the default), "actor" (the actor's: a server of the
-    # actor's that plays every episode), "none" (the agent takes no key).
+    # still match): which token `run_agent` is given as `api_key`
+    # (actors/endpoint/episodes.py): "session" (the episode's own, the default), "actor"
+    # (the actor's: a server of the actor's that plays every episode), "none" (the agent
+    # takes no key).
 
     async def run_agent(self, task: Any, base_url: str, api_key: str,
                         session_id: str) -> float | AgentOutcome:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_r1_async.endpoint.auth import (
+from agent_r1_async.actors.endpoint.auth import (
     EndpointAuthError,
     actor_token,
     bearer,
@@ -15,7 +15,7 @@ from agent_r1_async.endpoint.auth import (
     token_digest,
     token_from_secret,
 )
-from agent_r1_async.endpoint.sessions import ENDED_TOKENS_KEPT, Session, SessionStore
+from agent_r1_async.actors.endpoint.sessions import ENDED_TOKENS_KEPT, Session, SessionStore
 from agent_r1_async.wire.curve import CurveKeys
 
 

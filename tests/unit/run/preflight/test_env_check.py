@@ -16,7 +16,7 @@ from agent_r1_async.envs.arithmetic import ArithmeticEnv
 from agent_r1_async.envs.base import Observation, StepResult, Task
 from agent_r1_async.run.preflight.checks import preflight
 
-HERE = __name__  # this module (tests.unit.envs.test_check), importable as `HERE:Class`
+HERE = __name__  # this module (tests.unit.run.preflight.test_env_check), importable as `HERE:Class`
 
 
 class NoMake:

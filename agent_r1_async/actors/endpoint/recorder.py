@@ -19,9 +19,9 @@ from __future__ import annotations
 import asyncio
 import time
 
+from agent_r1_async.actors.endpoint.calls import Call
+from agent_r1_async.actors.endpoint.params import RequestError
 from agent_r1_async.actors.rollout import Emit, EpisodeIds
-from agent_r1_async.endpoint.calls import Call
-from agent_r1_async.endpoint.params import RequestError
 from agent_r1_async.wire.delta import DeltaEncoder
 from agent_r1_async.wire.messages import LogProbs, StepRecord, TokenIds
 

@@ -36,12 +36,12 @@ from typing import Any
 
 from aiohttp import web
 
-from agent_r1_async.endpoint.auth import bearer, resolve_token, same_token
-from agent_r1_async.endpoint.chat import chat_response, parse_chat
-from agent_r1_async.endpoint.params import RequestError
-from agent_r1_async.endpoint.service import GenerationService
-from agent_r1_async.endpoint.sessions import ACTOR, SESSION_HEADER, Caller, Session
-from agent_r1_async.endpoint.tito import generate_response, parse_generate
+from agent_r1_async.actors.endpoint.auth import bearer, resolve_token, same_token
+from agent_r1_async.actors.endpoint.chat import chat_response, parse_chat
+from agent_r1_async.actors.endpoint.params import RequestError
+from agent_r1_async.actors.endpoint.service import GenerationService
+from agent_r1_async.actors.endpoint.sessions import ACTOR, SESSION_HEADER, Caller, Session
+from agent_r1_async.actors.endpoint.tito import generate_response, parse_generate
 
 log = logging.getLogger(__name__)
 

@@ -10,12 +10,12 @@ from typing import Any
 import aiohttp
 
 from agent_r1_async.actors.context import FullContext
+from agent_r1_async.actors.endpoint.params import EngineSampling
+from agent_r1_async.actors.endpoint.recorder import StepRecorder
+from agent_r1_async.actors.endpoint.server import Endpoint
+from agent_r1_async.actors.endpoint.service import GenerationService
+from agent_r1_async.actors.endpoint.sessions import Session, SessionStore
 from agent_r1_async.actors.rollout import EpisodeIds
-from agent_r1_async.endpoint.params import EngineSampling
-from agent_r1_async.endpoint.recorder import StepRecorder
-from agent_r1_async.endpoint.server import Endpoint
-from agent_r1_async.endpoint.service import GenerationService
-from agent_r1_async.endpoint.sessions import Session, SessionStore
 from agent_r1_async.wire.messages import decode_data, encode
 
 

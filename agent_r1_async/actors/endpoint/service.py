@@ -26,14 +26,14 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from agent_r1_async.actors.context import ContextBuilder, FullContext
+from agent_r1_async.actors.endpoint.calls import Call
+from agent_r1_async.actors.endpoint.chat import Answer, ChatRequest, answer
+from agent_r1_async.actors.endpoint.params import EngineSampling, RequestError
+from agent_r1_async.actors.endpoint.segments import Segments
+from agent_r1_async.actors.endpoint.sessions import Session, SessionStore
+from agent_r1_async.actors.endpoint.tito import GenerateRequest
 from agent_r1_async.actors.engines.base import Engine
 from agent_r1_async.actors.stats import ActorCounters
-from agent_r1_async.endpoint.calls import Call
-from agent_r1_async.endpoint.chat import Answer, ChatRequest, answer
-from agent_r1_async.endpoint.params import EngineSampling, RequestError
-from agent_r1_async.endpoint.segments import Segments
-from agent_r1_async.endpoint.sessions import Session, SessionStore
-from agent_r1_async.endpoint.tito import GenerateRequest
 
 
 @dataclass

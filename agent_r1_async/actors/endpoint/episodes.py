@@ -1,11 +1,9 @@
 """Episodes of an agent we did not write: one endpoint session each, its calls the steps.
 
-`open_episodes` gives the actor the runner of its env's episodes: our rollout
-(actors/rollout.py) for an ordinary env, or, for an env definition that is an
-`AgentDefinition` (envs/blackbox.py), a `BlackboxEpisodes` with the actor's endpoint started
-on the actor's loop (`endpoint.host`, `endpoint.port` + the actor's index, `endpoint.auth`:
-auth.py). Both have `run(task, ids, emit) -> EpisodeEnd`, so the actor's
-groups (`algorithm.group_size` concurrent episodes of one task) run either the same way.
+`open_blackbox_runner` gives the actor (actors/runner.py `open_runner`, for an env definition
+that is an `AgentDefinition`: envs/agent.py) a `BlackboxRunner` with the actor's endpoint
+started on the actor's loop (`endpoint.host`, `endpoint.port` + the actor's index,
+`endpoint.auth`: auth.py).
 
 A black-box episode:
 1. opens a session (sessions.py) for the episode, at most `env.max_turns` calls;
@@ -34,48 +32,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+from agent_r1_async.actors.endpoint.auth import actor_token
+from agent_r1_async.actors.endpoint.params import EngineSampling
+from agent_r1_async.actors.endpoint.recorder import StepRecorder
+from agent_r1_async.actors.endpoint.server import Endpoint
+from agent_r1_async.actors.endpoint.service import GenerationService
+from agent_r1_async.actors.endpoint.sessions import Session, SessionStore
 from agent_r1_async.actors.rollout import Emit, EpisodeIds, Rollout
 from agent_r1_async.config import ConfigError, RunConfig
-from agent_r1_async.endpoint.agent import AgentDefinition, AgentFailed, AgentOutcome
-from agent_r1_async.endpoint.auth import actor_token
-from agent_r1_async.endpoint.params import EngineSampling
-from agent_r1_async.endpoint.recorder import StepRecorder
-from agent_r1_async.endpoint.server import Endpoint
-from agent_r1_async.endpoint.service import GenerationService
-from agent_r1_async.endpoint.sessions import Session, SessionStore
+from agent_r1_async.envs.agent import AgentDefinition, AgentFailed, AgentOutcome
 from agent_r1_async.wire.messages import TRAINABLE_STATUSES, EpisodeEnd, EpisodeStatus
 
 log = logging.getLogger(__name__)
-
-
-class _Spec(Protocol):
-    definition: Any
-
-    def make(self) -> Any: ...
-
-
-class Episodes(Protocol):
-    async def run(self, task: Any, ids: EpisodeIds, emit: Emit) -> EpisodeEnd: ...
-
-    async def close(self) -> None: ...
-
-
-@dataclass
-class RolloutEpisodes:
-    """An ordinary env: our own rollout drives each episode."""
-
-    rollout: Rollout
-    make: Callable[[], Any]
-
-    async def run(self, task: Any, ids: EpisodeIds, emit: Emit) -> EpisodeEnd:
-        return await self.rollout.run(self.make, task, ids, emit)
-
-    async def close(self) -> None:
-        return None
 
 
 @dataclass
@@ -90,7 +61,7 @@ class _Verdict:
     exc: BaseException | None = None
 
 
-class BlackboxEpisodes:
+class BlackboxRunner:
     """Episodes played by an agent function through the actor's endpoint (module docstring)."""
 
     def __init__(self, rollout: Rollout, endpoint: Endpoint, agent: AgentDefinition) -> None:
@@ -202,13 +173,10 @@ def check_credentials(cfg: RunConfig, agent: Any) -> None:
             "single-user machine only")
 
 
-async def open_episodes(cfg: RunConfig, spec: _Spec, rollout: Rollout, transport: Any,
-                        index: int) -> Episodes:
-    """The runner of this actor's episodes (module docstring); a black-box env's endpoint is
-    serving when this returns (close it with `close()`)."""
-    agent = spec.definition
-    if not isinstance(agent, AgentDefinition):
-        return RolloutEpisodes(rollout, spec.make)
+async def open_blackbox_runner(cfg: RunConfig, agent: AgentDefinition, rollout: Rollout,
+                               transport: Any, index: int) -> BlackboxRunner:
+    """The runner of `agent`'s episodes, its endpoint serving when this returns (close it
+    with `close()`)."""
     check_credentials(cfg, agent)
     service = GenerationService(
         engine=rollout.engine, tokenizer=rollout.tokenizer, builder=rollout.builder,
@@ -222,4 +190,4 @@ async def open_episodes(cfg: RunConfig, spec: _Spec, rollout: Rollout, transport
     url = await endpoint.start()
     rollout.counters.endpoint_url = url
     log.info("%s: generation endpoint on %s (agent %s)", rollout.actor_id, url, agent.agent_name)
-    return BlackboxEpisodes(rollout, endpoint, agent)
+    return BlackboxRunner(rollout, endpoint, agent)

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from agent_r1_async.endpoint.auth import EndpointAuthError, token_from_secret
-from agent_r1_async.endpoint.server import Endpoint
+from agent_r1_async.actors.endpoint.auth import EndpointAuthError, token_from_secret
+from agent_r1_async.actors.endpoint.server import Endpoint
 from agent_r1_async.models import load_tokenizer, tiny_model_dir
 from agent_r1_async.wire.messages import StepRecord
 from tests.fakes.engine import FakeEngine
-from tests.unit.endpoint.serving import make_service, post, recorded_session, serving
+from tests.unit.actors.endpoint.serving import make_service, post, recorded_session, serving
 
 IM_END = 2  # SmolLM2's <|im_end|>, its eos
 

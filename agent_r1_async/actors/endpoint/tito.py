@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agent_r1_async.endpoint.calls import Call, version_spans
-from agent_r1_async.endpoint.params import (
+from agent_r1_async.actors.endpoint.calls import Call, version_spans
+from agent_r1_async.actors.endpoint.params import (
     SAMPLING_FIELDS,
     Budget,
     EngineSampling,

@@ -1,4 +1,4 @@
-"""Env preflight: find a broken env before Ray starts, and `agent-r1-async envs check NAME`.
+"""The env preflight: a broken env found before Ray starts, and `agent-r1-async envs check NAME`.
 
 The first env a person writes is usually broken; inside a run its failures surface late (after
 actor restarts) and far from the cause. Two levels:
@@ -13,7 +13,7 @@ actor restarts) and far from the cause. Two levels:
   `reset` and `step`, and returns the lines of a one-screen report. It fails, one line each,
   when an env method raises or returns a value the rollout would refuse (envs/contract.py:
   a NaN or string reward, a `done` that is not a bool, a prompt with no room for an action in
-  `model.max_model_len`), when the oracle does not reach a positive outcome within
+  `model.max_model_len`: prompt_budget.py), when the oracle does not reach a positive outcome within
   `env.max_turns` actions, and when a split repeats a task id. It never raises on what an env
   returns.
 """
@@ -26,14 +26,13 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from agent_r1_async.config import ConfigError, EnvConfig, RunConfig
-from agent_r1_async.endpoint.agent import AgentDefinition
-from agent_r1_async.envs.base import Env, Observation, StepResult, Task
+from agent_r1_async.config import ConfigError, EnvConfig
+from agent_r1_async.envs.agent import AgentDefinition
+from agent_r1_async.envs.base import Env, StepResult, Task
 from agent_r1_async.envs.contract import (
     EnvContractError,
     check_observation,
@@ -49,6 +48,7 @@ from agent_r1_async.envs.registry import (
     parse_args,
     resolve,
 )
+from agent_r1_async.run.preflight.prompt_budget import PromptBudget, one_line
 
 log = logging.getLogger(__name__)
 
@@ -152,57 +152,6 @@ def preflight_env(env_cfg: EnvConfig, splits: dict[str, int]) -> EnvSpec:
 # ---------------------------------------------------------------------------- full check
 
 
-@dataclass
-class PromptBudget:
-    """The policy's chat template and `model.max_model_len`: a reset's prompt must leave room
-    for an action (the rollout refuses it otherwise)."""
-
-    tokenizer: Any
-    max_model_len: int
-    builder: Any
-    """The run's context builder (actors/context.py)."""
-    model: str
-
-    def tokens(self, obs: Observation) -> int:
-        """The tokens of the first context the policy would see after this reset."""
-        from agent_r1_async.actors.context import History
-
-        history = History(self.tokenizer)
-        history.add_messages(obs.messages, obs.tools)
-        return len(self.builder.build(history))
-
-
-def prompt_budget(cfg: RunConfig) -> tuple[PromptBudget | None, str]:
-    """The policy's `PromptBudget`, or (None, why not) when its tokenizer cannot be loaded
-    cheaply here: a known model not prepared yet is not converted for this (`launch` and
-    `prepare-model` do that), and a hub id is only looked up in the local cache."""
-    from agent_r1_async.actors.context import make_context_builder
-    from agent_r1_async.models import KNOWN_MODELS, cache_dir, load_tokenizer, resolve_model
-
-    model = cfg.model.start_from
-    # The directory prepare_model builds; build_atomically marks it complete.
-    if model in KNOWN_MODELS and not (cache_dir() / "models" / model / ".complete").is_file():
-        return None, (f"{model} is not prepared yet (`agent-r1-async prepare-model {model}`; "
-                      "a launch prepares it too)")
-    try:
-        path = resolve_model(model)
-        if Path(path).is_dir():
-            tokenizer = load_tokenizer(path)
-        else:
-            from transformers import AutoTokenizer
-
-            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        builder = make_context_builder(cfg.context, tokenizer)
-    except Exception as e:
-        return None, f"the tokenizer of {model!r} cannot be loaded here: {_one_line(e)}"
-    return PromptBudget(tokenizer, cfg.model.max_model_len, builder, model), ""
-
-
-def _one_line(e: BaseException) -> str:
-    text = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
-    return f"{type(e).__name__}: {text[:200]}".rstrip(": ")
-
-
 class _Failed(Exception):
     """An episode step that failed; the message is the report's reason."""
 
@@ -231,7 +180,7 @@ async def _env_call(call: Callable[[], Any], timeout_s: float, method: str, name
     except EnvContractError as e:  # a bad value inside the env, e.g. a ToolEnv hook's
         raise _Failed(f"{method}: {e}") from None
     except Exception as e:
-        raise _Failed(f"{method} raised {_one_line(e)}") from None
+        raise _Failed(f"{method} raised {one_line(e)}") from None
 
 
 async def _episode(spec: EnvSpec, task: Task, actions: list[str], timeout_s: float,
@@ -241,7 +190,7 @@ async def _episode(spec: EnvSpec, task: Task, actions: list[str], timeout_s: flo
         try:
             env: Env = spec.make()
         except Exception as e:
-            raise _Failed(f"make() raised {_one_line(e)}") from None
+            raise _Failed(f"make() raised {one_line(e)}") from None
         t0 = time.perf_counter()
         obs = await _env_call(lambda: env.reset(task), timeout_s, "env.reset", f"{spec.name}.reset")
         log.reset_s = time.perf_counter() - t0
@@ -251,7 +200,7 @@ async def _episode(spec: EnvSpec, task: Task, actions: list[str], timeout_s: flo
                 log.prompt_tokens = n = prompt.tokens(obs)
             except Exception as e:
                 raise _Failed(f"env.reset: its messages cannot be rendered with the chat "
-                              f"template of {prompt.model!r}: {_one_line(e)}") from None
+                              f"template of {prompt.model!r}: {one_line(e)}") from None
             if n >= prompt.max_model_len:
                 raise prompt_too_long(n, prompt.max_model_len, task.task_id)
         for action in actions:
@@ -369,7 +318,7 @@ def check_env(env_cfg: EnvConfig, splits: list[str], episodes: int = 1,
                 except Exception as e:
                     ok = False
                     lines.append(f"  oracle  {task.task_id}: FAILED: oracle(task) raised "
-                                 f"{_one_line(e)}")
+                                 f"{one_line(e)}")
                     actions = None
                 if actions:
                     actions = list(actions)

@@ -1,7 +1,7 @@
 """Each actor's generation endpoint: agents we did not write, trained through it.
 
-An actor whose env is `blackbox` (envs/blackbox.py) serves HTTP on its own event loop
-(`endpoint.host`, loopback by default) in front of its engine:
+An actor whose env is an agent's (`blackbox`, `verifiers`: envs/agent.py) serves HTTP on its
+own event loop (`endpoint.host`, loopback by default) in front of its engine:
 
 - `POST /inference/v1/generate`: token-in/token-out in vLLM's request and response shape;
   the response adds the policy version of every token (the `agent_r1` field);
@@ -25,6 +25,6 @@ Modules, one job each:
     recorder.py   a session's calls as `StepRecord`s
     service.py    generation on the actor's engine, recorded per session
     server.py     the aiohttp server and its routes
-    agent.py      what a black-box env definition provides
-    episodes.py   the actor's episode runner: our rollout, or a black-box agent's session
+    episodes.py   a black-box agent's episodes: one session each (the episode runner,
+                  actors/runner.py, opens it)
 """

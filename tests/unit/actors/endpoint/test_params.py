@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_r1_async.endpoint.params import (
+from agent_r1_async.actors.endpoint.params import (
     SAMPLING_FIELDS,
     Budget,
     EngineSampling,

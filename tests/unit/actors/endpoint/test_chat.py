@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from agent_r1_async.endpoint.chat import answer, canonical_message, parse_chat
-from agent_r1_async.endpoint.params import EngineSampling, RequestError
-from agent_r1_async.endpoint.toolcalls import split_tool_calls
+from agent_r1_async.actors.endpoint.chat import answer, canonical_message, parse_chat
+from agent_r1_async.actors.endpoint.params import EngineSampling, RequestError
+from agent_r1_async.actors.endpoint.toolcalls import split_tool_calls
 
 ENGINE = EngineSampling(max_new_tokens=16)
 
