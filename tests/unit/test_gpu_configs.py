@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agent_r1_async.config import ConfigError, RunConfig, VllmIpcWeights, load_config
-from agent_r1_async.run.preflight import feasibility
+from agent_r1_async.run.preflight import gpus
 from agent_r1_async.run.preflight.feasibility import check_feasible
 
 GPU_1X = Path(__file__).resolve().parents[2] / "configs" / "gpu_1x.yaml"
@@ -34,7 +34,7 @@ def devices(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Set `devices[0]` to the CUDA device count the preflight sees."""
     count = [1]
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    monkeypatch.setattr(feasibility, "_cuda_devices", lambda: count[0])
+    monkeypatch.setattr(gpus, "_cuda_devices", lambda: count[0])
     return count
 
 
