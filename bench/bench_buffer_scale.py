@@ -550,7 +550,7 @@ def _probe(service: BufferService, thread: threading.Thread, with_stats: bool) -
 
 def _buffer_proc(keys: RunKeys, cfg: dict[str, Any], algo: dict[str, Any],
                  bounds: dict[str, Any], conn: Connection) -> None:
-    """The buffer as a launch runs it (run/processes/hosts.py BufferHost), answering probes."""
+    """The buffer as a launch runs it (run/processes/buffer_group.py BufferHost), answering probes."""
     raise_fd_limit(4 * bounds["max_actors"] + 256)
     transport = ZmqTransport(curve=keys_for(keys, None, binds=True))
     service = BufferService(BufferConfig(**cfg), AlgorithmConfig(**algo), transport,

@@ -77,7 +77,7 @@ def run_one(mode: str, bf16: bool, args: Any, model_path: str, q: Any,
 
 def run_like_launch(trainer: Any, cfg: Any, args: Any, as_is: bool) -> dict[str, float]:
     """`--default-config`: updates as a launch's learner runs them, on one thread (the
-    learner's own, run/processes/hosts.py) with shapes changing from update to update (rows and context
+    learner's own, run/processes/learner_group.py) with shapes changing from update to update (rows and context
     lengths cycle); `as_is`: each update ends with `memory_savers.release_free_memory` as in
     `Learner.update` (before: it did not). tokens/s over all timed updates, by wall clock and
     by this process's CPU time (user + system: the fairer figure on a loaded machine, where

@@ -23,7 +23,7 @@ log2(max_turns) + 2 keys.
 
 All are totals since the run began (kept in the buffer's snapshots), like `drops`.
 `BufferStats.drops` carries them under `WIRE_PREFIX`; `length_metrics` turns them into the
-logged keys (run/output/metrics.py).
+logged keys (run/output/metric_names.py).
 
 `Loss` is what one event discarded (a reclaim, a learner restart, a buffer restart): episodes,
 their steps and action tokens, and the episodes by length bucket, in one console phrase.

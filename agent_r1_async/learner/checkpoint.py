@@ -40,7 +40,7 @@ a resume reads them from disk, and its load then from the cache); `latest_checkp
 pruning only compare sizes (`stat`). docs/reliability.md ("State that verifies itself")
 says what each costs.
 
-A full disk is reported as such (`checkpoint_files.DiskFullError`: the directory and the bytes
+A full disk is reported as such (`disk.DiskFullError`: the directory and the bytes
 free), not as torch's writer error nor as DCP's `CheckpointException` (a BaseException) around
 it; after a new checkpoint is in place, all but the newest `keep` complete ones (those that
 pass the size check: a corrupt one is not counted) are removed (`learner.keep_checkpoints`,
@@ -67,7 +67,7 @@ import numpy as np
 import torch
 from torch.distributed.checkpoint.api import CheckpointException
 
-from agent_r1_async import config, models
+from agent_r1_async import config, disk, models
 from agent_r1_async.learner import checkpoint_files as files
 from agent_r1_async.learner import distributed as dist_util
 
@@ -114,8 +114,8 @@ def save_checkpoint(run_dir: str, trainer: Any, learner_state: dict[str, Any],
         try:
             _write(tmp, trainer, learner_state)
         except (Exception, CheckpointException) as e:  # DCP's is a BaseException
-            free = files.free_bytes(tmp)
-            if files.disk_full(e, free):
+            free = disk.free_bytes(tmp)
+            if disk.disk_full(e, free):
                 raise files.disk_full_error(e, f"checkpoint {name}", root, free,
                                             _previous(root)) from e
             raise
@@ -204,7 +204,7 @@ class NoIntactCheckpoint(RuntimeError):
     why each checkpoint was skipped, on one line."""
 
     full_line: ClassVar[bool] = True
-    """The console keeps this message whole (run/output/events.py `one_line`)."""
+    """The console keeps this message whole (run/output/lines.py `one_line`)."""
 
 
 @dataclass

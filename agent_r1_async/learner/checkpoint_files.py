@@ -1,4 +1,5 @@
-"""The checkpoint directory's housekeeping: manifests, a full disk said plainly, pruning.
+"""The checkpoint directory's housekeeping: manifests, a full disk said plainly, pruning,
+and the update record the newest checkpoint keeps.
 
 Manifest: each `step-N` holds `manifest.json`, written last, just before the directory is
 renamed into place: every other file's relative path, size and SHA-256 (read in 1 MiB chunks,
@@ -12,13 +13,9 @@ looks at the sizes (`stat`, for `latest_checkpoint` and pruning), `full=True` re
 manifests existed: it is accepted as *unverified* (said once on resume) when its
 `learner_state.json` reads and its `dcp/` is there.
 
-Disk full: torch's writer reports a failed write as `RuntimeError: [enforce fail at
-inline_container.cc:672] unexpected pos ...` (no errno), which never says why. `disk_full`
-recognises a failed write as a full disk when the error chain carries ENOSPC / EDQUOT or
-"No space left on device" (also as one rank's error inside DCP's `CheckpointException`), or
-when it is torch's writer error and the filesystem has less than `_NEARLY_FULL` bytes free at
-that moment; `DiskFullError` then names the directory and the bytes free. Any other error
-passes through unchanged.
+Disk full: a checkpoint write that fails for a full disk (agent_r1_async/disk.py `disk_full`)
+raises `disk_full_error`'s `DiskFullError` instead, naming the directory, the bytes free and
+the size of the previous checkpoint. Any other error passes through unchanged.
 
 Pruning (`learner.keep_checkpoints`): keep the newest k *complete* checkpoints (a `step-N`
 whose files have the sizes its manifest records, or an unverified one written before
@@ -32,7 +29,6 @@ a later resume to trip on.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
@@ -41,8 +37,11 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import msgspec
+
+from agent_r1_async.disk import DiskFullError, dir_bytes
 
 _STEP = re.compile(r"step-(\d+)")
 MANIFEST = "manifest.json"
@@ -50,49 +49,6 @@ HAS_MANIFEST = "manifest"
 """The key in learner_state.json that says the checkpoint was written with a manifest."""
 _CHUNK = 1 << 20
 _HASH_THREADS = 4
-_NEARLY_FULL = 256 * 2**20  # a torch write that failed with less than this free: the disk
-_TORCH_WRITE_ERRORS = ("inline_container", "unexpected pos", "file write failed", "basic_ios")
-
-
-class DiskFullError(RuntimeError):
-    """A checkpoint could not be written because its filesystem is full."""
-
-
-def free_bytes(path: Path) -> int:
-    """Bytes free to this process on `path`'s filesystem (its nearest existing parent's)."""
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return shutil.disk_usage(path).free
-
-
-def disk_full(exc: BaseException, free: int) -> bool:
-    """Did this write fail because the disk is full? (`free`: bytes free right after it.)"""
-    seen: set[int] = set()
-    e: BaseException | None = exc
-    torch_write = False
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
-        text = str(e)
-        if "No space left on device" in text:
-            return True
-        torch_write |= isinstance(e, RuntimeError) and any(s in text for s in _TORCH_WRITE_ERRORS)
-        if any(disk_full(x, free) for x in _rank_errors(e)):
-            return True
-        e = e.__cause__ or e.__context__
-    return torch_write and free < _NEARLY_FULL
-
-
-def _rank_errors(e: BaseException) -> list[BaseException]:
-    """The per-rank errors inside DCP's `CheckpointException` (its `failures`: rank ->
-    (error, stack)); [] for any other error. Duck-typed: the launcher imports this module
-    without torch."""
-    failures = getattr(e, "failures", None)
-    if not isinstance(failures, dict):
-        return []
-    return [f[0] for f in failures.values()
-            if isinstance(f, tuple) and f and isinstance(f[0], BaseException)]
 
 
 def disk_full_error(exc: BaseException, what: str, directory: Path, free: int,
@@ -104,31 +60,6 @@ def disk_full_error(exc: BaseException, what: str, directory: Path, free: int,
         f"that filesystem{size}; the write failed with {type(exc).__name__}: "
         f"{str(exc)[:120]}). Free some space, or keep fewer checkpoints "
         "(learner.keep_checkpoints).")
-
-
-def error_chain(exc: BaseException) -> list[BaseException]:
-    """`exc` and every exception behind it, each once: its `__cause__` and `__context__`, and
-    the `.cause` Ray's task errors keep of the exception raised in another process."""
-    chain: list[BaseException] = []
-    todo: list[BaseException | None] = [exc]
-    while todo:
-        e = todo.pop()
-        if e is None or any(e is c for c in chain):
-            continue
-        chain.append(e)
-        todo += [getattr(e, "cause", None), e.__cause__, e.__context__]
-    return chain
-
-
-def disk_full_message(exc: BaseException) -> str | None:
-    """The message of a `DiskFullError` behind `exc` (also one raised in another process),
-    or None."""
-    return next((str(e) for e in error_chain(exc)
-                 if isinstance(e, DiskFullError) and str(e).startswith("disk full")), None)
-
-
-def dir_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
 
 def step_number(path: Path) -> int | None:
@@ -298,3 +229,23 @@ def prune_checkpoints(root: Path, keep: int, latest: Path | None) -> list[Path]:
         shutil.rmtree(doomed, ignore_errors=True)
         removed.append(path)
     return removed
+
+
+def checkpointed_update(root: Path) -> dict[str, Any] | None:
+    """The update record the newest complete checkpoint under `root` keeps (`last_update` in
+    its learner_state.json, learner/loop.py): {"metrics": the learner's metrics,
+    "staleness_hist": {staleness: count}}, when it is the record of the checkpoint's own
+    version; None without a checkpoint, or for one that keeps no such record."""
+    found = complete_checkpoints(root)
+    if not found:
+        return None
+    try:
+        state = json.loads((found[-1] / "learner_state.json").read_text())
+        last = state["last_update"]
+        version = int(last["metrics"]["version"])
+        hist = {int(k): int(v) for k, v in last.get("staleness_hist", {}).items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # a checkpoint that keeps no update record
+    if version != int(state.get("version", -1)):
+        return None
+    return {"metrics": last["metrics"], "staleness_hist": hist}

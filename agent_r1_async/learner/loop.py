@@ -162,7 +162,7 @@ class Learner:
     def stop_waiting(self) -> None:
         """From another thread: an update waiting for data gives up at its next poll (within
         `learner.republish_s`) with `SamplingStopped`. The launcher asks before its final
-        checkpoint, which runs on the same thread as updates (run/processes/hosts.py) and would otherwise
+        checkpoint, which runs on the same thread as updates (run/processes/learner_group.py) and would otherwise
         wait behind an update that no data will ever come for (every env failing, actors
         already stopped) until `learner.sample_timeout_s`."""
         self._stop_waiting.set()

@@ -13,7 +13,7 @@ of 1-32 MB that glibc serves from its arenas (its mmap threshold rises to 32 MB 
 first large free), and freed arena memory stays resident. Under Ray the updates run on
 whichever thread of the actor's pool is free, each thread with its own arena, so every thread
 ends up holding its own copy of the peak. The learner therefore runs on one thread
-(run/processes/hosts.py), and `release_free_memory` (malloc_trim) returns what the arenas hold
+(run/processes/learner_group.py), and `release_free_memory` (malloc_trim) returns what the arenas hold
 after each update; glibc still keeps some memory above the live set at the peak.
 `configure_malloc` pins the mmap threshold (every allocation of `mmap_threshold` bytes or
 more its own mapping, given back on free): peak = the live set, for the CPU time of its page

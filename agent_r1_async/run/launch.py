@@ -18,7 +18,6 @@ directory, report), warm_start.py and evaluate.py (held-out tables).
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -29,25 +28,25 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from agent_r1_async.config import RunConfig, dump_config
-from agent_r1_async.learner.checkpoint_files import (
-    disk_full,
-    disk_full_message,
-    error_chain,
-    free_bytes,
-)
+from agent_r1_async.disk import disk_full_line
+from agent_r1_async.learner.checkpoint_files import checkpointed_update
 from agent_r1_async.models import attention_implementation
 from agent_r1_async.precision import describe as describe_precision
 from agent_r1_async.run.evaluate import held_out
 from agent_r1_async.run.output.console import Console, RlProgress, stage_messages
 from agent_r1_async.run.output.episodes import EpisodeLog
-from agent_r1_async.run.output.events import Events, one_line
+from agent_r1_async.run.output.events import Events
 from agent_r1_async.run.output.histograms import BucketDeltas
+from agent_r1_async.run.output.lines import one_line
 from agent_r1_async.run.output.logs import descriptors_to, log_exception, quiet_driver
-from agent_r1_async.run.output.metrics import ActorRates, MetricsLogger, merge_metrics
+from agent_r1_async.run.output.metric_names import ActorRates, merge_metrics
+from agent_r1_async.run.output.metrics import MetricsLogger
+from agent_r1_async.run.output.metrics_file import last_logged_update
 from agent_r1_async.run.output.run_dir import make_run_dir
 from agent_r1_async.run.output.startup import StartupClock
 from agent_r1_async.run.preflight.checks import preflight
 from agent_r1_async.run.preflight.feasibility import cluster_fits
+from agent_r1_async.run.processes.actor_group import actor_ids
 from agent_r1_async.run.processes.leftovers import (
     forget_local_ray,
     reap_left_behind,
@@ -56,12 +55,14 @@ from agent_r1_async.run.processes.leftovers import (
 from agent_r1_async.run.processes.periodic_eval import PeriodicEval, log_result
 from agent_r1_async.run.processes.ray_cluster import (
     local_temp_dir,
+    quiet_ray_driver,
     ray_address,
+    ray_nodes,
     set_ray_auth,
     start_ray,
     stop_ray,
 )
-from agent_r1_async.run.processes.supervisor import EnvFailing, Supervisor, actor_ids
+from agent_r1_async.run.processes.supervisor import EnvFailing, Supervisor
 from agent_r1_async.run.warm_start import prepare_start
 from agent_r1_async.wire.curve import RunKeys, keys_for
 from agent_r1_async.wire.roles import EVALUATOR, LEARNER
@@ -94,21 +95,6 @@ def _open_run_dir(cfg: RunConfig, resume: str | None) -> Path:
 def _wandb_id(run_dir: Path, resume: str | None) -> str | None:
     path = run_dir / "wandb_run_id"
     return path.read_text().strip() if resume and path.exists() else None
-
-
-def last_logged_update(metrics_path: Path) -> int:
-    """The highest update with a training record in metrics.jsonl (0: none yet). A line cut
-    short by a crash is skipped."""
-    last = 0
-    if metrics_path.exists():
-        for line in metrics_path.read_text().splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and "version" in record:
-                last = max(last, int(record.get("update", 0)))
-    return last
 
 
 def _train(cfg: RunConfig, sup: Supervisor, logger: MetricsLogger, console: Console,
@@ -152,22 +138,6 @@ def _train(cfg: RunConfig, sup: Supervisor, logger: MetricsLogger, console: Cons
             events.wall_clock(cfg.launch.max_wall_time_s, version)
             return version, "max_wall_time_s"
     return version, "done"
-
-
-def disk_full_line(exc: BaseException, run_dir: Path) -> str | None:
-    """One line for an error that is a full disk, wherever the write was (a checkpoint's own
-    message, or the file an OSError names, else the run directory) with the bytes free there;
-    None for any other error."""
-    full = disk_full_message(exc)
-    if full:
-        return full
-    chain = error_chain(exc)
-    path = next((Path(str(e.filename)) for e in chain if isinstance(e, OSError) and e.filename),
-                run_dir)
-    free = free_bytes(path)
-    if not any(disk_full(e, free) for e in chain):
-        return None
-    return f"disk full: {path} ({free:,} bytes free on that filesystem)"
 
 
 def _report(run_dir: Path, console: Console) -> None:
@@ -254,6 +224,7 @@ def launch(cfg: RunConfig, address: str | None = None, resume: str | None = None
     set_ray_auth(ray_address(cfg, address))  # before anything imports ray
     if not cfg.logging.verbose:
         quiet_driver(run_dir / "logs" / "launch.log")
+        quiet_ray_driver()
     try:
         return _launch(cfg, run_dir, console, address, resume, clock, force)
     finally:
@@ -269,8 +240,9 @@ def _launch(cfg: RunConfig, run_dir: Path, console: Console, address: str | None
     console.say(f"learner attention: {attn} ({why})")
     console.say(describe_precision(cfg.engine, cfg.learner, model=cfg.model.name_or_path))
     logger = MetricsLogger(cfg, run_dir, resume_id=_wandb_id(run_dir, resume))
-    if logger.recovered:
-        console.say(f"update {logger.recovered}: logged from its checkpoint (the launcher "
+    recovered = logger.log_checkpointed(checkpointed_update(run_dir / "checkpoints"))
+    if recovered:
+        console.say(f"update {recovered}: logged from its checkpoint (the launcher "
                     "stopped before logging it)")
     events = Events(console, run_dir, cfg.actors.num_actors, cfg.buffer.max_staleness)
     sup: Supervisor | None = None
@@ -297,9 +269,7 @@ def _launch(cfg: RunConfig, run_dir: Path, console: Console, address: str | None
                 run_dir / "logs" / "launch.log"):
             start_ray(cfg, address)
         if ray_address(cfg, address) and not force:  # a cluster: its nodes are known now
-            import ray
-
-            cluster_fits(cfg, ray.nodes())  # --force: nodes an autoscaler adds later
+            cluster_fits(cfg, ray_nodes())  # --force: nodes an autoscaler adds later
         clock.mark("ray")
         signal.signal(signal.SIGTERM, _raise_interrupt)  # ray.init installed its own handler
         # Keys travel to the processes as Ray task arguments; they never touch a ZMQ socket.

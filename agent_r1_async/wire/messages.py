@@ -235,7 +235,7 @@ class ActorStats(_Wire, tag="actor_stats"):
     progress_age_s: float = 0.0
     """Seconds, as of this report, since the actor last made progress: an engine or env call
     returned or an episode ended, or it had no episode in flight. A hung engine step keeps it
-    growing while the reports still come (run/processes/supervisor.py judges it)."""
+    growing while the reports still come (run/processes/liveness.py judges it)."""
     endpoint_requests: dict[str, int] = {}
     """Requests the actor's generation endpoint answered since it started, per status class
     (`2xx`, `401`, `4xx`, `5xx`); empty for an actor that serves none."""

@@ -1,19 +1,19 @@
 """An actor process is SIGKILLed mid-episode; Ray restarts it and the launcher re-runs its loop.
 
-Real parts: a Ray actor built exactly as `launch` builds it (`hosts.ActorHost` wrapped with
+Real parts: a Ray actor built exactly as `launch` builds it (`actor_group.ActorHost` wrapped with
 `ray.remote(max_restarts=...)`, the tiny model, the transformers engine), with an env whose
 episodes always take 3 steps of 0.2 s (`tests.fakes.envs.SlowStepsEnvDef`: the random tiny
 model never calls a tool, so the arithmetic env would end every episode after one step and
 there would be no "mid-episode" to kill),
-the real `BufferService` (in this process) over ZeroMQ, and `supervisor.Supervisor.check_actors`,
+the real `BufferService` (in this process) over ZeroMQ, and `actor_group.ActorGroup.check`,
 the launcher's own restart logic. The test waits until the buffer holds accepted groups *and*
 an episode of the actor that has sent steps but no end, then kills the actor's own pid.
 
 Checked:
-- Ray restarts the process, the supervisor re-runs its loop, and records flow again (new
+- Ray restarts the process, the launcher re-runs its loop, and records flow again (new
   groups accepted, fresh ActorStats: throughput recovers);
 - as the launcher sees the death, the buffer reclaims what the dead process held
-  (`Supervisor.reclaim` -> `TrajectoryBuffer.reclaim`), at once rather than after
+  (`ActorGroup.reclaim` -> `TrajectoryBuffer.reclaim`), at once rather than after
   buffer.episode_timeout_s; none of its unfinished episodes is ever sampled: no partial
   trajectory reaches the learner, every sampled episode is whole;
 - exact counts, derived from what the dead process left in the buffer (read 0.5 s after the
@@ -110,29 +110,30 @@ class _Buffers:
         return getattr(self.service, method)(*args)
 
 
-def _supervisor(cfg: RunConfig, ray, actor, run_ref, endpoints, run_dir: Path,
-                service: BufferService):
-    """The launcher's Supervisor, holding just this actor (its restart logic is under test)."""
+def _actors(cfg: RunConfig, ray, actor, run_ref, endpoints, run_dir: Path,
+            service: BufferService):
+    """The launcher's ActorGroup, holding just this actor (its restart logic is under test)."""
     from agent_r1_async.run.output.console import Console
     from agent_r1_async.run.output.events import Events
+    from agent_r1_async.run.processes.actor_group import ActorGroup
+    from agent_r1_async.run.processes.liveness import Liveness
     from agent_r1_async.run.processes.nodes import NodeWatch
-    from agent_r1_async.run.processes.supervisor import Liveness, Supervisor
 
-    sup = Supervisor.__new__(Supervisor)
-    sup.cfg, sup.ray, sup.actors = cfg, ray, [actor]
-    sup.runs, sup.restarts, sup.endpoints = {run_ref: 0}, [0], endpoints
-    sup.replacing, sup.discarded = {}, {}
-    sup.liveness = Liveness(cfg.launch.unresponsive_s)
-    sup.buffers, sup.last_version, sup.run_dir = _Buffers(service), 0, run_dir
-    sup.events = Events(Console(run_dir / "logs", live=False), run_dir, 1, 1000)
-    sup.nodes = NodeWatch(lambda: [])
-    return sup
+    group = ActorGroup.__new__(ActorGroup)
+    group.cfg, group.ray, group.handles = cfg, ray, [actor]
+    group.runs, group.restarts, group.endpoints = {run_ref: 0}, [0], endpoints
+    group.replacing, group.discarded = {}, {}
+    group.liveness = Liveness(cfg.launch.unresponsive_s)
+    group.buffers, group.run_dir = _Buffers(service), run_dir
+    group.events = Events(Console(run_dir / "logs", live=False), run_dir, 1, 1000)
+    group.place = NodeWatch(lambda: []).place
+    return group
 
 
 def test_actor_killed_mid_episode_is_restarted_and_loses_nothing_accepted(tmp_path: Path) -> None:
     import ray
 
-    from agent_r1_async.run.processes.hosts import ActorHost
+    from agent_r1_async.run.processes.actor_group import ActorHost
 
     cfg = _cfg()
     transport = ZmqTransport()
@@ -146,7 +147,7 @@ def test_actor_killed_mid_episode_is_restarted_and_loses_nothing_accepted(tmp_pa
                      "weights": None}
         actor = ray.remote(num_cpus=1, max_restarts=cfg.actors.max_restarts, max_concurrency=2)(
             ActorHost).remote(cfg, "actor-0", endpoints, None)
-        sup = _supervisor(cfg, ray, actor, actor.run.remote(), endpoints, tmp_path, service)
+        actors = _actors(cfg, ray, actor, actor.run.remote(), endpoints, tmp_path, service)
         first_pid = ray.get(actor.pid.remote(), timeout=60)
 
         # Kill when accepted groups exist, an episode is half sent and a credit was just
@@ -167,7 +168,7 @@ def test_actor_killed_mid_episode_is_restarted_and_loses_nothing_accepted(tmp_pa
         at_kill = {k: service.metrics().drops.get(k, 0) for k in _KILL_DROPS}
         accepted_before = _stored_groups(service)
 
-        wait_for(lambda: (sup.check_actors(), sup.restarts[0] == 1)[1], 120, "loop re-run")
+        wait_for(lambda: (actors.check(0), actors.restarts[0] == 1)[1], 120, "loop re-run")
         assert ray.get(actor.pid.remote(), timeout=60) != first_pid  # a new process
         at_rerun = _stored_groups(service)
         wait_for(lambda: len(_stored_groups(service) - at_rerun) >= 2, 120,
@@ -188,7 +189,7 @@ def test_actor_killed_mid_episode_is_restarted_and_loses_nothing_accepted(tmp_pa
 
         wait_for(reporting, 30, "throughput reported by the restarted actor")
         ray.get(actor.stop.remote(), timeout=30)
-        assert ray.get(list(sup.runs), timeout=60) == ["actor-0"]  # the loop ended normally
+        assert ray.get(list(actors.runs), timeout=60) == ["actor-0"]  # the loop ended normally
         time.sleep(0.5)  # the last records land
 
         learner.connect()

@@ -130,7 +130,7 @@ def test_buffer_learner_and_actor_killed_in_one_launch_and_every_update_logged_o
     # Each SIGKILL is one line. On this shared machine Ray's memory monitor may kill workers
     # too (it took the buffer and the learner in one run): those restarts are lines of their
     # own, naming that cause.
-    # (Both lines say why in run/output/events.py's words.)
+    # (Both lines say why in run/processes/forensics.py's words.)
     for role, line, killed, oom in (
             ("buffer process died", buffer_line, "killed by a signal (SIGKILL",
              "out of memory (Ray's memory monitor killed it"),

@@ -18,7 +18,7 @@ import pytest
 
 from agent_r1_async.config import config_from_dict
 from agent_r1_async.run.launch import run_keys
-from agent_r1_async.run.processes.supervisor import actor_ids
+from agent_r1_async.run.processes.actor_group import actor_ids
 from agent_r1_async.weights.zmq import WeightSubscriber
 from agent_r1_async.wire import messages as m
 from agent_r1_async.wire.buffer_client import BufferClient

@@ -13,7 +13,7 @@ Everything the launch says goes through one `Console`:
 
 When stdout is a terminal, the bars and the panel are drawn with `rich` (a `Live` display,
 lines scroll above it). Otherwise (CI, `nohup`, a pipe) the console is plain text: stages are
-silent and each update prints today's one line (`metrics.progress_line`). Third-party output
+silent and each update prints today's one line (`progress_line`). Third-party output
 never reaches it: the other processes write to their own files (run/output/logs.py).
 
 `Events` (run/output/events.py) turns what the supervisor sees into these event lines.
@@ -27,8 +27,6 @@ import threading
 import time
 from pathlib import Path
 from typing import Any, TextIO
-
-from agent_r1_async.run.output.metrics import progress_line
 
 
 class Console:
@@ -198,6 +196,22 @@ def stage_messages(console: Console, cfg: Any) -> Any:
 def clock(seconds: float) -> str:
     s = max(0, int(seconds))
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+def progress_line(m: dict[str, Any]) -> str:
+    """One console line with the key numbers of an update."""
+
+    def f(key: str, fmt: str = "{:.3f}") -> str:
+        v = m.get(key)
+        return fmt.format(v) if isinstance(v, (int, float)) else "-"
+
+    return (
+        f"v{m.get('version', '?')} | reward {f('reward/mean')} | "
+        f"staleness {f('staleness/mean', '{:.2f}')}/{f('staleness/max', '{:.0f}')} | "
+        f"IS w {f('is_weight/mean', '{:.2f}')} | gen {f('actors/tokens_per_s', '{:.0f}')} tok/s | "
+        f"ready {f('buffer/groups_ready', '{:.0f}')} | {f('learner/update_time_s', '{:.1f}')} s/upd | "
+        f"idle {f('learner/idle_ratio', '{:.0%}')}"
+    )
 
 
 def panel_rows(r: dict[str, Any]) -> list[tuple[str, str]]:

@@ -1,11 +1,11 @@
 """Per-process log files: `RUN_DIR/logs/<role>-<index>.log`, one per process of a run.
 
 Every process of a launch other than the driver (the buffer, each learner rank, each actor,
-the warm-start and held-out-evaluation children) calls `redirect_output` first thing: its
-file descriptors 1 and 2 then point at its own log file, so everything it or its libraries
-write lands there — Python prints, `logging` (vLLM's own handler writes to sys.stdout),
-`warnings`, C/C++ libraries writing to the descriptors directly, and child processes it
-starts later (vLLM's engine core inherits them). The launch's console keeps only the
+the warm-start and held-out-evaluation children) calls `redirect_output` first thing (a Ray
+worker through `own_log`): its file descriptors 1 and 2 then point at its own log file, so
+everything it or its libraries write lands there — Python prints, `logging` (vLLM's own
+handler writes to sys.stdout), `warnings`, C/C++ libraries writing to the descriptors
+directly, and child processes it starts later (vLLM's engine core inherits them). The launch's console keeps only the
 launch's own lines (run/output/console.py); `--verbose` (`logging.verbose`) skips the redirection
 and Ray forwards every worker's output to the console.
 
@@ -13,7 +13,8 @@ A restarted process appends to the same file after a header line naming its pid,
 file tells an actor's whole story. Files are bounded: when one grows past `MAX_LOG_BYTES`,
 its content moves to `<name>.log.1` (replacing the older one) and the file starts again
 from empty. The descriptors are opened with O_APPEND, so every writer, the vLLM child
-included, continues at the new end without reopening anything.
+included, continues at the new end without reopening anything. The launch reads what the
+processes write as it comes (`LogFollower`), and a dead one's last exception (`tail_error`).
 """
 
 from __future__ import annotations
@@ -27,10 +28,15 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agent_r1_async.config import RunConfig
 
 MAX_LOG_BYTES = 32 * 1024 * 1024
 """A log file's size at which it is rotated (one older copy is kept: at most ~2x this)."""
 _CHECK_EVERY_S = 5.0
+_FOLLOW_BYTES = 4 << 20
 
 
 def log_file(log_dir: str | Path, role: str, index: int | None = None) -> Path:
@@ -64,6 +70,33 @@ def redirect_output(path: str | Path, level: int = logging.INFO) -> Path:
     logging.captureWarnings(True)
     _start_bounding(path)
     return path
+
+
+def own_log(cfg: RunConfig, log_dir: str | None, role: str, index: int | None = None) -> None:
+    """This Ray worker's output goes to RUN_DIR/logs/<role>[-<index>].log (`redirect_output`),
+    not to the launch's console; with `logging.verbose` Ray forwards it to the console instead."""
+    if log_dir and not cfg.logging.verbose:
+        redirect_output(log_file(log_dir, role, index))
+
+
+def log_to(path: str) -> None:
+    """This process's `agent_r1_async` log records (INFO and up) go to `path`; WARNING and up
+    also to stderr (which Ray forwards to the launcher's console) unless logging is set up."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    pkg = logging.getLogger("agent_r1_async")
+    pkg.setLevel(logging.INFO)
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not any(getattr(h, "baseFilename", None) == str(Path(path).resolve()) for h in pkg.handlers):
+        file = logging.FileHandler(path)
+        file.setFormatter(fmt)
+        pkg.addHandler(file)
+    if not logging.getLogger().handlers and not any(
+        type(h) is logging.StreamHandler for h in pkg.handlers
+    ):
+        console = logging.StreamHandler()
+        console.setLevel(logging.WARNING)
+        console.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        pkg.addHandler(console)
 
 
 _bounded: set[Path] = set()
@@ -114,9 +147,44 @@ def tail_error(path: str | Path, max_bytes: int = 64 * 1024) -> str | None:
     return None
 
 
+class LogFollower:
+    """The lines appended to a log file since the last call (a rotated file, `bound`, is read
+    again from its start). At most `_FOLLOW_BYTES` are read per call: after a
+    larger burst, the older part of it is skipped."""
+
+    def __init__(self, path: Path, from_end: bool = False) -> None:
+        """`from_end`: what the file holds already is not new (a resumed run's old log)."""
+        self.path = path
+        self.offset = 0
+        if from_end:
+            with contextlib.suppress(OSError):
+                self.offset = path.stat().st_size
+        self._partial = b""
+
+    def new_lines(self) -> list[str]:
+        try:
+            size = self.path.stat().st_size
+            if size < self.offset:  # rotated: the file started again from empty
+                self.offset, self._partial = 0, b""
+            if size == self.offset:
+                return []
+            if size - self.offset > _FOLLOW_BYTES:
+                self.offset, self._partial = size - _FOLLOW_BYTES, b""
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read(size - self.offset)
+        except OSError:
+            return []
+        self.offset += len(data)
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()  # an unfinished last line waits for its end
+        return [line.decode("utf-8", "replace") for line in lines]
+
+
 def quiet_driver(path: str | Path) -> None:
-    """The launch driver's own `logging` records (Ray's driver notices, W&B) and `warnings`
-    go to `path` instead of the console; its stdout stays the console (run/output/console.py)."""
+    """The launch driver's own `logging` records (W&B's, and Ray's driver notices once
+    run/processes/ray_cluster.py `quiet_ray_driver` hands them to `logging`) and `warnings` go
+    to `path` instead of the console; its stdout stays the console (run/output/console.py)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     root = logging.getLogger()
@@ -133,26 +201,6 @@ def quiet_driver(path: str | Path) -> None:
 
     with descriptors_to(path):
         resource_tracker.ensure_running()
-    # Ray's import gives its "ray" logger a stderr handler of its own and stops it propagating
-    # (`ray.init(configure_logging=False)` then drops the handler: its records would reach
-    # stderr through logging's last resort): its driver records go to the file too.
-    import ray  # noqa: F401 - installs that handler now, so that it can be removed
-
-    ray_logger = logging.getLogger("ray")
-    for h in list(ray_logger.handlers):
-        ray_logger.removeHandler(h)
-    ray_logger.propagate = True
-    # The driver prints the raylet's error reports (a worker died: a paragraph each) straight
-    # to sys.stdout; the launch says those once in its own words (run/output/events.py).
-    with contextlib.suppress(Exception):  # a private hook: if it moved, Ray prints them itself
-        from ray._private import worker as ray_worker
-
-        def to_log(data: dict, ignore_prefix: bool = False) -> None:
-            for line in data.get("lines", []):
-                ray_logger.warning("(%s) %s", data.get("pid", "ray"), line)
-
-        ray_worker.print_to_stdstream = to_log
-        ray_worker._worker_logs_enabled = False  # its other paths (leftovers at shutdown)
 
 
 @contextlib.contextmanager

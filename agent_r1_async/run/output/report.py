@@ -19,28 +19,20 @@ no record stays blank, nothing is drawn between records):
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 from agent_r1_async.run.output.histograms import from_json
+from agent_r1_async.run.output.metrics_file import read_records
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The records of `RUN_DIR/metrics.jsonl` (a torn last line is skipped: a running run)."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist (is {run_dir} a run directory?)")
-    rows = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            if n != len(path.read_text().splitlines()):  # a torn last line is expected mid-write
-                raise
-    return rows
+    return read_records(path)
 
 
 def _series(rows: list[dict[str, Any]], keys: str | tuple[str, ...]) -> tuple[list[float], list[float]]:

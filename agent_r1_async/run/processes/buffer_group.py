@@ -20,7 +20,11 @@ starts a new `BufferHost`:
   to, with their steps and generated tokens (lost with it: none of them can be whole again;
   counted from the launcher's last look at its stats, `seen`, so at least that many).
 
-The host writes its pid to `RUN_DIR/buffer.pid` (the kill drill and an operator find it there).
+The host (`BufferHost`, a Ray actor) builds the `BufferService` with its own ZeroMQ transport,
+binds its two sockets and writes its pid to `RUN_DIR/buffer.pid` (the kill drill and an
+operator find it there); its loop broken for good ends the process (status 70), so that
+supervision sees a dead buffer instead of a live process serving nothing. Only small values
+cross Ray (endpoints, stats as named fields: `struct_to_dict`); records move over ZeroMQ.
 
 What records are checked against (`RecordBounds`, buffers/validate.py) is derived here once, from
 the run's config and the policy's config.json `vocab_size`, and handed to every `BufferHost`.
@@ -29,18 +33,22 @@ the run's config and the policy's config.json `vocab_size`, and handed to every 
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from agent_r1_async.buffers.lengths import UNSAVED, WIRE_PREFIX, Loss
 from agent_r1_async.buffers.validate import RecordBounds
 from agent_r1_async.config import RunConfig
-from agent_r1_async.run.output.events import death_cause, process_death
-from agent_r1_async.run.output.logs import log_file
-from agent_r1_async.run.processes.nodes import alive_nodes
+from agent_r1_async.run.output.logs import log_file, own_log
+from agent_r1_async.run.processes.forensics import death_cause, process_death
+from agent_r1_async.run.processes.nodes import Host, advertised, alive_nodes, on_this_node, where
 from agent_r1_async.run.processes.ray_cluster import BUFFER_NUM_CPUS
-from agent_r1_async.wire.zmq import CurveKeys
+from agent_r1_async.wire.transport import tcp_endpoint
+from agent_r1_async.wire.zmq import CurveKeys, ZmqTransport
 
 
 def record_bounds(cfg: RunConfig) -> RecordBounds:
@@ -49,6 +57,105 @@ def record_bounds(cfg: RunConfig) -> RecordBounds:
     from agent_r1_async.models import model_vocab_size
 
     return RecordBounds.from_config(cfg, model_vocab_size(cfg.model.name_or_path))
+
+
+def struct_to_dict(obj: Any) -> Any:
+    """Wire structs are array_like (positional); give the launcher named fields instead."""
+    if isinstance(obj, msgspec.Struct):
+        return {f: struct_to_dict(getattr(obj, f)) for f in obj.__struct_fields__}
+    if isinstance(obj, dict):
+        return {k: struct_to_dict(v) for k, v in obj.items()}
+    return obj
+
+
+def _exit_broken_buffer(exc: BaseException) -> None:
+    """The buffer's loop is broken for good (its final snapshot is written): end this process
+    so that supervision sees a dead buffer, instead of a live process serving nothing."""
+    print(f"buffer: service loop broken ({type(exc).__name__}: {exc}); exiting", file=sys.stderr,
+          flush=True)
+    os._exit(70)
+
+
+class BufferHost(Host):
+    """The buffer's process. `bounds`: the run's record bounds, built once by the launch
+    (`SupervisedBuffer`) and the same for every restart. `bind`: the endpoints to bind (a
+    restarted buffer takes its predecessor's); default: free ports on `launch.bind_host`.
+    `pid_file`: where this process writes its pid."""
+
+    def __init__(
+        self, cfg: RunConfig, bounds: RecordBounds, snapshot_dir: str | None,
+        curve: CurveKeys | None, resume: bool, bind: dict[str, str] | None = None,
+        pid_file: str | None = None, log_dir: str | None = None,
+    ) -> None:
+        own_log(cfg, log_dir, "buffer")
+        from agent_r1_async.buffers.service import BufferService
+
+        cfg = on_this_node(cfg)
+
+        self.cfg = cfg
+        self.transport = ZmqTransport(curve=curve)
+        host = cfg.launch.bind_host
+        self.service = BufferService(
+            cfg.buffer,
+            cfg.algorithm,
+            self.transport,
+            data_endpoint=bind["data"] if bind else tcp_endpoint(host),
+            control_endpoint=bind["control"] if bind else tcp_endpoint(host),
+            snapshot_dir=snapshot_dir,
+            fresh_actors=resume,  # a relaunch starts new actors: the old ones' credits are void
+            on_fatal=_exit_broken_buffer,
+            bounds=bounds,
+        )
+        self.service.start()
+        if pid_file:
+            with contextlib.suppress(OSError):
+                Path(pid_file).write_text(str(os.getpid()))
+
+    def placement(self) -> tuple[dict[str, str], dict[str, str]]:
+        """The endpoints as bound, and this node (`where`): where a restart binds again while
+        the node lives."""
+        bound = {"data": self.service.data_endpoint, "control": self.service.control_endpoint}
+        return bound, where()
+
+    def serve(self) -> str:
+        """Returns when the service loop ends (its failure, or "" after `stop`): the launcher
+        keeps this call pending to see the buffer die."""
+        self.service.join()
+        return repr(self.service.failure) if self.service.failure is not None else ""
+
+    def restored(self) -> dict[str, Any]:
+        """What this process restored from the snapshot: its version, ready groups and records
+        received (`BufferStats.records`), and `note`: the console's line when a snapshot was
+        corrupt or unverified ("" if none)."""
+        stats = self.service.metrics()
+        report = self.service.snapshot_report
+        return {"version": stats.learner_version, "groups": stats.groups_ready,
+                "records": stats.records,
+                "note": (report.line() if report is not None else None) or ""}
+
+    def set_version(self, version: int) -> None:
+        self.service.set_version(version)
+
+    def reclaim(self, actor_id: str) -> dict[str, int]:
+        """The launcher replaces `actor_id`'s process: what it held comes back now
+        (`BufferService.reclaim`)."""
+        return self.service.reclaim(actor_id)
+
+    def snapshot(self) -> str | None:
+        return self.service.snapshot_now()
+
+    def endpoints(self) -> dict[str, str]:
+        host = self.cfg.launch.bind_host
+        return {
+            "data": advertised(self.service.data_endpoint, host),
+            "control": advertised(self.service.control_endpoint, host),
+        }
+
+    def stats(self) -> dict[str, Any]:
+        return struct_to_dict(self.service.metrics())
+
+    def stop(self) -> None:
+        self.service.stop()
 
 
 class SupervisedBuffer:
@@ -62,7 +169,7 @@ class SupervisedBuffer:
         self._bound: dict[str, str] | None = None
         self._node: str | None = None
         self.where: dict[str, str] = {}
-        """The buffer's node (hosts.where)."""
+        """The buffer's node (nodes.where)."""
         self.moved = False
         """True after a restart on another node (new endpoints) until the supervisor has
         pointed the clients there."""
@@ -74,8 +181,6 @@ class SupervisedBuffer:
 
     def _start(self, relaunch: bool) -> None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        from agent_r1_async.run.processes.hosts import BufferHost
 
         options: dict[str, Any] = {"resources": dict(self.cfg.buffer.resources)}
         if self._node is not None:  # its endpoints are on this node's addresses

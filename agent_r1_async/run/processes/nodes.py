@@ -1,20 +1,88 @@
 """Which Ray node runs which process, and which nodes are lost.
 
+Inside a process: this node's address (`node_ip`, `where`), an endpoint bound to 0.0.0.0 as
+the other nodes reach it (`advertised`), `launch.bind_host: node` as this node's address
+(`on_this_node`), and `Host`, what the launcher asks every process it hosts (its pid, its
+node).
+
 On a cluster of several nodes the launch prints one placement line when its processes are up
 (`placement_line`), and one line per node lost (`NodeWatch` polls Ray's node table; a node
 is lost when Ray marks it dead: its raylet stopped answering, which kills every process on
-it). Each role's own supervision restarts what ran there (run/processes/supervisor.py); these
-lines only say where, so an operator sees one cause instead of several deaths.
+it). Each role's own supervision restarts what ran there (buffer_group.py, learner_group.py,
+actor_group.py); these lines only say where, so an operator sees one cause instead of several
+deaths.
 """
 
 from __future__ import annotations
 
+import math
+import os
 import time
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
+from agent_r1_async.config import RunConfig
+
 Where = dict[str, str]
-"""A process's node: {"node_id": Ray's node id, "ip": its address} (hosts.where)."""
+"""A process's node: {"node_id": Ray's node id, "ip": its address} (`where`)."""
+
+
+def node_ip() -> str:
+    """This node's address as the other nodes of the Ray cluster reach it."""
+    import socket
+
+    try:
+        import ray
+
+        return ray.util.get_node_ip_address()
+    except Exception:  # not inside Ray: fall back to the host name's address
+        return socket.gethostbyname(socket.gethostname())
+
+
+def where() -> Where:
+    """This process's Ray node: {"node_id": ..., "ip": ...} (the launch's placement line and
+    its node-loss events)."""
+    import ray
+
+    return {"node_id": ray.get_runtime_context().get_node_id(), "ip": node_ip()}
+
+
+def advertised(endpoint: str, bind_host: str) -> str:
+    """A socket bound to 0.0.0.0 is reached through this node's address."""
+    if bind_host not in ("0.0.0.0", "*"):
+        return endpoint
+    return f"tcp://{node_ip()}:{endpoint.rsplit(':', 1)[1]}"
+
+
+def on_this_node(cfg: RunConfig) -> RunConfig:
+    """`cfg` as this process uses it: `launch.bind_host: node` becomes this node's address,
+    so every socket it binds is on its own node (a cluster of several nodes)."""
+    if cfg.launch.bind_host != "node":
+        return cfg
+    launch = msgspec.structs.replace(cfg.launch, bind_host=node_ip())
+    return msgspec.structs.replace(cfg, launch=launch)
+
+
+def pin_threads(num_cpus: float) -> None:
+    """This process's torch and OpenMP threads: the CPUs Ray reserved for it on its node."""
+    n = max(1, math.ceil(num_cpus))
+    os.environ["OMP_NUM_THREADS"] = str(n)
+    import torch
+
+    torch.set_num_threads(n)
+
+
+class Host:
+    """What the launcher asks every process it hosts: its pid (RUN_DIR/*.pid, drills) and its
+    node."""
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def where(self) -> Where:
+        return where()
 
 
 def alive_nodes(nodes: list[dict[str, Any]]) -> dict[str, str]:

@@ -1,4 +1,5 @@
-"""Ray at the edge: start a local Ray or join a cluster, with the env every process gets.
+"""Ray at the edge: start a local Ray or join a cluster, with the env every process gets;
+the driver's own Ray notices into its log (`quiet_ray_driver`); the cluster's node table.
 
 A local Ray is private to the launch's user:
 - it advertises 127.0.0.1, so every Ray process connects to the others over loopback;
@@ -13,12 +14,14 @@ setting for it): the token is what keeps other hosts out (docs/reliability.md, "
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import secrets
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from agent_r1_async.config import RunConfig
 
@@ -104,3 +107,39 @@ def stop_ray() -> None:
         shutil.rmtree(_private_dirs.pop(), ignore_errors=True)
 
 
+
+
+def quiet_ray_driver() -> None:
+    """Ray's driver notices go to `logging` (the driver's log file, run/output/logs.py
+    `quiet_driver`), not to the console.
+
+    Ray's import gives its "ray" logger a stderr handler of its own and stops it propagating
+    (`ray.init(configure_logging=False)` then drops the handler: its records would reach stderr
+    through logging's last resort): its driver records go to the file too. The driver prints
+    the raylet's error reports (a worker died: a paragraph each) straight to sys.stdout; the
+    launch says those once in its own words (run/output/events.py)."""
+    import logging
+
+    import ray  # noqa: F401 - installs that handler now, so that it can be removed
+
+    ray_logger = logging.getLogger("ray")
+    for h in list(ray_logger.handlers):
+        ray_logger.removeHandler(h)
+    ray_logger.propagate = True
+    with contextlib.suppress(Exception):  # a private hook: if it moved, Ray prints them itself
+        from ray._private import worker as ray_worker
+
+        def to_log(data: dict, ignore_prefix: bool = False) -> None:
+            for line in data.get("lines", []):
+                ray_logger.warning("(%s) %s", data.get("pid", "ray"), line)
+
+        ray_worker.print_to_stdstream = to_log
+        ray_worker._worker_logs_enabled = False  # its other paths (leftovers at shutdown)
+
+
+def ray_nodes() -> list[dict[str, Any]]:
+    """Ray's node table (`ray.nodes()`) of the cluster this driver joined."""
+    import ray
+
+    nodes: list[dict[str, Any]] = ray.nodes()
+    return nodes

@@ -13,7 +13,8 @@ from agent_r1_async.actors.rollout import EpisodeIds, Rollout
 from agent_r1_async.actors.stats import StatsReporter
 from agent_r1_async.envs.base import Observation, StepResult, Task
 from agent_r1_async.models import load_tokenizer, tiny_model_dir
-from agent_r1_async.run.output.metrics import failing_actors, merge_metrics
+from agent_r1_async.run.output.metric_names import merge_metrics
+from agent_r1_async.run.processes.supervisor import failing_actors
 from agent_r1_async.wire.messages import ActorStats, decode_data, encode
 from tests.fakes.engine import FakeEngine
 

@@ -132,10 +132,11 @@ def test_summary_ratios_and_intervals_by_hand(bench) -> None:
 
 def test_launch_metrics_reads_the_names_the_launch_logs(bench, tmp_path) -> None:
     """Staleness and learner idleness under the names the launch writes to metrics.jsonl
-    (run/output/metrics.py `_RENAME`); the bench once read names no record has, printing 0.00."""
+    (run/output/metric_names.py `_RENAME`); the bench once read names no record has, printing
+    0.00."""
     import json
 
-    from agent_r1_async.run.output.metrics import _RENAME
+    from agent_r1_async.run.output.metric_names import _RENAME
 
     stale, idle = _RENAME["staleness_mean"], _RENAME["idle_frac"]
     rows = [{"update": 1, "learner/episodes": 16.0, stale: 1.0, idle: 0.5},

@@ -9,7 +9,7 @@ from agent_r1_async.buffers.lengths import Loss, length_bucket, length_metrics
 from agent_r1_async.buffers.validate import RecordBounds
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
 from agent_r1_async.envs.world.env import horizon_bucket
-from agent_r1_async.run.output.metrics import merge_metrics
+from agent_r1_async.run.output.metric_names import merge_metrics
 from tests.fakes.clock import FakeClock
 from tests.fakes.records import end, episode_records, step
 

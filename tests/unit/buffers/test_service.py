@@ -131,8 +131,8 @@ def test_decoded_values_own_their_memory():
 
 
 def test_the_service_reports_records_per_frame_as_launch_metrics_log_it():
-    from agent_r1_async.run.output.metrics import merge_metrics
-    from agent_r1_async.run.processes.hosts import struct_to_dict
+    from agent_r1_async.run.output.metric_names import merge_metrics
+    from agent_r1_async.run.processes.buffer_group import struct_to_dict
 
     service, pusher = _service()
     try:

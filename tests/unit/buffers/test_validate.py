@@ -207,7 +207,7 @@ def test_the_launch_reads_the_vocabulary_from_the_policy_config(tmp_path) -> Non
 
 def test_the_buffer_host_checks_records_against_the_bounds_it_is_given() -> None:
     """BufferHost (no Ray needed to build one) hands its `bounds` to the buffer as they are."""
-    from agent_r1_async.run.processes.hosts import BufferHost
+    from agent_r1_async.run.processes.buffer_group import BufferHost
 
     cfg = config_from_dict({"buffer": {"gc_freeze": False, "snapshot_interval_s": 0.0}})
     host = BufferHost(cfg, BOUNDS, None, None, resume=False)

@@ -28,9 +28,9 @@ import numpy as np
 import pytest
 import torch
 
-from agent_r1_async import config
+from agent_r1_async import config, disk
+from agent_r1_async.disk import DiskFullError
 from agent_r1_async.learner import checkpoint, checkpoint_files
-from agent_r1_async.learner.checkpoint_files import DiskFullError
 from agent_r1_async.learner.trainer import PolicyTrainer
 
 
@@ -135,8 +135,8 @@ def test_a_full_disk_is_reported_as_such_and_the_last_checkpoint_stands(
 
         monkeypatch.setattr(dcp, "save", _raise_enospc if failure == "dcp_enospc"
                             else _raise_dcp_checkpoint_exception)
-    monkeypatch.setattr(checkpoint_files, "free_bytes", lambda path: 4096)
-    with pytest.raises(checkpoint_files.DiskFullError) as err:
+    monkeypatch.setattr(disk, "free_bytes", lambda path: 4096)
+    with pytest.raises(DiskFullError) as err:
         checkpoint.save_checkpoint(str(tmp_path), trainer, {"version": 2, "updates": 2})
     msg = str(err.value)
     root = tmp_path / "checkpoints"
@@ -151,10 +151,10 @@ def test_a_torch_write_error_with_space_left_is_not_called_a_full_disk(
         tmp_path, micro_model_dir, monkeypatch):
     trainer = _trainer(micro_model_dir, algo="grpo")
     monkeypatch.setattr(torch, "save", _save_to_a_full_disk)
-    monkeypatch.setattr(checkpoint_files, "free_bytes", lambda path: 50 * 2**30)
+    monkeypatch.setattr(disk, "free_bytes", lambda path: 50 * 2**30)
     with pytest.raises(RuntimeError, match="inline_container") as err:
         checkpoint.save_checkpoint(str(tmp_path), trainer, {"version": 1, "updates": 1})
-    assert not isinstance(err.value, checkpoint_files.DiskFullError)
+    assert not isinstance(err.value, DiskFullError)
 
 
 def test_keep_checkpoints_prunes_old_complete_ones_only(tmp_path, micro_model_dir):
@@ -433,7 +433,7 @@ def test_a_load_that_raises_after_verification_falls_back_the_same_way(
 def test_no_intact_checkpoint_is_one_line_naming_the_run_directory(tmp_path, micro_model_dir):
     from ray.exceptions import RayTaskError
 
-    from agent_r1_async.run.output.events import one_line
+    from agent_r1_async.run.output.lines import one_line
 
     _two_checkpoints(tmp_path, micro_model_dir)
     root = (tmp_path / "checkpoints").resolve()

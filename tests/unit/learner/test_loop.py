@@ -1,8 +1,9 @@
 """The learner loop (learner/loop.py): `Learner.stop_waiting` and the update's metrics.
 
 `Learner.stop_waiting`: an update waiting for data ends at its next poll, so the launch's
-final checkpoint (queued on the learner's one worker thread, run/processes/hosts.py) is not held up to
-`learner.sample_timeout_s` by an update that no data will come for (every env failing).
+final checkpoint (queued on the learner's one worker thread, run/processes/learner_group.py)
+is not held up to `learner.sample_timeout_s` by an update that no data will come for (every
+env failing).
 
 `Learner.update` reports the mean of its PPO epochs' optimizer metrics (`epoch_mean`).
 """

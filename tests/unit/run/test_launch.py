@@ -7,9 +7,10 @@ import json
 from pathlib import Path
 
 from agent_r1_async.config import config_from_dict
-from agent_r1_async.run.launch import _train, last_logged_update
+from agent_r1_async.run.launch import _train
 from agent_r1_async.run.output.console import Console
 from agent_r1_async.run.output.events import Events
+from agent_r1_async.run.output.metrics_file import last_logged_update
 
 
 class _Supervisor:
@@ -90,22 +91,3 @@ def test_resume_after_a_crash_does_not_log_updates_twice(tmp_path):
     assert logger.steps == [6, 7]
     assert last_logged_update(tmp_path / "metrics.jsonl") == 7
     assert last_logged_update(tmp_path / "missing.jsonl") == 0
-
-
-def test_a_full_disk_anywhere_is_one_line_naming_the_file_and_the_free_bytes(tmp_path, monkeypatch):
-    import errno
-
-    from agent_r1_async.run import launch as launch_mod
-
-    monkeypatch.setattr(launch_mod, "free_bytes", lambda path: 4096)
-    err = OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "logs" / "learner-0.log"))
-    line = launch_mod.disk_full_line(RuntimeError("wrapped"), tmp_path)
-    assert line is None  # not a full disk
-    wrapped = RuntimeError("remote task failed")
-    wrapped.cause = err  # how Ray's task errors carry the remote exception
-    assert launch_mod.disk_full_line(wrapped, tmp_path) == (
-        f"disk full: {tmp_path}/logs/learner-0.log (4,096 bytes free on that filesystem)")
-    # Without a file name the run directory stands for where it was.
-    bare = OSError(errno.ENOSPC, "No space left on device")
-    assert launch_mod.disk_full_line(bare, tmp_path) == (
-        f"disk full: {tmp_path} (4,096 bytes free on that filesystem)")

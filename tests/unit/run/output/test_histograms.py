@@ -15,7 +15,8 @@ from agent_r1_async.run.output.histograms import (
     to_json,
     to_wandb,
 )
-from agent_r1_async.run.output.metrics import MetricsLogger, merge_metrics
+from agent_r1_async.run.output.metric_names import merge_metrics
+from agent_r1_async.run.output.metrics import MetricsLogger
 
 
 def test_both_kinds_go_to_json_and_back():

@@ -1,7 +1,7 @@
-"""run/output/metrics.py: merge_metrics + ActorRates (actor throughput averaged between
-records, not over 5 s); MetricsLogger's lines on disk as logged, its failed writes kept as one
-line and never raised (a full disk simulated with /dev/full and failing file objects; W&B
-with a fake module), and the update a killed launcher never logged taken from its checkpoint."""
+"""run/output/metrics.py: MetricsLogger's lines on disk as logged, its failed writes kept as one
+line and never raised (a full disk simulated with /dev/full and failing file objects; W&B with a
+fake module), and the update a killed launcher never logged taken from its checkpoint
+(learner/checkpoint_files.py `checkpointed_update`)."""
 
 from __future__ import annotations
 
@@ -15,54 +15,10 @@ from pathlib import Path
 import pytest
 
 from agent_r1_async.config import config_from_dict
+from agent_r1_async.learner.checkpoint_files import checkpointed_update
 from agent_r1_async.run.output import metrics
-from agent_r1_async.run.output.metrics import ActorRates, MetricsLogger, merge_metrics
+from agent_r1_async.run.output.metrics import MetricsLogger
 
-
-def _stats(t: float, tokens_total: int, ended: int, window_rate: float) -> dict:
-    return {"time": t, "tokens_total": tokens_total, "episodes_done": ended - 1,
-            "episodes_failed": 1, "tokens_per_s": window_rate, "episodes_per_s": 0.0,
-            "weight_sync_latency_s": 0.5, "policy_version": 3, "episodes_in_flight": 0,
-            "gen_time_s": 0.0, "env_time_s": 0.0}
-
-
-def _merge(rates, actors: dict) -> dict:
-    record, _ = merge_metrics({"metrics": {"version": 1}}, {"actors": actors}, rates)
-    return record
-
-
-def test_rates_are_differences_of_totals_between_records():
-    rates = ActorRates()
-    # first record: no history, the actors' own 5 s window rates (a0 idle at that moment)
-    first = _merge(rates, {"a0": _stats(100.0, 1_000, 8, 0.0), "a1": _stats(101.0, 500, 4, 30.0)})
-    assert first["actors/tokens_per_s"] == 30.0
-    # 40 s later a0 made 2,400 tokens and 16 episodes, yet its last window was idle again
-    second = _merge(rates, {"a0": _stats(140.0, 3_400, 24, 0.0), "a1": _stats(121.0, 900, 6, 0.0)})
-    assert second["actor/a0/tokens_per_s"] == pytest.approx(2_400 / 40)   # 60
-    assert second["actor/a0/episodes_per_s"] == pytest.approx(16 / 40)   # 0.4
-    assert second["actor/a0/episodes_done"] == 23  # its trainable total: 24 ended, 1 failed
-    assert second["actor/a1/tokens_per_s"] == pytest.approx(400 / 20)    # 20
-    assert second["actors/tokens_per_s"] == pytest.approx(80.0)
-    assert second["actors/episodes_per_s"] == pytest.approx(0.4 + 2 / 20)
-
-
-def test_same_report_or_a_restarted_actor_falls_back_to_the_window_rate():
-    rates = ActorRates()
-    _merge(rates, {"a0": _stats(100.0, 1_000, 8, 12.0)})
-    same = _merge(rates, {"a0": _stats(100.0, 1_000, 8, 12.0)})  # no new report since
-    assert same["actors/tokens_per_s"] == 12.0
-    restarted = _merge(rates, {"a0": _stats(150.0, 200, 1, 7.0)})  # counters began again
-    assert restarted["actors/tokens_per_s"] == 7.0
-    after = _merge(rates, {"a0": _stats(160.0, 700, 3, 0.0)})  # and from there, differences
-    assert after["actors/tokens_per_s"] == pytest.approx(50.0)
-
-
-def test_without_rates_the_window_rates_are_reported():
-    record = _merge(None, {"a0": _stats(100.0, 1_000, 8, 12.5)})
-    assert record["actors/tokens_per_s"] == 12.5 and record["actor/a0/tokens_per_s"] == 12.5
-
-
-# ---- MetricsLogger: durable lines, failed writes, the update a killed launcher never logged
 
 def _logger(run_dir: Path, wandb: str = "disabled") -> MetricsLogger:
     return MetricsLogger(config_from_dict({}, [f"logging.wandb_mode={wandb}"]), run_dir)
@@ -250,6 +206,12 @@ def _logged(run_dir: Path, *updates: int) -> None:
             f.write(json.dumps({"update": u, "time": 1.0, "version": u}) + "\n")
 
 
+def _recover(logger: MetricsLogger, run_dir: Path) -> int | None:
+    """What the launch does on opening its logger: the newest checkpoint's update record,
+    logged when metrics.jsonl lacks it."""
+    return logger.log_checkpointed(checkpointed_update(run_dir / "checkpoints"))
+
+
 def test_the_checkpointed_update_a_killed_launcher_never_logged_is_logged_on_resume(tmp_path):
     # The launcher logged updates 1 and 2 and was killed after the learner checkpointed 3.
     _logged(tmp_path, 1, 2)
@@ -257,7 +219,7 @@ def test_the_checkpointed_update_a_killed_launcher_never_logged_is_logged_on_res
         "metrics": {"version": 3.0, "loss": 0.5, "staleness_mean": 0.25, "idle_frac": 0.1},
         "staleness_hist": {"0": 10.0, "1": 30.0}})
     logger = _logger(tmp_path)
-    assert logger.recovered == 3
+    assert _recover(logger, tmp_path) == 3
     logger.close()
     records = [json.loads(x) for x in _lines(tmp_path / "metrics.jsonl")]
     assert [r["update"] for r in records] == [1, 2, 3]
@@ -268,8 +230,9 @@ def test_the_checkpointed_update_a_killed_launcher_never_logged_is_logged_on_res
         "learner/recovered_from_checkpoint": 1.0}
     # Opened again (a second resume): update 3 is there, nothing more is written.
     again = _logger(tmp_path)
+    assert _recover(again, tmp_path) is None
     again.close()
-    assert again.recovered is None and len(_lines(tmp_path / "metrics.jsonl")) == 3
+    assert len(_lines(tmp_path / "metrics.jsonl")) == 3
 
 
 @pytest.mark.parametrize(("logged", "last_update"), [
@@ -281,6 +244,6 @@ def test_nothing_is_recovered_when_the_checkpoint_gives_no_new_record(tmp_path, 
     _logged(tmp_path, *logged)
     _checkpoint(tmp_path, 3, last_update)
     logger = _logger(tmp_path)
+    assert _recover(logger, tmp_path) is None
     logger.close()
-    assert logger.recovered is None
     assert [json.loads(x)["update"] for x in _lines(tmp_path / "metrics.jsonl")] == list(logged)

@@ -1,11 +1,18 @@
-"""The learner group's calls are bounded: a rank that never answers is a `TimeoutError`
-naming the call, after the given time and not before."""
+"""The learner group (run/processes/learner_group.py) without Ray: its calls are bounded (a
+rank that never answers is a `TimeoutError` naming the call, after the given time and not
+before); which failures are deaths that restart the group; what a rank tells the launcher's
+liveness watch about its worker thread."""
 
 from __future__ import annotations
 
-import pytest
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
-from agent_r1_async.run.processes.learner_group import LearnerGroup
+import pytest
+import ray.exceptions as rex
+
+from agent_r1_async.run.processes.learner_group import LearnerGroup, LearnerHost
+from tests.unit.run.processes.ray_fakes import OOM, SIGKILLED, died
 
 
 class _Ray:
@@ -55,3 +62,68 @@ def test_without_a_bound_the_wait_has_none(monkeypatch):
     ray = _Ray({"r0": 700.0})
     assert _group(ray, monkeypatch)._wait(["r0"]) == "result of r0"
     assert ray.timeouts == [None]
+
+
+class _OutcomeRay:
+    """`ray.get` on a ref raises what that ref's task ended with."""
+
+    exceptions = rex
+
+    def __init__(self, outcomes: dict[str, BaseException | None]) -> None:
+        self.outcomes = outcomes
+
+    def get(self, ref: str, timeout: float | None = None):
+        if self.outcomes[ref] is not None:
+            raise self.outcomes[ref]
+        return {"metrics": {}}
+
+    def wait(self, refs, timeout=None, num_returns=1):
+        return list(refs), []
+
+
+def _dying(outcomes: dict[str, BaseException | None]) -> LearnerGroup:
+    group = LearnerGroup.__new__(LearnerGroup)  # only its decision logic, no processes
+    group.ray = _OutcomeRay(outcomes)
+    return group
+
+
+@pytest.mark.parametrize("error", [rex.OutOfMemoryError(OOM), died(SIGKILLED)],
+                         ids=["OutOfMemoryError", "ActorDiedError"])
+def test_a_learner_killed_mid_update_is_a_death_that_restarts_the_group(error):
+    # Ray's memory monitor killing the learner mid-update surfaces as OutOfMemoryError, which
+    # is no RayActorError: it must restart the group, not end the launch.
+    group = _dying({"r0": error, "r1": None})
+    assert group.dead_rank(["r0", "r1"], ["r0", "r1"]) == (0, error)
+
+
+def test_a_learner_whose_update_raised_still_ends_the_launch():
+    bug = rex.RayTaskError("update", "Traceback: ValueError", ValueError("a bug"))
+    group = _dying({"r0": bug})
+    with pytest.raises(rex.RayTaskError):
+        group.dead_rank(["r0"], ["r0"])
+
+
+def test_a_learner_rank_says_what_its_worker_runs_while_it_runs():
+    """The launcher asks `progress()` on Ray's second thread while an update holds the
+    worker: it answers at once, naming the update (a long update is alive, not hung)."""
+    host = LearnerHost.__new__(LearnerHost)  # no model, no Ray: the worker thread only
+    host._worker = ThreadPoolExecutor(1)
+    host._doing = ("idle", 0.0)
+    inside, release = threading.Event(), threading.Event()
+    seen: list[dict] = []
+
+    def step() -> str:  # named as Learner.step is
+        inside.set()
+        release.wait(10)
+        return "updated"
+
+    runner = threading.Thread(target=lambda: seen.append({"result": host._on_worker(step)}))
+    runner.start()
+    assert inside.wait(10)
+    during = host.progress()
+    release.set()
+    runner.join(10)
+    after = host.progress()
+    host._worker.shutdown()
+    assert during["doing"] == "an update" and during["for_s"] >= 0.0
+    assert seen == [{"result": "updated"}] and after["doing"] == "idle"

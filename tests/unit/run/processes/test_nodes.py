@@ -1,4 +1,5 @@
-"""Which node runs which process, and which nodes are lost (run/processes/nodes.py)."""
+"""Which node runs which process, and which nodes are lost (run/processes/nodes.py); a
+process's own node address."""
 
 from __future__ import annotations
 
@@ -57,3 +58,18 @@ def test_a_node_with_none_of_the_runs_processes_is_named_with_none():
     table.pop()
     clock.t = 2.0
     assert watch.lost() == [("127.0.0.3", [])]
+
+
+def test_bind_host_node_becomes_this_nodes_address_and_others_stay(monkeypatch):
+    """`launch.bind_host: node`: each process binds its own Ray node's address, so a buffer
+    on 127.0.0.3 binds there (the multi-node tests run it on a loopback cluster)."""
+    from agent_r1_async.config import config_from_dict
+    from agent_r1_async.run.processes import nodes
+
+    monkeypatch.setattr(nodes, "node_ip", lambda: "127.0.0.3")
+    cfg = config_from_dict({"launch": {"bind_host": "node"}})
+    resolved = nodes.on_this_node(cfg)
+    assert resolved.launch.bind_host == "127.0.0.3" and cfg.launch.bind_host == "node"
+    assert resolved.buffer == cfg.buffer and resolved.launch.curve
+    plain = config_from_dict({"launch": {"bind_host": "127.0.0.1"}})
+    assert nodes.on_this_node(plain) is plain
