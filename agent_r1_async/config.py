@@ -240,7 +240,11 @@ class ActorsConfig(_Section):
 
 class BufferConfig(_Section):
     max_staleness: int = 2
-    """Largest allowed learner_version - policy_version of a trained step (0 = synchronous)."""
+    """Largest allowed learner_version − the group version `staleness_from` reads; older groups
+    are dropped untrained."""
+    staleness_from: Literal["newest_token", "oldest_token"] = "newest_token"
+    """A group's version for the bound: its newest action token's (about when it completed;
+    older tokens of long episodes are importance-corrected) or its oldest (strict)."""
     sampling: Literal["prioritized", "fifo"] = "prioritized"
     """Group sampling: sum-tree by priority, or oldest first."""
     alpha: float = 0.6
@@ -263,8 +267,9 @@ class BufferConfig(_Section):
     """Most times one group may be sampled before it is evicted."""
     max_bytes: int = 1_073_741_824
     """Memory bound of stored episodes; when reached, no new credits are granted (1 MiB to 1 TiB; `launch` also checks it against this machine's memory and the batch's worst case)."""
-    group_wait_s: float = 120.0
-    """After this, a group with at least `min_group_episodes` ended episodes becomes sampleable."""
+    group_wait_s: float | None = None
+    """Seconds from a group's first record after which it closes with `min_group_episodes`
+    ended episodes, dropping the rest; None: wait while its episodes still send records."""
     min_group_episodes: int = 2
     """Fewest ended episodes of a group that may be sampled after `group_wait_s`."""
     episode_timeout_s: float = 600.0
@@ -299,7 +304,8 @@ class BufferConfig(_Section):
         _require(self.min_group_episodes >= 1, "buffer.min_group_episodes", "must be >= 1")
         _require(self.episode_timeout_s > 0, "buffer.episode_timeout_s", "must be > 0")
         _require(self.step_grace_s >= 0, "buffer.step_grace_s", "must be >= 0")
-        _require(self.group_wait_s > 0, "buffer.group_wait_s", "must be > 0")
+        _require(self.group_wait_s is None or self.group_wait_s > 0, "buffer.group_wait_s",
+                 "must be > 0, or null to wait for every episode that still sends records")
         _require(self.snapshot_interval_s >= 0, "buffer.snapshot_interval_s", "must be >= 0 (0 = at shutdown only)")
         _require(self.max_restarts >= 0, "buffer.max_restarts", "must be >= 0")
         _require_resources(self.resources, "buffer.resources")

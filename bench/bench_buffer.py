@@ -144,7 +144,8 @@ def bench_sampling(
         while len(store) < n:  # light groups: the cost measured is the index, not the payload
             i = len(store)
             group = m.Group(f"g{i}", "t", "bench", [])
-            store.insert(StoredGroup(group, 0, rng.randrange(4), rng.random(), hist))
+            v = rng.randrange(4)
+            store.insert(StoredGroup(group, 0, v, v, rng.random(), hist))
             tree.add(rng.random() + 0.01)
         t0 = time.perf_counter()
         for _ in range(reps):

@@ -53,7 +53,7 @@ from agent_r1_async.wire.messages import EpisodeEnd, StepRecord
 from bench.stats import load_line, mean_sd
 
 DEFAULT_MIX = "0.70:4-10,0.20:10-30,0.08:30-60,0.02:60-100"
-"""Weights and horizon ranges: p50 ≈ 8 steps, p99 ≈ 70 (p99/p50 ≥ 5)."""
+"""Weights and horizon ranges: episode lengths p50 9 steps, p99 85, mean 14.7 (p99/p50 9.4)."""
 
 
 @dataclass
@@ -326,7 +326,7 @@ def _row(key: str, runs: list[dict[str, Any]]) -> str:
     for r in runs:
         drops.update(r["drops"])
     drop_text = ", ".join(f"{k} {v / len(runs):.0f}" for k, v in sorted(drops.items())
-                          if "/" not in k) or "none"
+                          if "/" not in k and k != "reuse_exhausted") or "none"
     frac = {b: statistics.fmean(r["trained_fraction"].get(b, math.nan) for r in runs)
             for b in sorted({b for r in runs for b in r["trained_fraction"]},
                             key=lambda x: int(x[3:]))}

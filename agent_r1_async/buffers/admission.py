@@ -30,7 +30,10 @@ class AdmissionControl:
       (restored from a snapshot);
     - in_flight: groups granted and not yet complete (neither accepted nor dropped);
     - the bound counts groups: each learner version consumes about `batch_groups` of them,
-      so no group can be started more than `max_staleness` versions before it is trained.
+      so at most (max_staleness + 1) × batch_groups groups are started and untrained at any
+      time, and a stored group, taken before it goes stale (buffers/store.py, "due first"),
+      waits at most `max_staleness` versions. With `buffer.max_staleness` 0 no group starts
+      before the version that trains it.
 
     `accepted` is floored at `learner_version × batch_groups` in the formula: a learner at
     version v has trained on v batches, from this buffer or (after a resume) from one before

@@ -9,10 +9,13 @@ Rules (every dropped or ignored item is counted in `drops` by reason)
   its group ("failed_episode"); an episode with no record for `episode_timeout_s` (its actor is
   presumed dead) expires ("expired_episode"). Neither is ever trained half-done.
 - A group is ready when all its `group_size` episodes are finalized and at least
-  min(min_group_episodes, group_size) of them are trainable, or after `group_wait_s` from its
-  first record with at least `min_group_episodes` trainable episodes (the stragglers are
-  abandoned, "abandoned_episode"; their later records count as "late_record"). A group that
-  cannot reach that is dropped ("group_too_small").
+  min(min_group_episodes, group_size) of them are trainable. When `group_wait_s` is set, it is
+  also ready `group_wait_s` after its first record with at least `min_group_episodes`
+  trainable episodes (the stragglers are abandoned, "abandoned_episode"; their later records
+  count as "late_record"). Stragglers are the long episodes, so a group wait trades them for
+  latency; the default (None) waits while the episodes send records, and an episode silent
+  for `episode_timeout_s` expires. A group that cannot reach that is dropped
+  ("group_too_small").
 - Records for an episode or group already closed count as "late_record".
 - A delta step (wire/delta.py) needs the episode's previous step: one that arrives without
   it (lost, reordered, from a restarted actor) drops its episode ("missing_reference"), as
@@ -144,7 +147,7 @@ class Assembler:
 
     def __init__(
         self,
-        group_wait_s: float,
+        group_wait_s: float | None,
         min_group_episodes: int,
         episode_timeout_s: float,
         step_grace_s: float,
@@ -309,7 +312,7 @@ class Assembler:
     def _check_group(self, group_id: str, grp: _Grp, now: float) -> None:
         size, n_done = grp.group_size, len(grp.done)
         all_done = size > 0 and grp.finished >= size
-        waited = now - grp.first_seen >= self.group_wait_s
+        waited = self.group_wait_s is not None and now - grp.first_seen >= self.group_wait_s
         enough = n_done >= min(self.min_group_episodes, size) if all_done else False
         if enough or (waited and n_done >= self.min_group_episodes):
             self._close(group_id, grp, ready=True)

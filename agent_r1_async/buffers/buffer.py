@@ -108,6 +108,7 @@ class TrajectoryBuffer:
             cfg.max_staleness,
             cfg.max_reuse,
             cfg.seed,
+            cfg.staleness_from,
         )
         self.limiter = SampleToInsertRatio(
             cfg.samples_per_insert,
@@ -222,7 +223,7 @@ class TrajectoryBuffer:
         """Every actor that held a credit or an open episode is gone (a relaunch restored this
         buffer with fresh actors): expire their open episodes now and release their credits,
         instead of blocking admission until `episode_timeout_s` passes."""
-        self.returns.orphan_all(self.cfg.episode_timeout_s + self.cfg.group_wait_s + 1)
+        self.returns.orphan_all(self.cfg.episode_timeout_s + (self.cfg.group_wait_s or 0.0) + 1)
         self.silent.clear()
 
     def reclaim(self, actor_id: str) -> tuple[int, int]:

@@ -2,20 +2,32 @@
 
 Priority of group i (learner at version v):
 
-    p_i = ((std of its episodes' returns + priority_eps) × freshness_decay ** (v − version_i)) ** α
+    p_i = ((std of its episodes' returns + priority_eps) × freshness_decay ** (v − age_i)) ** α
     P(i) = p_i / Σ_j p_j          w_i = (N·P(i))^−β / max_j∈batch (N·P(j))^−β
 
 - The advantage signal is the population std of the episodes' returns (outcome reward + process
   rewards): a group whose returns are all equal has zero GRPO advantage and teaches nothing,
   so it gets only the floor `priority_eps` (rarely drawn, but not never).
-- version_i is the group's *oldest* trained step version (the same number the hard bound
-  uses), staleness = v − version_i.
+- age_i is the version the staleness bound reads (`buffer.staleness_from`), staleness =
+  v − age_i:
+  - `newest_token` (default): the version of the group's newest action token, about the
+    learner's version when the group completed. A long episode spans weight updates (each of
+    its tokens carries the version that sampled it, and the importance weight corrects the
+    older ones); what the bound limits is how long the group waits in the buffer, which does
+    not depend on its length.
+  - `oldest_token`: the version of its oldest action token, the strictest reading. An episode
+    that spans more than max_staleness updates can never be trained, so long episodes are
+    dropped far more often than short ones (bench/bench_staleness_bias.py measures it).
 - A version bump multiplies every p_i by the same factor freshness_decay^(α·Δv), which leaves
   P(i) unchanged. So leaves hold priorities relative to a reference version R and are
   recomputed only when v drifts more than `_REBASE_EVERY` from R (keeps floats in range).
-- Hard bound: a group is too stale if any of its steps has a version < v − max_staleness (the
-  strictest reading: the oldest token decides). It is dropped, never trained.
+- Hard bound: a group is too stale when age_i < v − max_staleness. It is dropped, never
+  trained.
 - Sampling is without replacement within a batch. After `max_reuse` samples a group is evicted.
+- Due first: a group whose age is v − max_staleness is stale after this update, so a batch
+  takes such groups first (highest priority first), then draws the rest by priority. Priority
+  orders what is trained sooner; it does not let a group expire that the learner could still
+  train. The importance weights use every picked group's P(i) as above.
 - FIFO mode: the oldest groups first; a group that may be reused goes to the back.
 """
 
@@ -38,6 +50,8 @@ class StoredGroup:
     nbytes: int
     version: int
     """Oldest policy version of any of its steps (or action tokens)."""
+    newest: int
+    """Newest policy version of any of its steps (or action tokens)."""
     signal: float
     """Std of the episodes' returns (the advantage signal, before priority_eps)."""
     token_versions: Counter[int]
@@ -61,7 +75,7 @@ def describe(group: Group, nbytes: int, times_sampled: int = 0) -> StoredGroup:
         raise ValueError(f"group {group.group_id!r} has no steps")
     mean = sum(returns) / len(returns)  # population std (statistics.pstdev is 20x slower)
     signal = math.sqrt(sum((r - mean) ** 2 for r in returns) / len(returns))
-    return StoredGroup(group, nbytes, min(tokens), signal, tokens, times_sampled)
+    return StoredGroup(group, nbytes, min(tokens), max(tokens), signal, tokens, times_sampled)
 
 
 class GroupStore:
@@ -75,9 +89,14 @@ class GroupStore:
         max_staleness: int,
         max_reuse: int,
         seed: int = 0,
+        staleness_from: str = "newest_token",
     ) -> None:
         if mode not in ("prioritized", "fifo"):
             raise ValueError(f"buffer.sampling must be 'prioritized' or 'fifo', got {mode!r}")
+        if staleness_from not in ("newest_token", "oldest_token"):
+            raise ValueError("buffer.staleness_from must be 'newest_token' or 'oldest_token', "
+                             f"got {staleness_from!r}")
+        self.oldest = staleness_from == "oldest_token"
         self.mode = mode
         self.alpha, self.beta = alpha, beta
         self.freshness_decay, self.priority_eps = freshness_decay, priority_eps
@@ -86,9 +105,10 @@ class GroupStore:
         self._rng = random.Random(seed)
         self._tree = SumTree()
         self._ref = 0  # reference version R of the stored priorities
+        self.version = 0  # the learner's, as last set
         self._entries: dict[int, StoredGroup] = {}  # slot -> group
         self._slot: dict[str, int] = {}  # group_id -> slot, in insertion (FIFO) order
-        self._by_version: dict[int, set[str]] = {}
+        self._by_version: dict[int, set[str]] = {}  # age version -> group ids
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -104,10 +124,14 @@ class GroupStore:
         """Stored groups, oldest insert first."""
         return [self._entries[s] for s in self._slot.values()]
 
+    def age(self, entry: StoredGroup) -> int:
+        """The version the staleness bound and the freshness priority read (age_i)."""
+        return entry.version if self.oldest else entry.newest
+
     def priority(self, entry: StoredGroup) -> float:
         """p_i relative to the reference version (see the module docstring)."""
         # Clamped exponent and floor: extreme configs must not overflow or reach priority 0.
-        staleness = min(max(self._ref - entry.version, -2 * _REBASE_EVERY), 1000)
+        staleness = min(max(self._ref - self.age(entry), -2 * _REBASE_EVERY), 1000)
         fresh = self.freshness_decay**staleness
         p: float = ((entry.signal + self.priority_eps) * fresh) ** self.alpha  # base > 0: real
         return max(p, 1e-300)
@@ -120,7 +144,7 @@ class GroupStore:
         slot = self._tree.add(self.priority(entry))
         self._entries[slot] = entry
         self._slot[gid] = slot
-        self._by_version.setdefault(entry.version, set()).add(gid)
+        self._by_version.setdefault(self.age(entry), set()).add(gid)
         self.nbytes += entry.nbytes
         return True
 
@@ -128,18 +152,18 @@ class GroupStore:
         slot = self._slot.pop(group_id)
         entry = self._entries.pop(slot)
         self._tree.remove(slot)
-        ids = self._by_version[entry.version]
+        ids = self._by_version[self.age(entry)]
         ids.discard(group_id)
         if not ids:
-            del self._by_version[entry.version]
+            del self._by_version[self.age(entry)]
         self.nbytes -= entry.nbytes
         return entry
 
     def is_stale(self, entry: StoredGroup, learner_version: int) -> bool:
-        return entry.version < learner_version - self.max_staleness
+        return self.age(entry) < learner_version - self.max_staleness
 
     def drop_stale(self, learner_version: int) -> list[StoredGroup]:
-        """Remove every group with a step older than learner_version − max_staleness."""
+        """Remove every group whose age is below learner_version − max_staleness."""
         oldest_ok = learner_version - self.max_staleness
         stale = [gid for v, ids in self._by_version.items() if v < oldest_ok for gid in ids]
         return [self.remove(gid) for gid in stale]
@@ -155,7 +179,10 @@ class GroupStore:
             picked = [self._entries[s] for s in list(self._slot.values())[:k]]
             weights = [1.0] * k
         else:
-            slots = self._tree.sample(k, self._rng)
+            due = sorted((self._slot[gid] for gid in
+                          self._by_version.get(self.version - self.max_staleness, ())),
+                         key=self._tree.get, reverse=True)[:k]
+            slots = due + self._tree.sample(k - len(due), self._rng, exclude=due)
             total, n = self._tree.total, len(self)
             raw = [(n * self._tree.get(s) / total) ** -self.beta for s in slots]
             top = max(raw)
@@ -173,6 +200,7 @@ class GroupStore:
 
     def set_version(self, learner_version: int) -> None:
         """Follow the learner version (re-bases the stored priorities when it drifted far)."""
+        self.version = learner_version
         if abs(learner_version - self._ref) <= _REBASE_EVERY:
             return
         self._ref = learner_version

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 
 
 class SumTree:
@@ -89,14 +90,22 @@ class SumTree:
                 i = left + 1
         return i - self._cap
 
-    def sample(self, k: int, rng: random.Random, replace: bool = False) -> list[int]:
-        """Draw k slots with probability ∝ priority (each at most once unless `replace`)."""
-        if k < 0 or (not replace and k > self._len):
-            raise ValueError(f"cannot draw {k} of {self._len} items without replacement")
+    def sample(self, k: int, rng: random.Random, replace: bool = False,
+               exclude: Sequence[int] = ()) -> list[int]:
+        """Draw k slots with probability ∝ priority (each at most once unless `replace`),
+        never one of `exclude`."""
+        if k < 0 or (not replace and k > self._len - len(exclude)):
+            raise ValueError(f"cannot draw {k} of {self._len - len(exclude)} items without "
+                             "replacement")
+        saved: list[tuple[int, float]] = []
+        for slot in exclude:
+            saved.append((slot, self.get(slot)))
+            self._set(slot, 0.0)
         if k > 0 and self.total <= 0.0:
+            for slot, p in saved:
+                self._set(slot, p)
             raise ValueError("cannot sample from an empty sum-tree")
         slots: list[int] = []
-        saved: list[tuple[int, float]] = []
         try:
             for _ in range(k):
                 slot = self.find(rng.random() * self.total)

@@ -83,12 +83,12 @@ def _buffer(**kw) -> tuple[TrajectoryBuffer, FakeClock]:
     return TrajectoryBuffer(cfg, AlgorithmConfig(group_size=2, batch_groups=1), clock), clock
 
 
-def test_stale_groups_are_dropped_at_sampling_time_per_step() -> None:
-    buf, _ = _buffer(max_staleness=1, max_reuse=1)
+def _mixed_and_fresh(buf: TrajectoryBuffer) -> tuple[str, str]:
+    """Group "mixed": episode 0 spans versions (step 0 at v0, step 1 at v2), so its oldest
+    action token is version 0 and its newest version 2. Group "fresh": step 0 at v1 with one
+    action token generated at v2 (oldest 1, newest 2)."""
     buf.set_version(1)  # records carry versions up to the learner's + 1 (more are refused)
     mixed, fresh = buf.grant("a0", 2).group_ids
-    # Group "mixed": episode 0 spans versions (step 0 at v0, step 1 at v2), so its oldest step
-    # is version 0. Group "fresh": step 0 at v1 with one action token generated at v2.
     recs = [step("m0", mixed, 0, version=0), step("m0", mixed, 1, version=2)]
     recs += [end("m0", mixed, 2, reward=0.0)]
     recs += [step("m1", mixed, 0, version=2), end("m1", mixed, 1, reward=1.0)]
@@ -98,7 +98,13 @@ def test_stale_groups_are_dropped_at_sampling_time_per_step() -> None:
     for r in recs:
         buf.ingest(r)
     assert len(buf.store) == 2
-    # Learner at 2, max_staleness 1: versions >= 1 are trainable; "mixed" has a v0 step.
+    return mixed, fresh
+
+
+def test_the_oldest_token_bound_drops_a_group_whose_episode_spans_updates() -> None:
+    buf, _ = _buffer(max_staleness=1, max_reuse=1, staleness_from="oldest_token")
+    _, fresh = _mixed_and_fresh(buf)
+    # Learner at 2, max_staleness 1: oldest versions >= 1 are trainable; "mixed" has a v0 step.
     batch, why = buf.try_sample(2, learner_version=2)
     assert batch is None and "1 groups ready" in why
     assert buf.drops["stale"] == 1
@@ -106,6 +112,24 @@ def test_stale_groups_are_dropped_at_sampling_time_per_step() -> None:
     assert batch is not None and [g.group_id for g in batch.groups] == [fresh]
     # Token-weighted histogram: f0 has 2 tokens at v1 (staleness 1) and 1 at v2; f1 3 at v2.
     assert buf.staleness_hist == {1: 2, 0: 4}
+
+
+def test_the_newest_token_bound_trains_a_long_episode_and_drops_what_waited() -> None:
+    """The default: both groups' newest tokens are version 2, so at learner 2 (max_staleness
+    1) both train, "mixed"'s v0 step included (staleness 2 in the token histogram: 3 tokens).
+    At learner 4 a group whose newest token is v2 has waited 2 > 1 versions: dropped."""
+    buf, _ = _buffer(max_staleness=1, max_reuse=1)
+    mixed, fresh = _mixed_and_fresh(buf)
+    batch, _ = buf.try_sample(2, learner_version=2)
+    assert batch is not None and {g.group_id for g in batch.groups} == {mixed, fresh}
+    assert buf.drops["stale"] == 0
+    # mixed: m0 step 0 (3 tokens, v0: 2), m0 step 1 and m1 (6 tokens at v2: 0);
+    # fresh: 2 tokens at v1 (1), 1 + 3 at v2 (0).
+    assert buf.staleness_hist == {2: 3, 1: 2, 0: 10}
+    buf, _ = _buffer(max_staleness=1, max_reuse=1)
+    _mixed_and_fresh(buf)  # the same groups, sampled only at learner 4
+    batch, _ = buf.try_sample(1, learner_version=4)
+    assert batch is None and buf.drops["stale"] == 2 and len(buf.store) == 0
 
 
 def test_memory_bound_stops_credits_instead_of_dropping() -> None:
@@ -144,3 +168,30 @@ def test_grant_reports_which_bound_limits() -> None:
 def test_describe_rejects_an_empty_group() -> None:
     with pytest.raises(ValueError, match="no steps"):
         describe(Group("g", "t", "fake", [Episode([], end("e", "g", 0))]), 0)
+
+
+def test_a_group_due_to_go_stale_is_sampled_before_fresher_ones() -> None:
+    """max_staleness 1, learner at 3: g_due (version 2) is stale after this update, so a
+    batch of 1 takes it, although its priority is 1 × 0.5^1 = 0.5 against (1 + 1) × 1 = 2
+    for each fresh one (α 1, priority_eps 1). The next batch, at learner 4, draws from the
+    fresh ones only (g_due is gone)."""
+    store = _store(max_staleness=1, max_reuse=1)
+    store.set_version(3)
+    store.insert(describe(make_group("g_due", [0, 0], version=2), nbytes=10))
+    for gid in ("f0", "f1"):
+        store.insert(describe(make_group(gid, [0, 2], version=3), nbytes=10))
+    picked, weights, _ = store.sample(1)
+    assert [e.group.group_id for e in picked] == ["g_due"] and weights == [1.0]
+    store.set_version(4)
+    picked, _, _ = store.sample(2)
+    assert {e.group.group_id for e in picked} == {"f0", "f1"}
+
+
+def test_due_groups_beyond_the_batch_take_the_highest_priority_first() -> None:
+    """Three groups due at once, a batch of 2: the two with the larger return spread."""
+    store = _store(max_staleness=0, max_reuse=1)
+    store.set_version(5)
+    for gid, rewards in (("low", [0, 0]), ("mid", [0, 2]), ("high", [0, 6])):
+        store.insert(describe(make_group(gid, rewards, version=5), nbytes=10))
+    picked, _, _ = store.sample(2)
+    assert [e.group.group_id for e in picked] == ["high", "mid"]

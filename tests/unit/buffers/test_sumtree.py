@@ -91,3 +91,15 @@ def test_sampling_frequencies_match_priorities_chi_square() -> None:
     expected = [n * (i + 1) / 36 for i in range(8)]
     chi2 = sum((c - e) ** 2 / e for c, e in zip(counts, expected, strict=True))
     assert chi2 < 24.32, (chi2, counts)
+
+
+def test_excluded_slots_are_never_drawn_and_keep_their_priority() -> None:
+    t = SumTree()
+    slots = [t.add(p) for p in (100.0, 1.0, 1.0)]
+    rng = random.Random(0)
+    for _ in range(200):
+        assert set(t.sample(2, rng, exclude=[slots[0]])) == {slots[1], slots[2]}
+    assert t.get(slots[0]) == 100.0 and t.total == 102.0
+    with pytest.raises(ValueError, match="cannot draw 3 of 2"):
+        t.sample(3, rng, exclude=[slots[0]])
+    assert t.total == 102.0
