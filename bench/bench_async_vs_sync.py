@@ -231,6 +231,7 @@ class SleepTrainer:
 
     pad_id = 2
     publish_dtype = None  # publishes nothing
+    shared_prefix = False  # the Learner plans flat rows for it
 
     def __init__(self, update_s: float) -> None:
         self.update_s = update_s

@@ -33,6 +33,13 @@ budget; `launch` refuses a `micro_batch_tokens` below `model.max_model_len`, the
 sequence (run/preflight/feasibility.py `sequences_fit_micro_batch`), so in a launched run
 every micro-batch holds at most `micro_batch_tokens` padded tokens. Padding is on the right
 with `pad_id`, and `attention_mask` is 0 there.
+
+Shared prefixes (`learner.shared_prefix`, learner/prefix_tree.py): a group's sequences that
+share a prefix are planned as sub-trees, each one row [P] + [suffix_1] + ... with a tree
+attention mask, and the micro-batches are planned over those rows. The MicroBatch keeps its
+members' flat [B, T] tensors (what the loss and everything after the forward read) and carries
+the rows in `tree`, which the forward computes instead; `num_tokens` is then the rows' padded
+tokens.
 """
 
 from __future__ import annotations
@@ -44,6 +51,8 @@ import torch
 from torch import Tensor
 
 from agent_r1_async.learner import advantages as adv
+from agent_r1_async.learner import prefix_tree
+from agent_r1_async.learner.prefix_tree import SubTree, TreeBatch
 from agent_r1_async.wire import messages
 from agent_r1_async.wire.delta import extends, is_delta, resolve_contexts
 
@@ -99,6 +108,9 @@ class MicroBatch:
     extra: dict[str, Tensor] = field(default_factory=dict)
     num_rows: int | None = None
     """Steps in this micro-batch (more than B when steps are packed); None = B."""
+    tree: TreeBatch | None = None
+    """Shared-prefix rows the forward computes instead of `input_ids` (learner/prefix_tree.py);
+    None: the flat rows."""
 
     @property
     def steps(self) -> int:
@@ -106,7 +118,18 @@ class MicroBatch:
 
     @property
     def num_tokens(self) -> int:
-        return int(self.input_ids.numel())
+        """Padded tokens the forward computes (the tree rows' when there are some)."""
+        return self.tree.num_tokens if self.tree is not None else int(self.input_ids.numel())
+
+    @property
+    def flat_tokens(self) -> int:
+        """Tokens of the flat rows, padding aside."""
+        return int(self.attention_mask.sum())
+
+    @property
+    def computed_tokens(self) -> int:
+        """Tokens the forward computes, padding aside (`flat_tokens` without a tree)."""
+        return self.tree.real_tokens if self.tree is not None else self.flat_tokens
 
     @property
     def num_action_tokens(self) -> int:
@@ -332,19 +355,66 @@ def training_sequences(rows: Sequence[Row], pack: bool = False) -> list[list[int
     return chain_steps(rows) if pack else [[i] for i in range(len(rows))]
 
 
+def sequence_tokens(rows: Sequence[Row], seq: Sequence[int]) -> list[int]:
+    """A training sequence's tokens: its last row's context + action."""
+    last = rows[seq[-1]]
+    return [*last.context_ids, *last.action_ids]
+
+
+def plan_trees(rows: Sequence[Row], seqs: Sequence[Sequence[int]], max_tokens: int,
+               shared_prefix: bool = False) -> list[SubTree]:
+    """Training sequences → the rows the forward computes: with `shared_prefix`, sub-trees of
+    each group's sequences (learner/prefix_tree.py `plan_subtrees`), else one per sequence."""
+    if not shared_prefix:
+        return prefix_tree.flat_subtrees([rows[s[-1]].length for s in seqs])
+    return prefix_tree.plan_subtrees([sequence_tokens(rows, s) for s in seqs],
+                                     [rows[s[0]].group_index for s in seqs], max_tokens)
+
+
+def with_tree(mb: MicroBatch, trees: Sequence[SubTree], tokens: Sequence[Sequence[int]],
+              pad_id: int) -> MicroBatch:
+    """`mb`, the flat rows of `trees`' members in order (`tokens`: theirs), with its tree rows
+    when one of `trees` shares a prefix (else the flat rows are what the forward computes)."""
+    if any(len(t.members) > 1 for t in trees):
+        mb.tree = prefix_tree.collate_tree(trees, tokens, mb.action_mask, mb.value_seq,
+                                           mb.value_index, pad_id)
+    return mb
+
+
+def trees_to_micro_batches(rows: Sequence[Row], seqs: Sequence[Sequence[int]],
+                           trees: Sequence[SubTree], max_tokens: int,
+                           pad_id: int) -> list[MicroBatch]:
+    """Sub-trees of training sequences → micro-batches of ≤ max_tokens padded tokens, each
+    sub-tree one row (its members' flat rows beside it, see the module docstring)."""
+    out = []
+    for idx in plan_micro_batches([t.tokens for t in trees], max_tokens):
+        members = [seqs[m] for j in idx for m in trees[j].members]
+        mb = collate_sequences(rows, members, pad_id)
+        chosen = [trees[j] for j in idx]
+        if any(len(t.members) > 1 for t in chosen):
+            with_tree(mb, chosen, [sequence_tokens(rows, s) for s in members], pad_id)
+        out.append(mb)
+    return out
+
+
 def sequences_to_micro_batches(
-    rows: Sequence[Row], seqs: Sequence[Sequence[int]], max_tokens: int, pad_id: int
+    rows: Sequence[Row], seqs: Sequence[Sequence[int]], max_tokens: int, pad_id: int,
+    shared_prefix: bool = False,
 ) -> list[MicroBatch]:
-    """Training sequences → micro-batches of ≤ max_tokens padded tokens."""
-    plan = plan_micro_batches([rows[s[-1]].length for s in seqs], max_tokens)
-    return [collate_sequences(rows, [seqs[j] for j in idx], pad_id) for idx in plan]
+    """Training sequences → micro-batches of ≤ max_tokens padded tokens (`shared_prefix`: a
+    group's sequences that share a prefix in one row with a tree mask)."""
+    trees = plan_trees(rows, seqs, max_tokens, shared_prefix)
+    return trees_to_micro_batches(rows, seqs, trees, max_tokens, pad_id)
 
 
 def make_micro_batches(
-    rows: Sequence[Row], max_tokens: int, pad_id: int, pack: bool = False
+    rows: Sequence[Row], max_tokens: int, pad_id: int, pack: bool = False,
+    shared_prefix: bool = False,
 ) -> list[MicroBatch]:
-    """Rows → micro-batches of ≤ max_tokens padded tokens; `pack` chains an episode's steps."""
-    return sequences_to_micro_batches(rows, training_sequences(rows, pack), max_tokens, pad_id)
+    """Rows → micro-batches of ≤ max_tokens padded tokens; `pack` chains an episode's steps,
+    `shared_prefix` lays a group's sequences out as prefix trees."""
+    return sequences_to_micro_batches(rows, training_sequences(rows, pack), max_tokens, pad_id,
+                                      shared_prefix)
 
 
 def filler_micro_batch(pad_id: int) -> MicroBatch:

@@ -6,6 +6,7 @@ objective"):
     batch    = source.sample(batch_groups)                      # groups of step records
     rows     = one row per step, with its advantage             # GRPO / RLOO / REINFORCE++
     micro-batches; an episode's chained steps share a sequence  # learner.pack_steps
+    a group's sequences share their prefix's computation        # learner.shared_prefix
     proximal = log π_v(action) for every row, no grad           # before any optimizer step
                                                                 # (skipped when exact: 1 epoch)
     (PPO: V(s_t) from the same pass → step-level GAE → advantages, value targets)
@@ -18,8 +19,9 @@ Distributed (`learner.world_size` > 1, one `Learner` per rank, learner/distribut
 alone talks to the buffer and broadcasts each poll's outcome (the batch, or "not ready" and
 whether to re-publish), so the ranks stay in lockstep through every collective; every rank
 builds the same rows and trains the training sequences `distributed.balance` gives it (equal
-action+context tokens, not rows); only rank 0 publishes, but every rank takes part in the
-gather of the full weights. Other ranks get `source=None, publisher=None`.
+action+context tokens, not rows; under `learner.shared_prefix` the units are the prefix trees'
+rows, so a tree stays whole on one rank); only rank 0 publishes, but every rank takes part in
+the gather of the full weights. Other ranks get `source=None, publisher=None`.
 
 `source` is a `protocols.SampleSource`: `.sample(num_groups, learner_version, timeout_s) ->
 SampleBatch` and `.set_version(version)` (a `BufferClient`, or a fake in tests). A batch that is not
@@ -233,10 +235,12 @@ class Learner:
             advantages = adv.compute_advantages(returns, algo.name, algo.credit, algo.std_normalize)
         rows = batching.build_rows(groups, advantages, rewards)
         seqs = batching.training_sequences(rows, self.cfg.learner.pack_steps)
-        mine = dist_util.balance([rows[s[-1]].length for s in seqs], dist_util.world_size())
         budget, pad = self.cfg.learner.micro_batch_tokens, self.trainer.pad_id
-        mbs = batching.sequences_to_micro_batches(
-            rows, [seqs[i] for i in mine[dist_util.rank()]], budget, pad)
+        # The units ranks share are the forward's rows: a group's prefix tree stays on one rank.
+        trees = batching.plan_trees(rows, seqs, budget, self.trainer.shared_prefix)
+        mine = dist_util.balance([t.tokens for t in trees], dist_util.world_size())
+        mbs = batching.trees_to_micro_batches(
+            rows, seqs, [trees[i] for i in mine[dist_util.rank()]], budget, pad)
         return rows, mbs
 
     def save_checkpoint(self) -> str:
@@ -320,11 +324,15 @@ def epoch_mean(per_epoch: list[dict[str, float]]) -> dict[str, float]:
 def batch_metrics(rows: list[batching.Row], mbs: list[batching.MicroBatch], version: int) -> dict[str, float]:
     """Token-weighted staleness (learner version − per-token version) over the whole batch,
     rewards, sizes (`micro_batches`: this rank's; `micro_batch_tokens_max`: the padded tokens
-    of its largest, at most `learner.micro_batch_tokens` in a launched run)."""
+    of its largest, at most `learner.micro_batch_tokens` in a launched run), and the tokens one
+    forward over the whole batch computes (`tokens_computed`, padding aside) against what flat
+    rows would (`tokens_flat`): below it where `learner.shared_prefix` shares prompts."""
     stale = torch.tensor([version - v for r in rows for v in r.token_versions], dtype=torch.float32)
     episodes = {(r.group_index, r.episode_index): 0.0 for r in rows}
     for r in rows:
         episodes[(r.group_index, r.episode_index)] += r.reward
+    computed, flat = dist_util.all_reduce([sum(mb.computed_tokens for mb in mbs),
+                                           sum(mb.flat_tokens for mb in mbs)])
     return {
         "staleness_mean": float(stale.mean()) if stale.numel() else 0.0,
         "staleness_max": float(stale.max()) if stale.numel() else 0.0,
@@ -334,4 +342,6 @@ def batch_metrics(rows: list[batching.Row], mbs: list[batching.MicroBatch], vers
         "episodes": float(len(episodes)),
         "micro_batches": float(len(mbs)),
         "micro_batch_tokens_max": float(max((mb.num_tokens for mb in mbs), default=0)),
+        "tokens_computed": computed,
+        "tokens_flat": flat,
     }

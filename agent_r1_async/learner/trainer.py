@@ -6,7 +6,10 @@ head is applied only at the positions that predict an action token (hidden state
 full logits of a 4k-token micro-batch would be ~0.8 GB in fp32, and context positions are
 never trained; and over `learner.head_chunk_tokens` of them at a time, each chunk recomputed
 in backward (`head_logprobs`), so a micro-batch's [N, V] logits never exist at once either.
-Results are scattered back to [B, T] aligned with `input_ids`. The softmax is
+Results are scattered back to [B, T] aligned with `input_ids`. A micro-batch with shared-prefix
+rows (`MicroBatch.tree`, learner/prefix_tree.py) runs the decoder over those rows instead, with
+their tree mask and position ids, and reads the mapped positions; the results land in the same
+[B, T] layout. The softmax is
 that of the distribution the engines sample from (`engine.temperature`, then `engine.top_p`;
 `action_logprobs`), so proximal and current log-probs compare like with like with the
 behavior log-probs; at temperature 1 and top-p 1 it is the plain log-softmax of the logits.
@@ -54,7 +57,7 @@ from torch import Tensor, nn
 
 from agent_r1_async import config, models, precision
 from agent_r1_async.learner import distributed as dist_util
-from agent_r1_async.learner import memory_savers
+from agent_r1_async.learner import memory_savers, prefix_tree
 from agent_r1_async.learner.batching import MicroBatch, filler_micro_batch
 from agent_r1_async.learner.bf16_copy import Bf16Copy
 from agent_r1_async.learner.logprobs import head_logprobs, kl_reference
@@ -95,16 +98,30 @@ class PolicyNet(nn.Module):
         self.lm = lm
         self.value_head = value_head
 
-    def forward(self, ids: Tensor, attention_mask: Tensor, predicts: Tensor, targets: Tensor,
+    def forward(self, ids: Tensor, attention_mask: Tensor | None,
+                predicts: Tensor | tuple[Tensor, Tensor], targets: Tensor,
                 value_at: tuple[Tensor, Tensor] | None = None,
                 sampling_params: tuple[float, float] = (1.0, 1.0),
-                entropy: bool = False, chunk: int = 0) -> tuple[Tensor, Tensor | None, Tensor | None]:
+                entropy: bool = False, chunk: int = 0,
+                tree: tuple[Tensor, Tensor] | None = None,
+                ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """Log-probs [N] of `targets` (and entropies [N]) at the `predicts` positions under
         the (temperature, top_p) sampling distribution (`head_logprobs`); V(s_t) [V] at
-        `value_at` = (sequence, position) per step, or None."""
+        `value_at` = (sequence, position) per step, or None.
+
+        `predicts`: a [B, T-1] mask (position j predicts token j + 1), or the (row, position)
+        pairs of the hidden states that predict each target. `tree` = (segments, position_ids)
+        of shared-prefix rows (learner/prefix_tree.py): their tree mask, built here, replaces
+        `attention_mask`."""
+        position_ids = None
+        if tree is not None:
+            segments, position_ids = tree
+            attention_mask = prefix_tree.attention_mask(segments)
         hidden = self.lm.get_decoder()(
-            input_ids=ids, attention_mask=attention_mask).last_hidden_state  # [B, T, H]
-        lp, ent = head_logprobs(self.lm.get_output_embeddings(), hidden[:, :-1][predicts],
+            input_ids=ids, attention_mask=attention_mask,
+            position_ids=position_ids).last_hidden_state  # [B, T, H]
+        at = hidden[predicts] if isinstance(predicts, tuple) else hidden[:, :-1][predicts]
+        lp, ent = head_logprobs(self.lm.get_output_embeddings(), at,
                                 targets, entropy, *sampling_params, chunk=chunk)
         values = None
         if value_at is not None and self.value_head is not None:
@@ -232,6 +249,13 @@ class PolicyTrainer:
         pad = getattr(self._causal_lm().config, "pad_token_id", None)
         self.pad_id = int(pad) if pad is not None else 0
 
+    @property
+    def shared_prefix(self) -> bool:
+        """Train sequences that share a prefix as one row with a tree mask
+        (`learner.shared_prefix`, learner/prefix_tree.py); off under flash-attention 2, whose
+        kernels take no 4D mask (then every sequence is its own row)."""
+        return self.lcfg.shared_prefix and self.attn_implementation != "flash_attention_2"
+
     def _causal_lm(self) -> Any:
         """The HF causal LM (for LoRA: the base model with adapter layers injected)."""
         return self.model.get_base_model() if self.lora else self.model
@@ -256,19 +280,29 @@ class PolicyTrainer:
             if self.bf16_copy is not None:
                 self.bf16_copy.refresh()
                 net = self.bf16_copy.module
-        ids = mb.input_ids.to(self.device)
-        action = mb.action_mask.to(self.device)
+        dev = self.device
+        ids = mb.input_ids.to(dev)
+        action = mb.action_mask.to(dev)
         eng = self.cfg.engine  # the behavior policy sampled at engine.temperature / top_p
         params = (1.0, 1.0) if raw else (eng.temperature, eng.top_p)
-        predicts = action[:, 1:]  # [B, T-1]: position j predicts token j + 1
-        idx = ((mb.value_seq.to(self.device), mb.value_index.to(self.device))
-               if values and self.value_head is not None else None)
-        with self._autocast():
-            lp, ent, vals = net(ids, mb.attention_mask.to(self.device), predicts,
-                                ids[:, 1:][predicts], idx, params, entropy,
-                                self.lcfg.head_chunk_tokens)  # [N], [N], [V]
+        want_values = values and self.value_head is not None
+        if mb.tree is None:
+            predicts = action[:, 1:]  # [B, T-1]: position j predicts token j + 1
+            idx = (mb.value_seq.to(dev), mb.value_index.to(dev)) if want_values else None
+            with self._autocast():
+                lp, ent, vals = net(ids, mb.attention_mask.to(dev), predicts,
+                                    ids[:, 1:][predicts], idx, params, entropy,
+                                    self.lcfg.head_chunk_tokens)  # [N], [N], [V]
+        else:  # shared-prefix rows; the reads mapped into them (learner/prefix_tree.py)
+            t = mb.tree
+            at = (t.predict_row.to(dev), t.predict_pos.to(dev))
+            idx = (t.value_row.to(dev), t.value_pos.to(dev)) if want_values else None
+            with self._autocast():
+                lp, ent, vals = net(t.input_ids.to(dev), None, at, ids[action], idx, params,
+                                    entropy, self.lcfg.head_chunk_tokens,
+                                    (t.segments.to(dev), t.position_ids.to(dev)))
         # Row-major order of `predicts` = that of `action` (shifted by one within each row).
-        zeros = torch.zeros(ids.shape, dtype=torch.float32, device=self.device)
+        zeros = torch.zeros(ids.shape, dtype=torch.float32, device=dev)
         out = ForwardOut(zeros.masked_scatter(action, lp), None, None)
         if ent is not None:
             out.entropy = zeros.masked_scatter(action, ent)

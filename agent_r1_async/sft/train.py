@@ -4,7 +4,8 @@
     eval   = evaluate(start model, env.eval_split)                        # sft.eval_before
     repeat sft.epochs, sft.batch_episodes episodes per step:
         rows → the learner's micro-batches (length-sorted, learner.micro_batch_tokens; with
-               learner.pack_steps a demonstration's chained steps share one sequence)
+               learner.pack_steps a demonstration's chained steps share one sequence, with
+               learner.shared_prefix the batch's sequences their common prefix)
         loss = token-mean cross-entropy over the action tokens of the whole step
         one AdamW step (learner betas / weight decay / grad_clip / bf16, lr = sft.lr)
     save   = the learner's checkpoint format: RUN_DIR/checkpoints/step-N + `latest`
@@ -34,7 +35,7 @@ import msgspec
 import torch
 
 from agent_r1_async.config import RunConfig
-from agent_r1_async.learner import batching, checkpoint
+from agent_r1_async.learner import batching, checkpoint, prefix_tree
 from agent_r1_async.learner.batching import MicroBatch
 from agent_r1_async.learner.trainer import PolicyTrainer
 from agent_r1_async.sft.demos import Demonstration, DemoStats, jsonl_demos, oracle_demos
@@ -67,7 +68,8 @@ def chain_pairs(pairs: Sequence[Pair]) -> list[list[int]]:
 
 
 def sft_micro_batches(
-    pairs: Sequence[Pair], max_tokens: int, pad_id: int, pack: bool = False
+    pairs: Sequence[Pair], max_tokens: int, pad_id: int, pack: bool = False,
+    shared_prefix: bool = False,
 ) -> list[MicroBatch]:
     """Rows → the learner's MicroBatches (its packing plan and collation; RL fields zeroed).
 
@@ -75,18 +77,25 @@ def sft_micro_batches(
     pair's context + action, each pair's action tokens trained at their own positions. A
     causal LM gives those tokens the same log-probs as the separate rows (their prefix is the
     same), so the loss and gradient are the unpacked rows' at a fraction of the tokens.
+
+    `shared_prefix` (`learner.shared_prefix`): the batch's sequences that share a prefix (the
+    system prompt every demonstration of an env starts with; a task's, where a batch repeats
+    one) are laid out as prefix trees (learner/prefix_tree.py), the prefix computed once.
     """
     seqs = chain_pairs(pairs) if pack else [[i] for i in range(len(pairs))]
-    lengths = [len(pairs[s[-1]][0]) + len(pairs[s[-1]][1]) for s in seqs]
+    tokens = [[*pairs[s[-1]][0], *pairs[s[-1]][1]] for s in seqs]
+    trees = (prefix_tree.plan_subtrees(tokens, [0] * len(seqs), max_tokens) if shared_prefix
+             else prefix_tree.flat_subtrees([len(t) for t in tokens]))
     out = []
-    for idx in batching.plan_micro_batches(lengths, max_tokens):
-        chosen = [seqs[j] for j in idx]
+    for idx in batching.plan_micro_batches([t.tokens for t in trees], max_tokens):
+        members = [m for j in idx for m in trees[j].members]
+        chosen = [seqs[m] for m in members]
         t = batching.collate_spans(
-            [([*pairs[seq[-1]][0], *pairs[seq[-1]][1]],
-              [(len(pairs[i][0]), len(pairs[i][0]) + len(pairs[i][1]), {}) for i in seq])
-             for seq in chosen], {}, pad_id)
+            [(tokens[m], [(len(pairs[i][0]), len(pairs[i][0]) + len(pairs[i][1]), {})
+                          for i in seqs[m]])
+             for m in members], {}, pad_id)
         shape = t["input_ids"].shape  # [B, T]
-        out.append(MicroBatch(
+        mb = MicroBatch(
             input_ids=t["input_ids"],
             attention_mask=t["attention_mask"],
             action_mask=t["action_mask"],
@@ -100,7 +109,9 @@ def sft_micro_batches(
             value_seq=torch.tensor([b for b, seq in enumerate(chosen) for _ in seq],
                                    dtype=torch.long),
             num_rows=sum(len(seq) for seq in chosen),
-        ))
+        )
+        out.append(batching.with_tree(mb, [trees[j] for j in idx], [tokens[m] for m in members],
+                                      pad_id))
     return out
 
 
@@ -126,6 +137,7 @@ def sft_step(trainer: PolicyTrainer, mbs: Sequence[MicroBatch]) -> dict[str, flo
         "grad_norm": float(grad_norm),
         "action_tokens": float(action_tokens),
         "tokens": float(sum(int(mb.attention_mask.sum()) for mb in mbs)),
+        "tokens_computed": float(sum(mb.computed_tokens for mb in mbs)),
         "micro_batches": float(len(mbs)),
     }
 
@@ -164,7 +176,7 @@ def fit(
             chosen = [demos[i] for i in order[start:start + batch_episodes]]
             mbs = sft_micro_batches(
                 demo_pairs(chosen), trainer.lcfg.micro_batch_tokens, trainer.pad_id,
-                pack=trainer.lcfg.pack_steps,
+                pack=trainer.lcfg.pack_steps, shared_prefix=trainer.shared_prefix,
             )
             factor = lr_factor(len(history), total, warmup_steps, schedule)
             for group, base in zip(trainer.optimizer.param_groups, base_lrs, strict=True):

@@ -15,7 +15,8 @@ import pytest
 MODULES = ["bench_async_vs_sync", "bench_transport", "bench_weight_sync", "bench_engines",
            "bench_learner", "bench_vs_trl", "bench_buffer", "bench_learning",
            "bench_tool_overhead", "bench_delta_records", "bench_sft_vs_rl",
-           "bench_learner_long_sequences", "bench_episode_sampler", "bench_staleness_bias"]
+           "bench_learner_long_sequences", "bench_episode_sampler", "bench_staleness_bias",
+           "bench_shared_prefix"]
 
 
 def load(name: str) -> ModuleType:
