@@ -252,16 +252,25 @@ def evaluate_split(cfg: RunConfig, model_path: str, num_tasks: int) -> dict[str,
 def evaluate_and_log(
     cfg: RunConfig, model_path: str, label: str, logger: MetricsLogger, step: int, num_tasks: int,
     prefix: str, run: Callable[[RunConfig, str, int], dict[str, float]] = evaluate_split,
+    cache: Path | None = None,
 ) -> dict[str, Any]:
     """`run(cfg, model_path, num_tasks)` (default: `evaluate_split` here), logged as
-    eval/{label}/* at `step`; the result row."""
+    eval/{label}/* at `step`; the result row. With `cache` (run/eval_cache.py), a result kept
+    there is logged instead of running, and a result run is kept there."""
     import time
 
+    from agent_r1_async.run import eval_cache
+
     t0 = time.perf_counter()
-    result = with_valid_calls(run(cfg, model_path, num_tasks))
+    cached = eval_cache.load(cache)
+    result = with_valid_calls(cached if cached is not None else run(cfg, model_path, num_tasks))
+    seconds = time.perf_counter() - t0
+    if cached is None:
+        eval_cache.save(cache, result, seconds)
     logger.log({f"eval/{label}/{k}": v for k, v in result.items()}, step=step)
-    logger.console(f"{prefix} eval {label} ({cfg.env.eval_split}, {num_tasks} tasks): "
-                   f"{time.perf_counter() - t0:.1f} s")
+    how = (f"cached: the same weights, tasks, seed and engine settings ran before ({cache})"
+           if cached is not None else f"{seconds:.1f} s")
+    logger.console(f"{prefix} eval {label} ({cfg.env.eval_split}, {num_tasks} tasks): {how}")
     return {"model": label, **result}
 
 
@@ -303,15 +312,22 @@ def eval_columns(result: dict[str, Any]) -> list[str]:
 
 
 def held_out(cfg: RunConfig, run_dir: Path, logger: MetricsLogger, label: str, model: str,
-             step: int, console: Console | None = None) -> None:
+             step: int, console: Console | None = None, cached: bool = False) -> None:
     """Evaluate `model` on held-out tasks (eval.in_launch); log it and keep it in eval.json.
 
     The evaluation runs in a child process whose output goes to RUN_DIR/logs/eval-LABEL.log
-    (unless `logging.verbose`); `console` draws its tasks done / total."""
+    (unless `logging.verbose`); `console` draws its tasks done / total. `cached`: when
+    `model` is a cached warm start, its result is kept beside it and reused
+    (run/eval_cache.py)."""
+    from agent_r1_async.run import eval_cache
+
+    cache = eval_cache.cache_path(cfg, model) if cached else None
     log = None if cfg.logging.verbose else str(run_dir / "logs" / f"eval-{label}.log")
     key, n = f"eval-{label}", cfg.eval.num_tasks * cfg.eval.samples_per_task
     on_message = None
-    if console is not None:
+    if eval_cache.load(cache) is not None:
+        n = 0  # nothing runs: no progress to draw
+    if console is not None and n:
         console.stage(key, f"held-out eval {label}", n)
 
         def on_message(msg: tuple) -> None:
@@ -324,8 +340,9 @@ def held_out(cfg: RunConfig, run_dir: Path, logger: MetricsLogger, label: str, m
         cfg, model, label, logger, step, cfg.eval.num_tasks, "[launch]",
         run=lambda c, m, n: child.in_subprocess(evaluate_split, c, m, n, log_path=log,
                                                 on_message=on_message),
+        cache=cache,
     )
-    if console is not None:
+    if console is not None and n:
         console.finish(key)
     result = {k: v for k, v in row.items() if k != "model"}
     path = run_dir / "eval.json"

@@ -258,7 +258,8 @@ def _launch(cfg: RunConfig, run_dir: Path, console: Console, address: str | None
         console.finish("warm-start")  # cached: no steps were reported
         clock.mark("warm start")
         if cfg.eval.in_launch and not resume:
-            held_out(cfg, run_dir, logger, "before", cfg.model.start_from, step=0, console=console)
+            held_out(cfg, run_dir, logger, "before", cfg.model.start_from, step=0,
+                     console=console, cached=True)
             clock.mark("evaluation before")
         if resume:
             ended = reap_left_behind(run_dir)
