@@ -68,12 +68,16 @@ def warm_start_key(cfg: RunConfig) -> str:
 
 
 class _StepProgress(MetricsLogger):
-    """The stage's metrics logger; each logged step also reports the launch's progress bar."""
+    """The stage's metrics logger; each logged step also reports the launch's progress bar,
+    and its lines (one per step: loss, tokens/s) reach the launch console on any stdout."""
 
     def log(self, metrics: dict[str, Any], step: int, histograms: Any = None) -> None:
         super().log(metrics, step, histograms)
         if "sft/total_steps" in metrics:
             child.progress(step, metrics["sft/total_steps"])
+
+    def console(self, line: str) -> None:
+        child.say(f"[launch] warm start: {line.removeprefix('[sft] ')}")
 
 
 def _entry(cfg: RunConfig) -> Path:

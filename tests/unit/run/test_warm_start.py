@@ -150,3 +150,31 @@ def test_the_key_of_a_config_without_the_newer_sft_settings_is_unchanged():
     }
     blob = json.dumps(parts, sort_keys=True, default=str).encode()
     assert ws.warm_start_key(cfg) == hashlib.sha256(blob).hexdigest()[:16]
+
+
+def test_each_training_step_line_reaches_the_launch_console(tmp_path, monkeypatch, capsys):
+    """The stage's step lines go to the launch (child.say), so a console that draws no bar
+    (stdout not a terminal) still shows the warm start's steps, loss and tokens/s."""
+    monkeypatch.setenv("AGENT_R1_ASYNC_CACHE", str(tmp_path / "cache"))
+
+    def fake_stage(cfg: RunConfig, run_dir: Path, logger: object) -> str:
+        from agent_r1_async.sft.train import progress
+
+        for step in (1, 2):
+            logger.console(progress({"step": step, "total_steps": 2, "epoch": step / 2,  # type: ignore[attr-defined]
+                                     "loss": 0.5 / step, "grad_norm": 1.0,
+                                     "tokens_per_s": 300.0, "step_time_s": 4.0}))
+        ckpt = run_dir / "checkpoints" / "step-2"
+        ckpt.mkdir(parents=True)
+        os.symlink("step-2", run_dir / "checkpoints" / "latest")
+        return str(ckpt)
+
+    import agent_r1_async.sft.train as train
+
+    monkeypatch.setattr(train, "train_stage", fake_stage)
+    ws.warm_start(_cfg("logging.wandb_mode=disabled"), lambda line: None)
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        "[launch] warm start: step 1/2 | epoch 0.50 | loss 0.5000 | grad 1.00 | 300 tok/s | 4.0 s/step",
+        "[launch] warm start: step 2/2 | epoch 1.00 | loss 0.2500 | grad 1.00 | 300 tok/s | 4.0 s/step",
+    ]
