@@ -773,7 +773,7 @@ class RunConfig(_Section):
     actors: ActorsConfig = msgspec.field(default_factory=ActorsConfig)
     """Actor processes."""
     buffer: BufferConfig = msgspec.field(default_factory=BufferConfig)
-    """Prioritized trajectory buffer."""
+    """Prioritized episode buffer."""
     algorithm: AlgorithmConfig = msgspec.field(default_factory=AlgorithmConfig)
     """RL objective and advantages."""
     learner: LearnerConfig = msgspec.field(default_factory=LearnerConfig)

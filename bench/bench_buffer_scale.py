@@ -38,7 +38,7 @@ index of groups granted per actor. The baseline is the sweep's first row: each r
 share of its target over the baseline's, credit and sample p99 over the baseline's; the
 saturation point is the first N that ingests under 90 % of what its actors sent or of the
 baseline's share, or whose credit p99 passes 10× the baseline's and 100 ms.
-Part 2 times one `TrajectoryBuffer.grant` (a CreditRequest's work) and one `tick` with each
+Part 2 times one `EpisodeBuffer.grant` (a CreditRequest's work) and one `tick` with each
 row's groups in flight assembling. Each row prints the buffer's pid, for a sampling
 profiler (`py-spy record -p PID --nonblocking`). The soft fd limit is raised to the hard one
 when it is too low for 2N sockets (the row's line says so).
@@ -69,7 +69,7 @@ import zmq
 import zmq.asyncio
 
 from agent_r1_async.actors.emitter import BatchEmitter
-from agent_r1_async.buffers.buffer import TrajectoryBuffer
+from agent_r1_async.buffers.buffer import EpisodeBuffer
 from agent_r1_async.buffers.service import BufferService
 from agent_r1_async.buffers.validate import RecordBounds
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
@@ -279,7 +279,7 @@ class _DataClock:
     """A worker's data plane: every episode's next step at its due time, from one heap
     (a coroutine and a timer per episode would cost the 2 shared cores more than the buffer
     does). An actor's messages due in one tick leave as one frame (`BatchEmitter.frame`: a
-    message alone, several as a `Batch`), as the actor's emitter cuts a loop turn's; a frame
+    message alone, several as a `DataBatch`), as the actor's emitter cuts a loop turn's; a frame
     the full pipe refuses waits in order and is retried at the next tick."""
 
     def __init__(self, shape: Shape, tally: _Tally, seed: int, tick_s: float = 0.005) -> None:
@@ -413,7 +413,7 @@ class _SimActor:
                     next_credit = time.monotonic() + backoff
                     backoff = min(backoff * 2, MAX_BACKOFF_S)
             # Wake for a finished group, the next report or credit retry, or the end (the
-            # real actor also polls its weight channel every IDLE_S).
+            # real actor also polls its weight path every IDLE_S).
             free = self.shape.groups_in_flight - len(self._running)
             wake = min(next_stats, t1, next_credit if free > 0 else math.inf)
             timeout = max(0.0, wake - time.monotonic())
@@ -750,14 +750,14 @@ def run_row(actors: int, shape: Shape, workers: int, seconds: float, warmup: flo
 
 
 def grant_cost(open_groups: Sequence[int], reps: int) -> list[tuple[int, float, float]]:
-    """(groups, µs of one `TrajectoryBuffer.grant`, ms of one `tick`) with that many groups
+    """(groups, µs of one `EpisodeBuffer.grant`, ms of one `tick`) with that many groups
     assembling (one step each): what a CreditRequest and the 0.2 s timeout pass cost the
     service thread, without sockets, in this process; the fastest of 5 blocks (the least
     disturbed by a shared machine)."""
     rows = []
     for n in open_groups:
-        buf = TrajectoryBuffer(BufferConfig(max_staleness=10**6, spi_tolerance=1e9),
-                               AlgorithmConfig(group_size=4, batch_groups=4))
+        buf = EpisodeBuffer(BufferConfig(max_staleness=10**6, spi_tolerance=1e9),
+                            AlgorithmConfig(group_size=4, batch_groups=4))
         for gid in buf.grant("a", n).group_ids:
             buf.ingest(m.StepRecord(f"{gid}-e0", gid, "t", "a", "bench", 0,
                                     m.TokenIds([1] * 128), m.TokenIds([1] * 32),
@@ -891,7 +891,7 @@ def main() -> None:
     if args.grant_reps:
         sizes_g = sorted({n * shape.groups_in_flight for n in counts})
         print(f"\n## one CreditRequest's grant and one tick vs groups assembling "
-              f"(TrajectoryBuffer alone, {args.grant_reps} grants each, fastest of 5 blocks)")
+              f"(EpisodeBuffer alone, {args.grant_reps} grants each, fastest of 5 blocks)")
         print(f"{'groups':>7} {'grant µs':>9} {'× first':>8} {'tick ms':>8}")
         cost = grant_cost(sizes_g, args.grant_reps)
         for n, grant_us, tick_ms in cost:

@@ -1,5 +1,5 @@
 """Does the buffer's staleness handling bias training toward short episodes? The real
-`TrajectoryBuffer` (admission credits, group assembly, the store's staleness bound, the
+`EpisodeBuffer` (admission credits, group assembly, the store's staleness bound, the
 sample-to-insert limiter) between simulated actors and a simulated learner, on a heavy-tailed
 mix of episode lengths, in simulated time.
 
@@ -46,7 +46,7 @@ from typing import Any
 
 import msgspec
 
-from agent_r1_async.buffers.buffer import TrajectoryBuffer
+from agent_r1_async.buffers.buffer import EpisodeBuffer
 from agent_r1_async.buffers.lengths import length_bucket, length_metrics
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
 from agent_r1_async.wire.messages import EpisodeEnd, StepRecord
@@ -120,7 +120,7 @@ def simulate(cfg: BufferConfig, algo: AlgorithmConfig, args: argparse.Namespace,
              seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
     clock = Clock()
-    buf = TrajectoryBuffer(cfg, algo, clock)
+    buf = EpisodeBuffer(cfg, algo, clock)
     mix = parse_mix(args.mix)
     run = Run()
     version = 0

@@ -14,7 +14,7 @@ per repeat, all with the same records (same bytes: fixed timestamps):
   one frame; the emitter encodes, coalesces and sends with `ZmqPusher.send(timeout_ms=0)`.
   The receiver does what the buffer service does before ingestion (`BufferService._drain_data`):
   `ZmqPuller.recv(timeout_ms=0)` and `messages.unpack_data` (typed msgspec decode of a plain
-  message or a Batch, validation) of every message.
+  message or a DataBatch, validation) of every message.
 - raw, coalesced frames: bare PUSH/PULL of exactly the frames the transport run sent (its
   records grouped as its emitter grouped them, built by the emitter's own `frame`): the bytes
   cost of the same frames, without encode, asyncio or decode.

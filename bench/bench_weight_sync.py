@@ -41,7 +41,7 @@ MODEL = "smollm2-135m-instruct"
 
 
 def _actor_main(backend: str, model_path: str, endpoints: dict[str, str], n: int, q: Any) -> None:
-    """Start one engine, then apply whatever each weight channel brings; report times."""
+    """Start one engine, then apply whatever each weight backend brings; report times."""
     os.dup2(2, 1)  # engine logs go to stderr: stdout keeps only the results table
     import torch
 
@@ -139,7 +139,7 @@ def bench_engine(backend: str, state: dict[str, Any], n: int) -> dict[str, dict[
     fails = (0, 0)
     try:
         _, start_s = q.get(timeout=900)
-        time.sleep(1.0)  # SUB joins late: let the subscription reach the publisher
+        time.sleep(1.0)  # SUB joins late: let the subscription reach the PUB socket
         version = 0
         for _ in range(n):
             for name, sender in senders.items():  # side by side: alternate the backends

@@ -282,7 +282,7 @@ class Actor:
         )
 
     async def _apply_weights(self, receiver) -> None:
-        """The weight channel (weights/seam.py) applies the newest version, if any;
+        """The weight path (weights/seam.py) applies the newest version, if any;
         it counts and logs a failed or rejected one and the engine keeps serving."""
         if receiver is None:
             return

@@ -7,7 +7,7 @@ in one frame.
                 goes out together, and nothing waits longer than the rest of the turn.
     cut         at the next turn, or inline once `max_batch` messages or `max_bytes` encoded
                 bytes are pending: one message goes out as its own frame, several as one
-                `messages.Batch` frame, in emit order.
+                `messages.DataBatch` frame, in emit order.
 
 Back-pressure, not loss: a frame that the full ZeroMQ pipe refuses waits (frames stay in
 order) and is retried after `asyncio.sleep` with the actor's backoff (5 ms, doubling up to
@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-from agent_r1_async.wire.messages import DataMessage, encode, encode_batch
+from agent_r1_async.wire.messages import DataMessage, encode, encode_data_batch
 from agent_r1_async.wire.transport import Pusher
 
 RETRY_S = 0.005
@@ -118,8 +118,8 @@ class BatchEmitter:
 
     @staticmethod
     def frame(items: list[bytes]) -> bytes:
-        """The frame for these encoded messages: the message itself, or a Batch of several."""
-        return items[0] if len(items) == 1 else encode_batch(items)
+        """The frame for these encoded messages: the message itself, or a DataBatch of several."""
+        return items[0] if len(items) == 1 else encode_data_batch(items)
 
     # ---- internals ----------------------------------------------------------------------
 

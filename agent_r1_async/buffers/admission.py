@@ -40,9 +40,9 @@ class AdmissionControl:
     it. Without the floor a version jump after a resume would open (jump × batch_groups)
     credits at once, and a learner that reuses groups would build up a credit debt.
 
-    A granted group that never sends a record within `grant_timeout_s` (its actor died or
+    A granted group that never sends a record within `episode_timeout_s` (its actor died or
     never started it) expires and releases its credit. An actor the launcher replaces gives
-    back every credit it holds at once (`TrajectoryBuffer.reclaim`, with `held_by` and
+    back every credit it holds at once (`EpisodeBuffer.reclaim`, with `held_by` and
     `on_dropped`).
 
     Credits restored from a snapshot are *unclaimed* until their actor says it still runs
@@ -57,18 +57,18 @@ class AdmissionControl:
         batch_groups: int,
         version_source: Callable[[], int],
         clock: Callable[[], float],
-        grant_timeout_s: float,
+        episode_timeout_s: float,
     ) -> None:
-        if max_staleness < 0 or batch_groups < 1 or grant_timeout_s <= 0:
+        if max_staleness < 0 or batch_groups < 1 or episode_timeout_s <= 0:
             raise ValueError(
                 f"bad admission settings: max_staleness={max_staleness} (>= 0), "
-                f"batch_groups={batch_groups} (>= 1), grant_timeout_s={grant_timeout_s} (> 0)"
+                f"batch_groups={batch_groups} (>= 1), episode_timeout_s={episode_timeout_s} (> 0)"
             )
         self.max_staleness = max_staleness
         self.batch_groups = batch_groups
         self._version = version_source
         self._clock = clock
-        self._timeout = grant_timeout_s
+        self._timeout = episode_timeout_s
         self.accepted = 0
         self._in_flight: dict[str, _Credit] = {}
         self._prefix = uuid.uuid4().hex[:8]  # group ids never repeat across buffer restarts
@@ -151,7 +151,7 @@ class AdmissionControl:
         self._in_flight.pop(group_id, None)
 
     def expire(self) -> list[str]:
-        """Release credits granted more than `grant_timeout_s` ago that never sent a record."""
+        """Release credits granted more than `episode_timeout_s` ago that never sent a record."""
         deadline = self._clock() - self._timeout
         gone = [g for g, c in self._in_flight.items() if not c.started and c.granted_at < deadline]
         for gid in gone:

@@ -17,6 +17,13 @@ Rules (every dropped or ignored item is counted in `drops` by reason)
   for `episode_timeout_s` expires. A group that cannot reach that is dropped
   ("group_too_small").
 - Records for an episode or group already closed count as "late_record".
+- Group size: the run has one, `algorithm.group_size`, which the buffer holds once
+  (`EpisodeBuffer.group_size`) as the bound. Each `EpisodeEnd` also says its group's size (a
+  wire field; actors send `algorithm.group_size`), and the buffer refuses one outside [1, that
+  bound] before it gets here (`invalid_record/group_size`, buffers/validate.py). A group
+  waits for the size its first end or refused record sets: an end's own (`add`, and `reject`
+  when the refused end's size passed its check), else the run's (a refused step, or an end
+  refused for its size).
 - A delta step (wire/delta.py) needs the episode's previous step: one that arrives without
   it (lost, reordered, from a restarted actor) drops its episode ("missing_reference"), as
   does one whose declared length is not the previous step's context + action + the delta

@@ -1,6 +1,6 @@
 """The buffer's logic without sockets: assembly -> admission -> store -> rate limiter.
 
-`TrajectoryBuffer` is what the service drives (and what unit tests drive directly, with a
+`EpisodeBuffer` is what the service drives (and what unit tests drive directly, with a
 fake clock). Data flow:
 
     ingest(StepRecord | EpisodeEnd)  -> granted to its actor? -> range checks -> Assembler
@@ -41,6 +41,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 
 from agent_r1_async.buffers.admission import AdmissionControl
 from agent_r1_async.buffers.assembly import Assembler, episode_nbytes
@@ -70,7 +71,7 @@ _DEFAULT_MAX_ACTORS = 256
 """ActorStats kept when `RecordBounds.max_actors` is 0 (unknown: no bounds from a launch)."""
 
 
-class TrajectoryBuffer:
+class EpisodeBuffer:
     def __init__(
         self,
         cfg: BufferConfig,
@@ -81,12 +82,15 @@ class TrajectoryBuffer:
     ) -> None:
         """`bounds`: the run's record bounds, built once at launch
         (`RecordBounds.from_config`); None (tests, benchmarks): only `algorithm.group_size`
-        is checked."""
+        is checked. Either way the group-size bound is `algo.group_size` (`group_size`)."""
         self.cfg = cfg
         self.version = 0
         self._clock = clock
-        self._max_group_size = algo.group_size
-        self.bounds = bounds if bounds is not None else RecordBounds(max_group_size=algo.group_size)
+        self.group_size = algo.group_size
+        """The run's group size (`algorithm.group_size`), the buffer's one number for it: the
+        bound on an EpisodeEnd's `group_size` (`bounds.max_group_size`) and the size a group
+        waits for when its own size was refused (buffers/assembly.py, "Group size")."""
+        self.bounds = replace(bounds or RecordBounds(), max_group_size=self.group_size)
         self._max_actors = self.bounds.max_actors or _DEFAULT_MAX_ACTORS
         self.admission = AdmissionControl(
             cfg.max_staleness,
@@ -178,8 +182,8 @@ class TrajectoryBuffer:
         if not (self.assembler.has_group(msg.group_id) or self.admission.holds(msg.group_id)):
             return  # a group nobody granted: nothing to release, nothing to remember
         # The group's size, so that it waits for its other episodes: the refused end's own
-        # (when that field passed), else the run's (every actor runs algorithm.group_size).
-        size = self._max_group_size
+        # (when that field passed its check), else the run's bound.
+        size = self.group_size
         if isinstance(msg, EpisodeEnd) and reason != "group_size":
             size = msg.group_size
         if self.assembler.reject(msg, self._clock(), size):

@@ -1,6 +1,6 @@
 """The buffer service: a ZeroMQ PULL for data records and a ROUTER for control requests.
 
-Single-threaded event loop (one thread owns both sockets and the `TrajectoryBuffer`):
+Single-threaded event loop (one thread owns both sockets and the `EpisodeBuffer`):
 
     wait on both sockets (the transport's poller; <= 50 ms, or the next pending deadline)
     drain data messages for <= 5 ms (and <= 2,000 records) -> unpack_data -> buffer.ingest
@@ -15,10 +15,10 @@ starve the control socket: a control request waits at most about one data slice 
 the control frames ahead of it (`bench/bench_control_latency.py` measures it with 64 clients).
 A SampleRequest that cannot be served yet is parked, never blocking ingestion; it is answered
 as soon as enough groups are ready or at its deadline. A malformed message on either socket is
-counted once (`drops["malformed"]`; a `Batch` with one bad item is one malformed frame),
+counted once (`drops["malformed"]`; a `DataBatch` with one bad item is one malformed frame),
 answered with `ErrorReply` on the control socket, and the loop goes on; a decoded record or
 request that still fails is counted (`ingest_error`, `request_error`) instead of stopping the
-loop. `buffer.records` counts records (the items of a Batch each), not frames. A
+loop. `buffer.records` counts records (the items of a DataBatch each), not frames. A
 SampleRequest's wait is finite and capped (`_MAX_PARK_S`), and each peer has at most one
 parked request. Replies go out with ROUTER_MANDATORY: a reply to a peer that left is dropped.
 
@@ -38,12 +38,12 @@ host exits its process, which supervision sees); `failure` holds the exception.
 
 The launcher calls `reclaim(actor_id)` (through Ray, under the same lock as the loop) when it
 replaces an actor's process: its credits and unfinished episodes come back at once
-(`TrajectoryBuffer.reclaim`). `metrics()` adds what the learner's parked SampleRequest waits
+(`EpisodeBuffer.reclaim`). `metrics()` adds what the learner's parked SampleRequest waits
 for (`sample_waiting`) to the buffer's stats; a `Hello` is answered with the learner version.
 
 Run: `BufferService(cfg.buffer, cfg.algorithm, ZmqTransport(), bounds=bounds).start()`, with
 the run's `RecordBounds` built at launch (`RecordBounds.from_config`); actors PUSH
-`messages.encode(record)` (or `messages.encode_batch` of several encoded records) to
+`messages.encode(record)` (or `messages.encode_data_batch` of several encoded records) to
 `.data_endpoint`; learners and actors use `BufferClient` on `.control_endpoint`.
 """
 
@@ -57,7 +57,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agent_r1_async.buffers.buffer import TrajectoryBuffer
+from agent_r1_async.buffers.buffer import EpisodeBuffer
 from agent_r1_async.buffers.snapshot import SnapshotReport, restore_snapshot, save_snapshot
 from agent_r1_async.buffers.state import BufferState
 from agent_r1_async.buffers.validate import RecordBounds
@@ -107,12 +107,12 @@ class BufferService:
         open episodes and credits are released at once instead of after their timeouts.
         `on_fatal`: called (from the service thread, after shutdown) when the loop is broken
         for good; the default only logs. `bounds`: what records are checked against
-        (`TrajectoryBuffer`; the launch passes `RecordBounds.from_config`)."""
+        (`EpisodeBuffer`; the launch passes `RecordBounds.from_config`)."""
         self.cfg = cfg
         self.on_fatal = on_fatal
         self.failure: BaseException | None = None
         self._errors_in_a_row: dict[str, int] = {}
-        self.buffer = TrajectoryBuffer(cfg, algo, clock, bounds=bounds)
+        self.buffer = EpisodeBuffer(cfg, algo, clock, bounds=bounds)
         self.snapshot_dir = snapshot_dir
         self.snapshot_report: SnapshotReport | None = None
         """What the start restored from `snapshot_dir` and what it skipped as corrupt
@@ -120,7 +120,7 @@ class BufferService:
         if snapshot_dir is not None:
 
             def restore(state: BufferState) -> None:  # a fresh buffer per try
-                buffer = TrajectoryBuffer(cfg, algo, clock, bounds=bounds)
+                buffer = EpisodeBuffer(cfg, algo, clock, bounds=bounds)
                 buffer.restore(state)
                 if fresh_actors:
                     buffer.orphan_all()
@@ -257,7 +257,7 @@ class BufferService:
         return self.buffer.stats(self._rate, self._records_per_frame(), waiting)
 
     def reclaim(self, actor_id: str) -> dict[str, int]:
-        """Everything `actor_id` holds comes back now (`TrajectoryBuffer.reclaim_report`): the
+        """Everything `actor_id` holds comes back now (`EpisodeBuffer.reclaim_report`): the
         launcher replaces that actor's process. {"credits": n, "episodes": n} (its unfinished
         episodes) and what was discarded (`lengths.Loss.to_counts`: `discarded` episodes,
         their `steps` and `tokens`, `le_<b>` episodes by length bucket)."""
@@ -297,7 +297,7 @@ class BufferService:
             if frames is None:
                 return
             try:
-                msgs = m.unpack_data(frames)  # a plain message or a Batch's items
+                msgs = m.unpack_data(frames)  # a plain message or a DataBatch's items
             except m.WireError:
                 self.buffer.drops["malformed"] += 1
                 budget -= 1
@@ -419,7 +419,7 @@ class BufferService:
 
     def _records_per_frame(self) -> float:
         """Mean data messages per decoded frame since start (actors coalesce a loop turn's
-        records into one Batch frame: this is how many a real run gets)."""
+        records into one DataBatch frame: this is how many a real run gets)."""
         return self._data_items / self._data_frames if self._data_frames else 0.0
 
     def _update_rate(self, now: float) -> None:

@@ -1,5 +1,5 @@
 """What a buffer snapshot holds: `BufferState`, everything needed to resume a buffer without
-losing an accepted episode (`TrajectoryBuffer.state` / `restore`; written and verified on disk
+losing an accepted episode (`EpisodeBuffer.state` / `restore`; written and verified on disk
 by buffers/snapshot.py)."""
 
 from __future__ import annotations

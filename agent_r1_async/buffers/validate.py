@@ -72,7 +72,8 @@ class RecordBounds:
     max_steps: int = 0
     """step_index < this, num_steps <= this: `env.max_turns`."""
     max_group_size: int = 0
-    """An EpisodeEnd's group_size is in [1, this]: `algorithm.group_size`."""
+    """An EpisodeEnd's group_size is in [1, this]: `algorithm.group_size` (the buffer sets it
+    from its own `algorithm`, `EpisodeBuffer.group_size`, whatever the bounds it is given say)."""
     max_actors: int = 0
     """ActorStats are kept for at most this many actor ids: `actors.num_actors` (0: the
     buffer's default cap)."""

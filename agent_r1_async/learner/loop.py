@@ -21,7 +21,7 @@ whether to re-publish), so the ranks stay in lockstep through every collective; 
 builds the same rows and trains the training sequences `distributed.balance` gives it (equal
 action+context tokens, not rows; under `learner.shared_prefix` the units are the prefix trees'
 rows, so a tree stays whole on one rank); only rank 0 publishes, but every rank takes part in
-the gather of the full weights. Other ranks get `source=None, publisher=None`.
+the gather of the full weights. Other ranks get `source=None, weight_sender=None`.
 
 `source` is a `protocols.SampleSource`: `.sample(num_groups, learner_version, timeout_s) ->
 SampleBatch` and `.set_version(version)` (a `BufferClient`, or a fake in tests). A batch that is not
@@ -59,16 +59,17 @@ class Learner:
         self,
         cfg: config.RunConfig,
         source: SampleSource | None,
-        publisher: WeightSender | None,
+        weight_sender: WeightSender | None,
         run_dir: str | None,
         model_path: str | None = None,
         trainer: PolicyTrainer | None = None,
     ) -> None:
         self.cfg = cfg
         self.source = source
-        self.publisher = publisher
-        self._publishes = dist_util.broadcast(publisher is not None, bool)
-        """Rank 0 has a publisher: then every rank joins the weight gathers for it."""
+        self.weight_sender = weight_sender
+        """Where `publish` sends the weights (weights/seam.py; rank 0 only)."""
+        self._publishes = dist_util.broadcast(weight_sender is not None, bool)
+        """Rank 0 has a weight sender: then every rank joins the weight gathers for it."""
         self.run_dir = run_dir
         torch.manual_seed(cfg.learner.seed)
         if trainer is not None:  # injected (benchmarks, tests): no model is loaded
@@ -101,14 +102,14 @@ class Learner:
     @classmethod
     def from_checkpoint(
         cls, cfg: config.RunConfig, source: SampleSource | None,
-        publisher: WeightSender | None, run_dir: str, checkpoint_dir: str | None = None,
+        weight_sender: WeightSender | None, run_dir: str, checkpoint_dir: str | None = None,
     ) -> Learner:
         """Resume from `checkpoint_dir` (default: `run_dir`'s latest): versions continue.
         Any world size resumes any other's checkpoint (DCP reshards on load)."""
         ckpt = checkpoint_dir or checkpoint.latest_checkpoint(run_dir)
         if ckpt is None:
             raise FileNotFoundError(f"no checkpoint under {run_dir}/checkpoints")
-        learner = cls(cfg, source, publisher, run_dir,
+        learner = cls(cfg, source, weight_sender, run_dir,
                       model_path=checkpoint.checkpoint_model_path(ckpt, cfg))
         state = checkpoint.load_trainer_state(ckpt, learner.trainer)
         learner.version = int(state["version"])
@@ -218,8 +219,8 @@ class Learner:
             return
         # fresh CPU copies in the engines' dtype: sent in place
         weights = self.trainer.published_state_dict(self.trainer.publish_dtype)
-        if self.publisher is not None:
-            self.publisher.publish(self.version, weights, copy=False)
+        if self.weight_sender is not None:
+            self.weight_sender.publish(self.version, weights, copy=False)
         self._last_publish = time.monotonic()
 
     def _prepare(self, batch: messages.SampleBatch) -> tuple[list[batching.Row], list[batching.MicroBatch]]:
@@ -251,9 +252,9 @@ class Learner:
             "last_update": self.last_update,
         }, keep=self.cfg.learner.keep_checkpoints)
 
-    def step(self) -> dict[str, float]:
-        """One update, then the periodic checkpoint (`learner.checkpoint_every`): the cadence
-        `launch` drives one call at a time."""
+    def run_once(self) -> dict[str, float]:
+        """One iteration of the learner's loop: one update, then the periodic checkpoint
+        (`learner.checkpoint_every`); `launch` drives one call at a time."""
         metrics = self.update()
         if self.run_dir is not None and self.updates % self.cfg.learner.checkpoint_every == 0:
             self.save_checkpoint()

@@ -3,7 +3,7 @@
 `launch` calls `RunKeys.generate([LEARNER, "actor-0", ...])` and hands each process only what
 it needs (`keys_for`): the buffer the server pair, the learner the server pair (it binds the
 weights PUB) and its own client pair, each actor its own client pair and no server secret (an
-actor cannot pose as the buffer or the publisher). Every process also gets the table of the
+actor cannot pose as the buffer or the learner). Every process also gets the table of the
 run's client *public* keys → identities: a binding process's ZAP handler admits exactly those
 keys and returns the identity as the ZAP User-Id, which libzmq attaches to every message of
 that peer (`zmq_msg_gets(msg, "User-Id")`; wire/roles.py decides what each identity may do).

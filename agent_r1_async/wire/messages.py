@@ -17,7 +17,7 @@ Design choices
 
 Message families
 - Data (actor -> buffer, PUSH/PULL): `StepRecord`, `EpisodeEnd`, `ActorStats`, one per
-  frame, or several in one `Batch` frame (an actor coalesces what it emits within one turn of
+  frame, or several in one `DataBatch` frame (an actor coalesces what it emits within one turn of
   its event loop; items in send order, no nested batches). `unpack_data` turns a received
   message into its data messages.
 - Control (actor/learner <-> buffer, DEALER/ROUTER): `Hello`, `CreditRequest`,
@@ -40,7 +40,7 @@ import msgspec
 
 SCHEMA_VERSION = 5
 """2: packed `TokenIds` / `LogProbs` fields in StepRecord.
-3: `Batch` data frames (several data messages in one frame); `ActorStats.tokens_total`.
+3: `DataBatch` frames (several data messages in one frame); `ActorStats.tokens_total`.
 4: delta step records (`StepRecord.context_from`, `context_len`; wire/delta.py).
 5: failed episodes for the learner's episode samples (`SampleRequest.failed_episodes`,
 `SampleBatch.failed`)."""
@@ -246,19 +246,21 @@ class ActorStats(_Wire, tag="actor_stats"):
 DataMessage = StepRecord | EpisodeEnd | ActorStats
 
 
-class Batch(_Wire, tag="batch"):
-    """Several data messages in one frame, in the order they were emitted (never empty)."""
+class DataBatch(_Wire, tag="batch"):
+    """Several data messages in one frame, in the order they were emitted (never empty). Its
+    tag, "batch", is the wire format, not the class name."""
 
     items: list[DataMessage]
 
 
-class _RawBatch(_Wire, tag="batch"):
-    """`Batch` with already-encoded items: the same bytes as `Batch` of the decoded items."""
+class _RawDataBatch(_Wire, tag="batch"):
+    """`DataBatch` with already-encoded items: the same bytes as a `DataBatch` of the decoded
+    items."""
 
     items: list[msgspec.Raw]
 
 
-DataFrame = DataMessage | Batch
+DataFrame = DataMessage | DataBatch
 """What one data-plane frame decodes to."""
 
 # --------------------------------------------------------------------------------------
@@ -464,9 +466,9 @@ def encode(msg: msgspec.Struct) -> bytes:
     return _encoder.encode(msg)
 
 
-def encode_batch(encoded: list[bytes]) -> bytes:
-    """A `Batch` frame from data messages already encoded with `encode` (copies each once)."""
-    return _encoder.encode(_RawBatch([msgspec.Raw(b) for b in encoded]))
+def encode_data_batch(encoded: list[bytes]) -> bytes:
+    """A `DataBatch` frame from data messages already encoded with `encode` (copies each once)."""
+    return _encoder.encode(_RawDataBatch([msgspec.Raw(b) for b in encoded]))
 
 
 _T = TypeVar("_T")
@@ -489,14 +491,14 @@ def decode_data(frame: bytes | memoryview) -> DataFrame:
 def unpack_data(frames: Sequence[bytes | memoryview]) -> Sequence[DataMessage]:
     """The data messages of one received data-plane message, in order, or `WireError`.
 
-    A data message is exactly one frame: a plain message or a non-empty `Batch`. Decoded
+    A data message is exactly one frame: a plain message or a non-empty `DataBatch`. Decoded
     values own their memory (strings, bytes and packed arrays are copies), so `frames` may be
     views into buffers that are reused after this returns.
     """
     if len(frames) != 1:
         raise WireError(f"expected 1 frame, got {len(frames)}")
     msg = _decode(_data_decoder, frames[0])
-    if isinstance(msg, Batch):
+    if isinstance(msg, DataBatch):
         if not msg.items:
             raise WireError("empty batch")
         return msg.items

@@ -22,9 +22,9 @@ Flow-control invariants (ZeroMQ implementation)
   reply can never be mistaken for the answer to the next request. The server sets
   ROUTER_MANDATORY: a reply to a peer that has gone raises inside `reply`, which returns False.
 - PUB/SUB: libzmq's high-water marks count whole *messages* (a multipart message of any
-  size is one), not frames or bytes. A weights message is a whole model, so the publisher's
+  size is one), not frames or bytes. A weights message is a whole model, so the `Publisher`'s
   SNDHWM is 1 (`DEFAULT_PUB_HWM`): a subscriber that stops reading holds at most two versions
-  in the publisher's process, the one waiting in its pipe and the one its TCP engine is
+  in the `Publisher`'s process, the one waiting in its pipe and the one its TCP engine is
   writing; later versions are dropped for it (only the newest matters). The bound is per
   subscriber: with zero-copy sends, n stalled subscribers pin at most 2n versions (fewer when
   they stalled on the same ones). Subscribers keep at most `DEFAULT_SUB_HWM` (2) received

@@ -21,7 +21,7 @@ class Stream:
     """When a test published new weights (for checks of the versions that follow)."""
 
     def add(self, frames: list) -> list[m.StepRecord | m.EpisodeEnd | m.ActorStats]:
-        """Record the messages of one received message (a plain one or a Batch's items)."""
+        """Record the messages of one received message (a plain one or a DataBatch's items)."""
         msgs = list(m.unpack_data(frames))
         for msg in msgs:
             if isinstance(msg, m.StepRecord):

@@ -107,7 +107,7 @@ def _make_weights_headers() -> st.SearchStrategy[m.WeightsHeader]:
     return st.builds(
         m.WeightsHeader,
         schema_version=st.sampled_from([m.SCHEMA_VERSION, m.SCHEMA_VERSION + 1, 0, -1]) | _ints,
-        version=st.integers(-5, 1000),  # honest publishers in the tests use higher versions
+        version=st.integers(-5, 1000),  # honest weight senders in the tests use higher versions
         tensors=st.lists(meta, max_size=3),
         published_at=_floats,
     )
@@ -118,7 +118,7 @@ _CONTROL = _make_control_messages()
 _HEADERS = _make_weights_headers()
 _STEPS = step_records()
 _ENDS = episode_ends()
-_BATCHES = st.lists(_STEPS | _ENDS, max_size=3).map(m.Batch)  # empty ones too
+_BATCHES = st.lists(_STEPS | _ENDS, max_size=3).map(m.DataBatch)  # empty ones too
 
 
 def _control_messages() -> st.SearchStrategy[msgspec.Struct]:

@@ -1,4 +1,4 @@
-"""A weight-receiving engine for the native weight channel without a vLLM model: our real
+"""A weight-receiving engine for the native weight path without a vLLM model: our real
 `GlooWeightTransferEngine` (real gloo group, real checksum check) whose final load into a
 vLLM model is replaced by recording the tensors. It speaks the same three calls as
 `VllmEngine` (join_weight_transfer / receive_weights / leave_weight_transfer)."""

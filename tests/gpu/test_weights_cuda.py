@@ -1,4 +1,4 @@
-"""The weight channel from CUDA tensors: publish a CUDA state dict over real ZeroMQ (tcp
+"""The weight path from CUDA tensors: publish a CUDA state dict over real ZeroMQ (tcp
 loopback PUB/SUB), receive it on the CPU bit-exact (same bytes, dtype, shape)."""
 
 from __future__ import annotations

@@ -32,9 +32,9 @@ def stream_with_weight_update(
     transport = ZmqTransport()
     sink = transport.puller("tcp://127.0.0.1:0")
     credits = buffer_service(transport, algo=cfg.algorithm, start=True)
-    publisher = ZmqWeightSender(transport)
+    sender = ZmqWeightSender(transport)
     actor = Actor(
-        cfg, "actor-0", transport, sink.endpoint, credits.control_endpoint, publisher.endpoint,
+        cfg, "actor-0", transport, sink.endpoint, credits.control_endpoint, sender.endpoint,
         engine,
     )
     errors: list[BaseException] = []
@@ -62,13 +62,13 @@ def stream_with_weight_update(
             stream.add(frames)
             if published_at is None and len(stream.arrival) >= 2:
                 published_at = time.time()
-                publisher.publish(new_version, new_weights)
+                sender.publish(new_version, new_weights)
         thread.join(timeout=30)
     finally:
         sink.close()
         granted = credits.metrics().in_flight_groups  # granted, never completed here
         credits.stop()
-        publisher.close()
+        sender.close()
         transport.close()
     assert not errors, errors
     assert published_at is not None, "no step record arrived before the actor finished"

@@ -54,19 +54,19 @@ def run():
 def test_sockets_bind_to_loopback_and_authenticate_by_default() -> None:
     transport = ZmqTransport()
     service = buffer_service(transport)
-    publisher = ZmqWeightSender(transport)
+    sender = ZmqWeightSender(transport)
     try:
-        for endpoint in (service.data_endpoint, service.control_endpoint, publisher.endpoint):
+        for endpoint in (service.data_endpoint, service.control_endpoint, sender.endpoint):
             assert endpoint.startswith("tcp://127.0.0.1:"), endpoint
         assert LaunchConfig().bind_host == "127.0.0.1" and LaunchConfig().curve
         assert tcp_endpoint().startswith("tcp://127.0.0.1:")
     finally:
-        publisher.close()
+        sender.close()
         service.stop()
         transport.close()
 
 
-def test_a_peer_without_the_key_cannot_inject_trajectories(run) -> None:
+def test_a_peer_without_the_key_cannot_inject_records(run) -> None:
     _, t = run
     service = buffer_service(t["buffer"], start=True)
     try:
@@ -186,11 +186,11 @@ def test_without_curve_ungranted_records_still_take_no_credit() -> None:
         transport.close()
 
 
-def _poll_for(receiver: WeightSubscriber, publisher: ZmqWeightSender, seconds: float):
+def _poll_for(receiver: WeightSubscriber, sender: ZmqWeightSender, seconds: float):
     """Publish version 1 repeatedly (slow joiner) and poll; the received message or None."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        publisher.publish(1, WEIGHTS)
+        sender.publish(1, WEIGHTS)
         got = receiver.poll(timeout_ms=50)
         if got is not None:
             return got
@@ -199,9 +199,9 @@ def _poll_for(receiver: WeightSubscriber, publisher: ZmqWeightSender, seconds: f
 
 def test_a_peer_without_the_key_cannot_publish_or_read_weights(run) -> None:
     keys, t = run
-    # A rogue publisher that took over the weights endpoint: with its own server key pair (it
+    # A rogue sender that took over the weights endpoint: with its own server key pair (it
     # lacks the run's server secret) or with no encryption at all. An actor's own keys hold
-    # no server secret: an actor cannot pose as the publisher either.
+    # no server secret: an actor cannot pose as the sender either.
     rogue_keys = CurveKeys.generate()
     rogues = {
         "own-server-key": ZmqTransport(curve=CurveKeys(
@@ -222,22 +222,22 @@ def test_a_peer_without_the_key_cannot_publish_or_read_weights(run) -> None:
                 receiver.close()
                 rogue.close()
         # The run's learner reaches the run's actor.
-        publisher = ZmqWeightSender(t["learner"])
-        receiver = WeightSubscriber(t["actor-0"], publisher.endpoint)
+        sender = ZmqWeightSender(t["learner"])
+        receiver = WeightSubscriber(t["actor-0"], sender.endpoint)
         try:
-            got = _poll_for(receiver, publisher, 10.0)
+            got = _poll_for(receiver, sender, 10.0)
             assert got is not None and got[0].version == 1
             assert torch.equal(got[1]["w"], WEIGHTS["w"])
-            # And an eavesdropper without a run key learns nothing from that publisher.
+            # And an eavesdropper without a run key learns nothing from that sender.
             for name in ("stranger", "plain"):
-                spy = WeightSubscriber(t[name], publisher.endpoint)
+                spy = WeightSubscriber(t[name], sender.endpoint)
                 try:
-                    assert _poll_for(spy, publisher, 0.7) is None, name
+                    assert _poll_for(spy, sender, 0.7) is None, name
                 finally:
                     spy.close()
         finally:
             receiver.close()
-            publisher.close()
+            sender.close()
     finally:
         for rt in rogues.values():
             rt.close()

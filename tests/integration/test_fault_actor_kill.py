@@ -13,9 +13,9 @@ Checked:
 - Ray restarts the process, the launcher re-runs its loop, and records flow again (new
   groups accepted, fresh ActorStats: throughput recovers);
 - as the launcher sees the death, the buffer reclaims what the dead process held
-  (`ActorGroup.reclaim` -> `TrajectoryBuffer.reclaim`), at once rather than after
+  (`ActorGroup.reclaim` -> `EpisodeBuffer.reclaim`), at once rather than after
   buffer.episode_timeout_s; none of its unfinished episodes is ever sampled: no partial
-  trajectory reaches the learner, every sampled episode is whole;
+  episode reaches the learner, every sampled episode is whole;
 - exact counts, derived from what the dead process left in the buffer (read 0.5 s after the
   kill, once the records on the wire have landed): each of its open episodes is dropped once
   (`reclaimed_episode`), each of its groups with records can no longer complete and is
@@ -203,7 +203,7 @@ def test_actor_killed_mid_episode_is_restarted_and_loses_nothing_accepted(tmp_pa
         service.stop()
         transport.close()
 
-    assert partial and not partial & set(ledger.sampled)  # no partial trajectory was sampled
+    assert partial and not partial & set(ledger.sampled)  # no partial episode was sampled
     assert after_kill == expected
     assert accepted_before <= set(ledger.groups)  # nothing accepted was lost
     assert set(ledger.groups.values()) == {1} and set(ledger.sampled.values()) == {1}

@@ -1,7 +1,7 @@
 """The launcher (the `agent-r1-async launch` driver) SIGKILLed, then `--resume`: every update is
 in metrics.jsonl exactly once.
 
-The learner checkpoints inside its update call (`Learner.step`), before the launcher has that
+The learner checkpoints inside its update call (`Learner.run_once`), before the launcher has that
 update's metrics: a launcher killed in between leaves checkpoint step-N and no metrics line for
 update N, and the resume starts at N + 1. The test makes that window certain instead of
 hoping to hit it: once a few updates are logged it freezes the launcher (SIGSTOP), waits until

@@ -5,7 +5,7 @@ The property-based versions (10,000 cases per socket type, through the same deco
 code in-process) are in tests/unit/wire/test_hostile_frames.py; these show the same on the wire:
 every garbage frame on the data PULL and the control ROUTER is counted exactly, a frame over
 `buffer.max_frame_bytes` gets its sender disconnected by libzmq before it is buffered, and a
-weight subscriber fed garbage by its publisher counts it and still takes the next good version.
+weight subscriber fed garbage by its sender counts it and still takes the next good version.
 """
 
 from __future__ import annotations
@@ -130,13 +130,13 @@ def test_control_socket_counts_a_flood_and_answers_an_honest_peer() -> None:
 
 def test_weight_subscriber_counts_garbage_and_takes_the_next_good_version() -> None:
     transport = ZmqTransport()
-    publisher = ZmqWeightSender(transport)
-    raw = publisher._pub  # the PUB socket itself: this "learner" also sends garbage
-    receiver = WeightSubscriber(transport, publisher.endpoint)
+    sender = ZmqWeightSender(transport)
+    raw = sender._pub  # the PUB socket itself: this "learner" also sends garbage
+    receiver = WeightSubscriber(transport, sender.endpoint)
     weights = {"w": torch.arange(6, dtype=torch.float32)}
     rng = random.Random(2)
     try:
-        wait_for(lambda: publisher.publish(1, weights) is not None and receiver.poll(50)
+        wait_for(lambda: sender.publish(1, weights) is not None and receiver.poll(50)
                  is not None, 10, "subscription")
         header = m.encode(m.WeightsHeader(m.SCHEMA_VERSION, 2, [
             m.TensorMeta("w", "float32", [6], 24)], 0.0))
@@ -162,10 +162,10 @@ def test_weight_subscriber_counts_garbage_and_takes_the_next_good_version() -> N
                 while receiver.rejected < sent:
                     assert receiver.poll(50) is None and time.monotonic() < deadline, sent
             time.sleep(0.002)
-            publisher.publish(2 + sent, weights)
+            sender.publish(2 + sent, weights)
             wait_for(lambda: receiver.poll(100) is not None or False, 10, "good version")
         assert receiver.rejected == sent and receiver.version == 2 + sent
     finally:
         receiver.close()
-        publisher.close()
+        sender.close()
         transport.close()

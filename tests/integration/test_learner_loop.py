@@ -54,12 +54,12 @@ def _receive(sub: WeightSubscriber, version: int, timeout_s: float = 10.0):
 
 def test_updates_publish_identical_weights_and_resume(tmp_path, transport):
     cfg = _cfg()
-    pub = ZmqWeightSender(transport)
-    sub = WeightSubscriber(transport, pub.endpoint)
+    sender = ZmqWeightSender(transport)
+    sub = WeightSubscriber(transport, sender.endpoint)
     source = FakeSource(VOCAB, group_size=2, not_ready_first=1)
     try:
-        time.sleep(0.3)  # PUB/SUB: let the subscription reach the publisher first
-        learner = Learner(cfg, source, pub, str(tmp_path))
+        time.sleep(0.3)  # PUB/SUB: let the subscription reach the PUB socket first
+        learner = Learner(cfg, source, sender, str(tmp_path))
         before = {k: v.clone() for k, v in learner.trainer.published_state_dict().items()}
         metrics = [learner.update() for _ in range(2)]
         assert learner.version == 2 and source.versions_set == [1, 2]
@@ -84,7 +84,7 @@ def test_updates_publish_identical_weights_and_resume(tmp_path, transport):
 
         ckpt = learner.save_checkpoint()
         assert ckpt.endswith("step-2") and (tmp_path / "checkpoints" / "latest").is_symlink()
-        resumed = Learner.from_checkpoint(cfg, source, pub, str(tmp_path))
+        resumed = Learner.from_checkpoint(cfg, source, sender, str(tmp_path))
         assert resumed.version == 2 and resumed.updates == 2 and resumed.samples_drawn == 2
         res = resumed.trainer.published_state_dict()
         assert all(torch.equal(res[k], mine[k]) for k in mine)
@@ -97,7 +97,7 @@ def test_updates_publish_identical_weights_and_resume(tmp_path, transport):
         assert _receive(sub, 3)[0].version == 3
     finally:
         sub.close()
-        pub.close()
+        sender.close()
 
 
 @pytest.mark.parametrize("algo", [

@@ -3,10 +3,10 @@
 libzmq's SNDHWM counts whole messages, and a weights message is a whole model, so a
 1,000-message mark lets one stalled peer pin ~1,000 versions (five subscribers that never read
 grow the learner 733 MB -> 2.49 GB). Here a real subscriber process receives one message
-and is then frozen with SIGSTOP (its TCP window closes, the worst case for the publisher), and
+and is then frozen with SIGSTOP (its TCP window closes, the worst case for the sender), and
 the real `ZmqWeightSender` publishes N fresh versions of one 34 MiB tensor, zero-copy
 (`copy=False`: libzmq holds each tensor's memory until it has written it out), while the
-publisher process's resident memory is measured.
+sender process's resident memory is measured.
 
 The bound, by hand: SNDHWM = 1 message, so the subscriber's pipe holds at most 1 version and
 its TCP engine at most 1 more (the one it is writing when the kernel buffers filled): at most
@@ -62,17 +62,17 @@ def _settled_rss_mib() -> float:
     return last
 
 
-def test_a_stalled_subscriber_pins_at_most_two_versions_in_the_publisher() -> None:
+def test_a_stalled_subscriber_pins_at_most_two_versions_in_the_sender() -> None:
     transport = ZmqTransport()
-    publisher = ZmqWeightSender(transport)
+    sender = ZmqWeightSender(transport)
     env = dict(os.environ, PYTHONPATH=os.getcwd())
-    child = subprocess.Popen([sys.executable, "-c", _SUBSCRIBER, publisher.endpoint],
+    child = subprocess.Popen([sys.executable, "-c", _SUBSCRIBER, sender.endpoint],
                              stdout=subprocess.PIPE, text=True, env=env)
     try:
         probe = {"w": torch.zeros(4)}
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # slow joiner: publish until it has one
-            publisher.publish(0, probe)
+            sender.publish(0, probe)
             if child.stdout is not None and _readable(child.stdout):
                 assert child.stdout.readline().strip() == "ready"
                 break
@@ -85,18 +85,18 @@ def test_a_stalled_subscriber_pins_at_most_two_versions_in_the_publisher() -> No
         rss0 = _rss_mib()
         for v in range(1, _N + 1):
             t = torch.full((_TENSOR_MIB * _MIB // 4,), float(v))  # a fresh version each time
-            publisher.publish(v, {"w": t}, copy=False)
+            sender.publish(v, {"w": t}, copy=False)
             del t
         grew = _settled_rss_mib() - rss0
         # 2 x 34 MiB held at most, plus 16 MiB of slack for allocator and libzmq noise.
         assert grew < 2 * _TENSOR_MIB + 16, (
-            f"publisher RSS grew {grew:.0f} MiB: ~{grew / _TENSOR_MIB:.1f} of {_N} versions "
+            f"sender RSS grew {grew:.0f} MiB: ~{grew / _TENSOR_MIB:.1f} of {_N} versions "
             "held for the stalled subscriber")
-        print(f"publisher RSS grew {grew:.1f} MiB for {_N} x {_TENSOR_MIB} MiB published")
+        print(f"sender RSS grew {grew:.1f} MiB for {_N} x {_TENSOR_MIB} MiB published")
     finally:
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
-        publisher.close()
+        sender.close()
         transport.close()
 
 

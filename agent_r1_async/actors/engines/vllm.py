@@ -20,7 +20,7 @@ Design choices
   `leave_weight_transfer` are vLLM's `init_weight_transfer_engine`, `start_weight_update` +
   `update_weights` and `shutdown_weight_transfer_engine`, inside the same pause (keep) →
   reset prefix cache → label (`finish_weight_update(weight_version=...)`) → resume sequence,
-  so per-token versions stay exact on either path. The weight channel (weights/) drives them.
+  so per-token versions stay exact on either path. The weight path (weights/) drives them.
   On vllm_ipc the worker opens CUDA IPC handles of the learner's tensors on the GPU the two
   share; the update info carries them as JSON values (weights/ipc.py), so nothing in this
   engine changes with the backend.

@@ -29,7 +29,7 @@ from agent_r1_async.envs import host_loop
 from agent_r1_async.envs.base import EnvError, Observation, StepResult, Task, Tool
 from agent_r1_async.envs.mcp.args import McpToolsArgs
 from agent_r1_async.envs.mcp.server import McpServer
-from agent_r1_async.envs.mcp.tools import Episode, McpTool
+from agent_r1_async.envs.mcp.tools import EpisodeLeases, McpTool
 from agent_r1_async.envs.registry import import_callable, register_env
 from agent_r1_async.envs.rewards import exact_match
 from agent_r1_async.envs.toolenv import Score, Shaping, ToolCall, ToolEnv, tool_call_text
@@ -94,20 +94,20 @@ class McpToolEnv(ToolEnv):
     """A ToolEnv whose episode holds MCP sessions: a lost server fails the episode, and the
     episode's own sessions end with it."""
 
-    def __init__(self, domain: McpDomain, episode: Episode, **kwargs: Any) -> None:
+    def __init__(self, domain: McpDomain, leases: EpisodeLeases, **kwargs: Any) -> None:
         super().__init__(domain, **kwargs)
-        self.episode = episode
-        episode.close_when_collected(self)
+        self.leases = leases
+        leases.close_when_collected(self)
 
     async def reset(self, task: Task) -> Observation:
-        await self.episode.close()  # a reused env starts with fresh sessions
+        await self.leases.close()  # a reused env starts with fresh sessions
         return await super().reset(task)
 
     async def step(self, action: str) -> StepResult:
         result = await super().step(action)
-        failure = self.episode.failure
+        failure = self.leases.failure
         if failure or result.done:
-            await self.episode.close()
+            await self.leases.close()
         if failure:
             self.done = True
             raise EnvError(failure)
@@ -200,10 +200,10 @@ class McpToolsEnv:
                                                    name="mcp-relist")
                 self._relisting.start()
             return _Unlisted(why)
-        episode = Episode(self.servers)
-        tools = [McpTool(server, spec, name, episode) for server, spec, name in self.specs]
+        leases = EpisodeLeases(self.servers)
+        tools = [McpTool(server, spec, name, leases) for server, spec, name in self.specs]
         cfg = self.env_cfg
-        return McpToolEnv(McpDomain(tools, self.args, self.prompt), episode,
+        return McpToolEnv(McpDomain(tools, self.args, self.prompt), leases,
                           max_turns=cfg.max_turns, tool_timeout_s=cfg.tool_timeout_s,
                           shaping=self.shaping)
 

@@ -1,4 +1,5 @@
-"""MCP tools as `Tool`s of one episode, and the episode's hold on its servers."""
+"""MCP tools as `Tool`s of one episode, and the episode's leases on its servers
+(`EpisodeLeases`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from agent_r1_async.envs import host_loop
 from agent_r1_async.envs.mcp.server import Lease, McpServer
 
 
-class Episode:
+class EpisodeLeases:
     """One episode's leases on the servers; `failure` names the first server lost."""
 
     def __init__(self, servers: list[McpServer]) -> None:
@@ -45,12 +46,12 @@ class Episode:
 class McpTool:
     """One tool of one MCP server, bound to an episode (implements `Tool`)."""
 
-    def __init__(self, server: McpServer, spec: Any, name: str, episode: Episode) -> None:
-        self.server, self.remote_name, self.episode = server, spec.name, episode
+    def __init__(self, server: McpServer, spec: Any, name: str, leases: EpisodeLeases) -> None:
+        self.server, self.remote_name, self.leases = server, spec.name, leases
         self.name = name
         self.description = spec.description or spec.title or ""
         self.parameters: dict[str, Any] = dict(spec.input_schema or {"type": "object"})
 
     async def call(self, **arguments: Any) -> str:
-        lease = self.episode.lease(self.server)
+        lease = self.leases.lease(self.server)
         return await host_loop.on_host(self.server.call(lease, self.remote_name, arguments))

@@ -69,12 +69,13 @@ class Events:
         self.run_dir = run_dir
         self.log_dir = run_dir / "logs"
         self.num_actors = num_actors
-        self.lag = max(1, max_staleness)
-        """An actor serving weights more than this many versions old has not received them."""
+        self.max_staleness = max(1, max_staleness)
+        """`buffer.max_staleness` (at least 1): an actor serving weights more than this many
+        versions old has not received them."""
         self._restarted_at: dict[str, tuple[float, int]] = {}
         """actor id -> (wall time of its restart, the learner's version then)."""
         self._version = 0
-        self._lagging: tuple[str, ...] | None = None
+        self._behind: tuple[str, ...] | None = None
         self._errors: dict[str, set[str]] = {}
         self._followers = {  # what the actors' logs hold already (a resumed run) is old
             a: LogFollower(self.actor_log(a), from_end=True)
@@ -199,15 +200,15 @@ class Events:
         if version < 1 or not actors:
             return
         behind = tuple(sorted(a for a, s in actors.items()
-                              if int(s["policy_version"]) < version - self.lag))
+                              if int(s["policy_version"]) < version - self.max_staleness))
         missing = self.num_actors - len(actors)  # never reported yet
-        if behind == self._lagging or (self._lagging is None and (behind or missing)):
+        if behind == self._behind or (self._behind is None and (behind or missing)):
             return
-        self._lagging = behind
+        self._behind = behind
         k = self.num_actors - len(behind) - missing
-        lag = ", ".join(f"{a} serves v{int(actors[a]['policy_version'])}" for a in behind)
+        serving = ", ".join(f"{a} serves v{int(actors[a]['policy_version'])}" for a in behind)
         self.console.event(f"weights v{version} reached {k} of {self.num_actors} actors"
-                           + (f" ({lag})" if lag else ""), key=f"weights {version} {behind}")
+                           + (f" ({serving})" if serving else ""), key=f"weights {version} {behind}")
 
     def env_errors(self, actors: dict[str, Any]) -> None:
         """A new kind of env error on an actor (buffer stats' `actors`): one line with its

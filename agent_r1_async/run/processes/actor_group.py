@@ -4,7 +4,7 @@ actor loop (actors/actor.py), restarted when they die and replaced when they han
 - An actor whose process dies is restarted by Ray (up to `actors.max_restarts`; one death
   more fails the launch). `check` sees the death when the loop's pending `run()` call fails
   (a loop that raises counts the same as a crash), has the buffer give back what the old
-  process held (`TrajectoryBuffer.reclaim`: its credits and unfinished episodes, so the other
+  process held (`EpisodeBuffer.reclaim`: its credits and unfinished episodes, so the other
   actors get credits at once instead of after `buffer.episode_timeout_s`), waits until Ray
   has brought it back (at most 300 s), hands it the current endpoints (Ray re-ran its
   constructor with the launch's) and re-runs its loop.
@@ -187,7 +187,7 @@ class ActorGroup:
             self.runs[self.handles[i].run.remote()] = i
 
     def reclaim(self, actor_id: str, learner_version: int | None) -> dict[str, int] | None:
-        """The buffer gives back what `actor_id`'s old process held (`TrajectoryBuffer.reclaim`):
+        """The buffer gives back what `actor_id`'s old process held (`EpisodeBuffer.reclaim`):
         {"credits": n, "episodes": n} and what it discarded (`lengths.Loss.to_counts`); None
         when the buffer did not answer (the credits then expire after
         buffer.episode_timeout_s)."""

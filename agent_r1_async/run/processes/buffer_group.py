@@ -256,7 +256,7 @@ class SupervisedBuffer:
             if node_lost or not self._node_lost():  # e.g. its port was taken meanwhile
                 cause = death_cause(e) if isinstance(e, self.ray.exceptions.RayError) else repr(e)
                 raise RuntimeError(f"{why}; restarting it on {self._bound} failed: {cause}") from e
-            # Ray marked its node dead only now (its health checks lag a process's death)
+            # Ray marked its node dead only now (its health checks see a process's death late)
             node_lost, why = True, f"buffer lost with its node {self.where.get('ip', '?')}"
             self._start(relaunch=False)
         restored = self.ray.get(self.handle.restored.remote())

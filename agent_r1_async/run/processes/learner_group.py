@@ -35,10 +35,11 @@ from agent_r1_async.wire.zmq import CurveKeys, ZmqTransport
 
 if TYPE_CHECKING:
     from agent_r1_async.run.output.events import Events
+    from agent_r1_async.weights.seam import WeightSender
 
 
 _LEARNER_CLIENT_RETRIES = 12
-_WORK = {"step": "an update", "_start": "loading the model", "_connect": "connecting",
+_WORK = {"run_once": "an update", "_start": "loading the model", "_connect": "connecting",
          "publish": "publishing weights", "save_checkpoint": "a checkpoint"}
 """What `LearnerHost.progress` calls each of its worker's functions."""
 
@@ -70,7 +71,7 @@ class LearnerHost(Host):
         self.resume_report: Any = None
         """What `start` resumed from and skipped (learner/checkpoint.py `ResumeReport`)."""
         self.client: Any = None
-        self.publisher: Any = None
+        self.weight_sender: WeightSender | None = None
         # The launch test (and an operator) finds a rank's process here (when this node sees
         # the run directory; checkpoints need it to, see README "Scaling the learner").
         with contextlib.suppress(OSError):
@@ -114,7 +115,7 @@ class LearnerHost(Host):
         from agent_r1_async.weights.backends import make_weight_sender
         from agent_r1_async.wire.buffer_client import BufferClient
 
-        if self.rank != 0 or self.publisher is not None:
+        if self.rank != 0 or self.weight_sender is not None:
             return
         self.transport = ZmqTransport(curve=self.curve)
         # Enough tries to outlast a buffer restart (run/processes/buffer_group.py) on a loaded
@@ -122,7 +123,7 @@ class LearnerHost(Host):
         self.client = BufferClient(self.transport, control_endpoint, "learner", "learner",
                                    retries=_LEARNER_CLIENT_RETRIES)
         self.client.connect()
-        self.publisher = make_weight_sender(self.cfg, self.transport)  # weights.backend
+        self.weight_sender = make_weight_sender(self.cfg, self.transport)  # weights.backend
 
     def start(self, master: tuple[str, int], control_endpoint: str, resume: bool) -> None:
         """Join the group (world_size > 1, or CPU offload, which needs FSDP2) and build the
@@ -145,9 +146,9 @@ class LearnerHost(Host):
             # The newest checkpoint that verifies and loads; a corrupt one is skipped.
             self.learner, self.resume_report = resume_intact(
                 self.run_dir, lambda ckpt: Learner.from_checkpoint(
-                    self.cfg, client, self.publisher, self.run_dir, checkpoint_dir=ckpt))
+                    self.cfg, client, self.weight_sender, self.run_dir, checkpoint_dir=ckpt))
         else:
-            self.learner = Learner(self.cfg, client, self.publisher, self.run_dir)
+            self.learner = Learner(self.cfg, client, self.weight_sender, self.run_dir)
         if client is not None:
             client.set_version(self.learner.version)
 
@@ -157,7 +158,8 @@ class LearnerHost(Host):
         return (self.resume_report.line() if self.resume_report is not None else None) or ""
 
     def weights_endpoint(self) -> str:
-        return advertised(self.publisher.endpoint, self.cfg.launch.bind_host)
+        assert self.weight_sender is not None, "rank 0's weight sender is bound by `connect`"
+        return advertised(self.weight_sender.endpoint, self.cfg.launch.bind_host)
 
     def version(self) -> int:
         return self.learner.version
@@ -169,7 +171,7 @@ class LearnerHost(Host):
     def update(self) -> dict[str, Any]:
         """One learner update (+ its periodic checkpoint): metrics, the staleness and
         importance-weight histograms, and its episode sample (rows; [] at most updates)."""
-        metrics = self._on_worker(self.learner.step)
+        metrics = self._on_worker(self.learner.run_once)
         return {"metrics": metrics, "staleness_hist": self.learner.last_staleness_hist,
                 "is_weight_hist": self.learner.last_is_weight_hist,
                 "episodes": self.learner.last_episodes}

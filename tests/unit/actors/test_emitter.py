@@ -58,7 +58,7 @@ def test_emits_in_one_turn_make_ceil_n_over_max_batch_frames_in_order(n, max_bat
     assert [len(_times(f)) for f in frames] == sizes
     assert [t for f in frames for t in _times(f)] == [float(i) for i in range(n)]
     for f, size in zip(frames, sizes, strict=True):
-        assert isinstance(m.decode_data(f), m.Batch) == (size > 1)
+        assert isinstance(m.decode_data(f), m.DataBatch) == (size > 1)
     assert em.sent == n and em.frames == len(sizes)
 
 
@@ -73,7 +73,7 @@ def test_one_emit_then_a_yield_sends_the_plain_message():
         assert sink.queue.qsize() == 1
 
     asyncio.run(main())
-    assert _frames(sink) == [m.encode(_stats(7))]  # not a Batch of one
+    assert _frames(sink) == [m.encode(_stats(7))]  # not a DataBatch of one
 
 
 def test_emits_between_yields_share_frames_and_keep_order():

@@ -6,7 +6,7 @@ credit expired)."""
 import pytest
 
 from agent_r1_async.buffers.admission import AdmissionControl
-from agent_r1_async.buffers.buffer import TrajectoryBuffer
+from agent_r1_async.buffers.buffer import EpisodeBuffer
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
 from tests.fakes.clock import FakeClock, FakeVersion
 from tests.fakes.records import group_records
@@ -100,7 +100,7 @@ def test_discarded_groups_return_their_budget():
     from agent_r1_async.buffers.admission import AdmissionControl
 
     adm = AdmissionControl(1, 2, version_source=lambda: 0, clock=lambda: 0.0,
-                           grant_timeout_s=10.0)
+                           episode_timeout_s=10.0)
     ids = adm.grant("a", 10)
     assert len(ids) == 4 and adm.capacity() == 0
     for gid in ids:
@@ -128,7 +128,7 @@ def test_synchronous_mode_reopens_exactly_one_batch_per_version() -> None:
         assert (ctl.accepted, ctl.capacity(), ctl.grant("a0", 4)) == (2 * (v + 1), 0, [])
 
 
-def _accept(buf: TrajectoryBuffer, n: int, version: int) -> None:
+def _accept(buf: EpisodeBuffer, n: int, version: int) -> None:
     for gid in buf.grant("a0", n).group_ids:
         for rec in group_records(gid, [0.0, 1.0], version=version):
             buf.ingest(rec)
@@ -137,8 +137,8 @@ def _accept(buf: TrajectoryBuffer, n: int, version: int) -> None:
 def test_a_learner_rewound_to_its_checkpoint_gets_the_budget_of_its_lost_updates_back():
     # max_staleness 1, batch_groups 2: accepted + in flight <= (1 + v + 1) x 2; oldest first,
     # so no group grows stale.
-    buf = TrajectoryBuffer(BufferConfig(max_staleness=1, sampling="fifo", gc_freeze=False),
-                           AlgorithmConfig(group_size=2, batch_groups=2), FakeClock())
+    buf = EpisodeBuffer(BufferConfig(max_staleness=1, sampling="fifo", gc_freeze=False),
+                        AlgorithmConfig(group_size=2, batch_groups=2), FakeClock())
     _accept(buf, 4, version=0)  # the whole v0 budget: (1 + 0 + 1) x 2 = 4
     assert buf.admission.capacity() == 0
     _sample(buf, 0)  # update 1 (checkpointed): 2 trained, 2 ready
@@ -159,7 +159,7 @@ def test_a_learner_rewound_to_its_checkpoint_gets_the_budget_of_its_lost_updates
     _sample(buf, 1)  # the redone update 2
 
 
-def _sample(buf: TrajectoryBuffer, version: int) -> None:
+def _sample(buf: EpisodeBuffer, version: int) -> None:
     """The learner at `version` trains one batch of 2 groups and moves to version + 1."""
     batch, why = buf.try_sample(2, learner_version=version)
     assert batch is not None and len(batch.groups) == 2, why

@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import msgspec
 
-from agent_r1_async.buffers.buffer import TrajectoryBuffer
+from agent_r1_async.buffers.buffer import EpisodeBuffer
 from agent_r1_async.buffers.validate import RecordBounds
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
 from agent_r1_async.wire.messages import ActorStats
 from tests.fakes.clock import FakeClock
-from tests.fakes.records import group_records, step
+from tests.fakes.records import episode_records, group_records, step
 
 
-def _buffer(bounds: RecordBounds | None = None, **kw: object) -> TrajectoryBuffer:
+def _buffer(bounds: RecordBounds | None = None, **kw: object) -> EpisodeBuffer:
     cfg = BufferConfig(**{"spi_tolerance": 100.0, **kw})  # type: ignore[arg-type]
-    return TrajectoryBuffer(cfg, AlgorithmConfig(group_size=2, batch_groups=1), FakeClock(),
-                            bounds=bounds)
+    return EpisodeBuffer(cfg, AlgorithmConfig(group_size=2, batch_groups=1), FakeClock(),
+                         bounds=bounds)
 
 
 def test_records_of_ungranted_groups_are_refused_and_take_no_credit() -> None:
@@ -68,6 +68,18 @@ def test_late_records_of_a_closed_group_stay_late_not_ungranted() -> None:
     buf.ingest(recs[0])  # after the group completed and released its credit
     assert buf.assembler.drops["late_record"] == 1
     assert buf.drops["invalid_record"] == 0
+
+
+def test_the_group_size_bound_is_the_algorithm_s_whatever_the_bounds_say() -> None:
+    """One number for the group size: `algorithm.group_size` (2 here) bounds an EpisodeEnd's
+    `group_size` even when the bounds handed in leave it unchecked (0) or name another."""
+    for bounds in (None, RecordBounds(vocab_size=1000), RecordBounds(max_group_size=5)):
+        buf = _buffer(bounds)
+        assert buf.group_size == 2 and buf.bounds.max_group_size == 2
+        gid = buf.grant("a0", 1).group_ids[0]
+        for r in episode_records(f"{gid}-e0", gid, group_size=3):
+            buf.ingest(r)
+        assert buf.drops["invalid_record/group_size"] == 1
 
 
 def _stats(actor_id: str, tokens_per_s: float) -> ActorStats:

@@ -4,7 +4,7 @@ fake step carries 3 action tokens (tests/fakes/records.py)."""
 
 from __future__ import annotations
 
-from agent_r1_async.buffers.buffer import TrajectoryBuffer
+from agent_r1_async.buffers.buffer import EpisodeBuffer
 from agent_r1_async.buffers.lengths import Loss, length_bucket, length_metrics
 from agent_r1_async.buffers.validate import RecordBounds
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
@@ -14,14 +14,14 @@ from tests.fakes.clock import FakeClock
 from tests.fakes.records import end, episode_records, step
 
 
-def _buffer(group_size: int = 3, max_steps: int = 64, **kw: object) -> TrajectoryBuffer:
+def _buffer(group_size: int = 3, max_steps: int = 64, **kw: object) -> EpisodeBuffer:
     cfg = BufferConfig(**{"spi_tolerance": 100.0, **kw})  # type: ignore[arg-type]
-    return TrajectoryBuffer(cfg, AlgorithmConfig(group_size=group_size, batch_groups=1),
-                            FakeClock(), bounds=RecordBounds(max_group_size=group_size,
-                                                             max_steps=max_steps))
+    return EpisodeBuffer(cfg, AlgorithmConfig(group_size=group_size, batch_groups=1),
+                         FakeClock(), bounds=RecordBounds(max_group_size=group_size,
+                                                          max_steps=max_steps))
 
 
-def _ingest(buf: TrajectoryBuffer, records) -> None:
+def _ingest(buf: EpisodeBuffer, records) -> None:
     for r in records:
         buf.ingest(r)
 
@@ -99,7 +99,7 @@ def test_stragglers_abandoned_after_group_wait_are_dropped_at_their_length() -> 
     still running: it is abandoned at its 30 steps (le_32) and never generated."""
     clock = FakeClock()
     cfg = BufferConfig(spi_tolerance=100.0, group_wait_s=120.0, min_group_episodes=2)
-    buf = TrajectoryBuffer(cfg, AlgorithmConfig(group_size=3, batch_groups=1), clock)
+    buf = EpisodeBuffer(cfg, AlgorithmConfig(group_size=3, batch_groups=1), clock)
     (g,) = buf.grant("a0", 1).group_ids
     _ingest(buf, episode_records(f"{g}-a", g, group_size=3))
     _ingest(buf, episode_records(f"{g}-b", g, group_size=3))

@@ -1,4 +1,4 @@
-"""Batch data frames: encoding, decoded memory ownership, and the buffer service's ingestion."""
+"""DataBatch frames: encoding, decoded memory ownership, and the buffer service's ingestion."""
 
 from __future__ import annotations
 
@@ -21,20 +21,21 @@ def _service() -> tuple[BufferService, Pusher]:
     return service, transport.pusher(service.data_endpoint)
 
 
-def test_encode_batch_is_the_batch_of_the_decoded_items():
+def test_encode_data_batch_is_the_data_batch_of_the_decoded_items():
     items = episode_records("e0", "g0", num_steps=2)
-    frame = m.encode_batch([m.encode(x) for x in items])
-    assert frame == m.encode(m.Batch(items))
-    assert m.decode_data(frame) == m.Batch(items)
+    frame = m.encode_data_batch([m.encode(x) for x in items])
+    assert frame == m.encode(m.DataBatch(items))
+    assert m.decode_data(frame) == m.DataBatch(items)
     assert list(m.unpack_data([frame])) == items
     assert list(m.unpack_data([m.encode(items[0])])) == [items[0]]  # a plain message
 
 
 @pytest.mark.parametrize("frames", [
-    [m.encode_batch([m.encode(step("e0", "g0", 0)), m.encode(m.VersionUpdate(1))])],  # wrong type
-    [m.encode(m.Batch([m.Batch([step("e0", "g0", 0)])]))],  # nested
-    [m.encode(m.Batch([]))],  # empty
-    [m.encode_batch([m.encode(step("e0", "g0", 0)), b"\xc1"])],  # an item that is not msgpack
+    # wrong type
+    [m.encode_data_batch([m.encode(step("e0", "g0", 0)), m.encode(m.VersionUpdate(1))])],
+    [m.encode(m.DataBatch([m.DataBatch([step("e0", "g0", 0)])]))],  # nested
+    [m.encode(m.DataBatch([]))],  # empty
+    [m.encode_data_batch([m.encode(step("e0", "g0", 0)), b"\xc1"])],  # an item that is not msgpack
     [m.encode(step("e0", "g0", 0)), m.encode(step("e0", "g0", 1))],  # multipart
 ])
 def test_a_bad_message_is_one_malformed_drop_and_nothing_of_it_is_ingested(frames):
@@ -54,10 +55,10 @@ def test_a_batch_is_ingested_exactly_like_its_items_sent_one_by_one():
     one_by_one, pusher_a = _service()
     batched, pusher_b = _service()
     try:
-        def feed(records: list) -> None:  # one frame each to A, one Batch frame to B
+        def feed(records: list) -> None:  # one frame each to A, one DataBatch frame to B
             for rec in records:
                 assert pusher_a.send([m.encode(rec)])
-            assert pusher_b.send([m.encode_batch([m.encode(r) for r in records])])
+            assert pusher_b.send([m.encode_data_batch([m.encode(r) for r in records])])
             one_by_one._drain_data()
             batched._drain_data()
 
@@ -88,7 +89,7 @@ def test_a_bad_item_the_buffer_refuses_is_counted_per_item():
         [g0] = service.buffer.grant("a0", 1).group_ids
         good = step("e0", g0, 0)
         bad = msgspec.structs.replace(step("e0", g0, 1), behavior_logprobs=[-0.5])  # 3 actions
-        assert pusher.send([m.encode_batch([m.encode(good), m.encode(bad), m.encode(good)])])
+        assert pusher.send([m.encode_data_batch([m.encode(good), m.encode(bad), m.encode(good)])])
         service._drain_data()
         buf = service.buffer
         # Decoded fine: three records judged one by one; the mismatched one is invalid.
@@ -109,7 +110,7 @@ def test_an_item_whose_ingest_raises_is_one_ingest_error_and_the_rest_go_on(monk
     monkeypatch.setattr(service.buffer, "ingest", flaky)
     try:
         recs = episode_records("g0-e0", "g0", num_steps=3)  # steps 0, 1, 2 and the end
-        assert pusher.send([m.encode_batch([m.encode(r) for r in recs])])
+        assert pusher.send([m.encode_data_batch([m.encode(r) for r in recs])])
         service._drain_data()
         buf = service.buffer
         assert (buf.drops["ingest_error"], buf.records, buf.drops["malformed"]) == (1, 3, 0)
@@ -121,7 +122,7 @@ def test_decoded_values_own_their_memory():
     rec = step("e0", "g0", 0, n_actions=5)
     rec = msgspec.structs.replace(rec, token_versions=[0, 1], finish_reason="length")
     end = m.EpisodeEnd("e0", "g0", "t", "a0", "fake", 1, 1.0, "ok", 2, metrics={"em": 1.0})
-    buf = bytearray(m.encode_batch([m.encode(rec), m.encode(end)]))
+    buf = bytearray(m.encode_data_batch([m.encode(rec), m.encode(end)]))
     view = memoryview(buf)
     got = list(m.unpack_data([view]))
     view.release()  # raises BufferError if a decoded value still exported the buffer
@@ -138,7 +139,7 @@ def test_the_service_reports_records_per_frame_as_launch_metrics_log_it():
     try:
         assert service.metrics().records_per_frame == 0.0  # no frame yet
         records = episode_records("g0-e0", "g0", num_steps=2)  # 2 StepRecords + EpisodeEnd
-        assert pusher.send([m.encode_batch([m.encode(r) for r in records])])  # 3 in one frame
+        assert pusher.send([m.encode_data_batch([m.encode(r) for r in records])])  # 3 in one frame
         assert pusher.send([m.encode(step("g0-e1", "g0", 0))])  # 1 alone
         service._drain_data()
         stats = service.metrics()

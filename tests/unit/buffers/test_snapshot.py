@@ -5,7 +5,7 @@ that cannot start.
 The corruptions are those a disk, a crash or a stray writer leave: a string whose bytes are no
 longer UTF-8 (a launch's restarted buffer died on it with `UnicodeDecodeError: 'utf-8' codec
 can't decode byte 0x9a`), a file cut short, a flipped byte (a checksum mismatch), random bytes.
-Every state is built by a real `TrajectoryBuffer` from granted, completed groups, so the group
+Every state is built by a real `EpisodeBuffer` from granted, completed groups, so the group
 counts below are what each snapshot holds.
 """
 
@@ -20,7 +20,7 @@ import msgspec
 import pytest
 
 from agent_r1_async.buffers import snapshot
-from agent_r1_async.buffers.buffer import TrajectoryBuffer
+from agent_r1_async.buffers.buffer import EpisodeBuffer
 from agent_r1_async.buffers.state import BufferState
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
 from agent_r1_async.wire import messages as m
@@ -32,8 +32,8 @@ from tests.fakes.services import buffer_service
 ALGO = AlgorithmConfig(group_size=2, batch_groups=8)
 
 
-def _buffer() -> TrajectoryBuffer:
-    return TrajectoryBuffer(BufferConfig(spi_tolerance=100.0), ALGO, FakeClock())
+def _buffer() -> EpisodeBuffer:
+    return EpisodeBuffer(BufferConfig(spi_tolerance=100.0), ALGO, FakeClock())
 
 
 def _state(ready: int, assembling: int = 0) -> BufferState:
@@ -52,9 +52,9 @@ def _state(ready: int, assembling: int = 0) -> BufferState:
     return state
 
 
-def _restored(directory: Path) -> tuple[TrajectoryBuffer, snapshot.SnapshotReport]:
+def _restored(directory: Path) -> tuple[EpisodeBuffer, snapshot.SnapshotReport]:
     """A fresh buffer restored the way the service restores one, and the report."""
-    holder: list[TrajectoryBuffer] = []
+    holder: list[EpisodeBuffer] = []
 
     def restore(state: BufferState) -> None:
         buf = _buffer()

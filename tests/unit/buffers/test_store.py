@@ -6,7 +6,7 @@ from collections import Counter
 import msgspec
 import pytest
 
-from agent_r1_async.buffers.buffer import TrajectoryBuffer
+from agent_r1_async.buffers.buffer import EpisodeBuffer
 from agent_r1_async.buffers.store import GroupStore, describe
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
 from agent_r1_async.wire.messages import Episode, Group
@@ -77,13 +77,13 @@ def test_fifo_mode_oldest_first_and_reused_groups_go_to_the_back() -> None:
     assert [e.group.group_id for e in store.entries()] == ["b", "c"]
 
 
-def _buffer(**kw) -> tuple[TrajectoryBuffer, FakeClock]:
+def _buffer(**kw) -> tuple[EpisodeBuffer, FakeClock]:
     clock = FakeClock()
     cfg = BufferConfig(**{"spi_tolerance": 100.0, **kw})
-    return TrajectoryBuffer(cfg, AlgorithmConfig(group_size=2, batch_groups=1), clock), clock
+    return EpisodeBuffer(cfg, AlgorithmConfig(group_size=2, batch_groups=1), clock), clock
 
 
-def _mixed_and_fresh(buf: TrajectoryBuffer) -> tuple[str, str]:
+def _mixed_and_fresh(buf: EpisodeBuffer) -> tuple[str, str]:
     """Group "mixed": episode 0 spans versions (step 0 at v0, step 1 at v2), so its oldest
     action token is version 0 and its newest version 2. Group "fresh": step 0 at v1 with one
     action token generated at v2 (oldest 1, newest 2)."""

@@ -11,7 +11,7 @@ import math
 import msgspec
 import pytest
 
-from agent_r1_async.buffers.buffer import TrajectoryBuffer
+from agent_r1_async.buffers.buffer import EpisodeBuffer
 from agent_r1_async.buffers.validate import RecordBounds
 from agent_r1_async.config import AlgorithmConfig, BufferConfig, config_from_dict
 from agent_r1_async.wire.messages import ActorStats, EpisodeEnd, StepRecord, TokenIds
@@ -24,11 +24,11 @@ BOUNDS = RecordBounds(vocab_size=1000, max_model_len=512, max_steps=4, max_group
 
 def _buffer(
     bounds: RecordBounds | None = BOUNDS, **kw: object
-) -> tuple[TrajectoryBuffer, FakeClock]:
+) -> tuple[EpisodeBuffer, FakeClock]:
     clock = FakeClock()
     cfg = BufferConfig(**{"spi_tolerance": 100.0, **kw})  # type: ignore[arg-type]
     algo = AlgorithmConfig(group_size=2, batch_groups=1)
-    return TrajectoryBuffer(cfg, algo, clock, bounds=bounds), clock
+    return EpisodeBuffer(cfg, algo, clock, bounds=bounds), clock
 
 
 def _step(**changes: object) -> StepRecord:
@@ -206,13 +206,15 @@ def test_the_launch_reads_the_vocabulary_from_the_policy_config(tmp_path) -> Non
 
 
 def test_the_buffer_host_checks_records_against_the_bounds_it_is_given() -> None:
-    """BufferHost (no Ray needed to build one) hands its `bounds` to the buffer as they are."""
+    """BufferHost (no Ray needed to build one) hands its `bounds` to the buffer as they are
+    (their group size is the config's `algorithm.group_size`, the buffer's one bound)."""
     from agent_r1_async.run.processes.buffer_group import BufferHost
 
-    cfg = config_from_dict({"buffer": {"gc_freeze": False, "snapshot_interval_s": 0.0}})
+    cfg = config_from_dict({"buffer": {"gc_freeze": False, "snapshot_interval_s": 0.0},
+                            "algorithm": {"group_size": BOUNDS.max_group_size}})
     host = BufferHost(cfg, BOUNDS, None, None, resume=False)
     try:
-        assert host.service.buffer.bounds is BOUNDS
+        assert host.service.buffer.bounds == BOUNDS
     finally:
         host.stop()
 

@@ -116,7 +116,7 @@ def test_malformed_messages_are_counted_not_raised(pubsub):
     for frames in bad:
         # Spaced out: with SNDHWM=2, libzmq 4.3.5's PUB drops every 3rd message sent in a
         # tight loop even when the subscriber keeps up (its read count reaches the
-        # publisher lazily); a few ms between messages avoids it.
+        # PUB socket lazily); a few ms between messages avoids it.
         time.sleep(0.05)
         before = sub.rejected
         raw.publish(frames)

@@ -1,7 +1,7 @@
 """Hostile frames through each socket's real decode + dispatch path, in-process, property-based.
 
 Three sockets take frames from other processes: the buffer's data PULL (`_drain_data`: decode
--> unpack a Batch -> validate -> ingest each record), the buffer's control ROUTER (`_handle`:
+-> unpack a DataBatch -> validate -> ingest each record), the buffer's control ROUTER (`_handle`:
 decode -> dispatch -> reply), and the actor's weight SUB (`WeightSubscriber.poll`: decode ->
 validate -> tensors). Each gets 10,000 hypothesis cases: random bytes, valid frames (data
 Batches of hostile records too) truncated / flipped / extended, valid msgpack of the wrong
@@ -86,10 +86,10 @@ def test_data_socket_rejects_and_counts_hostile_frames() -> None:
     @given(frames=data_frames())
     def feed(frames: list[bytes]) -> None:
         try:
-            items = len(m.unpack_data(frames))  # a plain message is 1, a Batch its items
+            items = len(m.unpack_data(frames))  # a plain message is 1, a DataBatch its items
         except m.WireError:
             items = 1  # one malformed drop, whatever it holds
-        seen["batches"] += items > 1  # only a decoded Batch holds more than one
+        seen["batches"] += items > 1  # only a decoded DataBatch holds more than one
         before = buf.records + buf.drops["malformed"]
         assert pusher.send(frames)
         service._drain_data()  # the loop's own path: recv -> unpack -> validate -> ingest
@@ -153,7 +153,7 @@ def test_control_socket_answers_every_hostile_request_and_counts_it() -> None:
 def test_weight_socket_rejects_and_counts_hostile_messages() -> None:
     transport = InProcTransport()
     pub = ZmqWeightSender(transport)
-    raw = transport.hub.subscribers[pub.endpoint]  # the publisher's fan-out queues
+    raw = transport.hub.subscribers[pub.endpoint]  # the PUB socket's fan-out queues
     receiver = WeightSubscriber(transport, pub.endpoint)
     counts = {"sent": 0}
 

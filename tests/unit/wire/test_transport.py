@@ -170,7 +170,7 @@ def test_curve_keys_admit_the_run_and_refuse_a_stranger():
         assert puller.recv(timeout_ms=700) is None
         assert honest.pusher(puller.endpoint).send([b"good"], timeout_ms=2000)
         assert puller.recv(timeout_ms=3000) == [b"good"]
-        # A rogue publisher without the server secret cannot feed an honest subscriber.
+        # A rogue PUB socket without the server secret cannot feed an honest subscriber.
         rogue_keys = CurveKeys.generate()
         rogue = ZmqTransport(curve=CurveKeys(keys.server_public, rogue_keys.server_secret,
                                              keys.client_public, keys.client_secret))

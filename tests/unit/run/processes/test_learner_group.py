@@ -112,12 +112,12 @@ def test_a_learner_rank_says_what_its_worker_runs_while_it_runs():
     inside, release = threading.Event(), threading.Event()
     seen: list[dict] = []
 
-    def step() -> str:  # named as Learner.step is
+    def run_once() -> str:  # named as Learner.run_once is
         inside.set()
         release.wait(10)
         return "updated"
 
-    runner = threading.Thread(target=lambda: seen.append({"result": host._on_worker(step)}))
+    runner = threading.Thread(target=lambda: seen.append({"result": host._on_worker(run_once)}))
     runner.start()
     assert inside.wait(10)
     during = host.progress()

@@ -1,4 +1,4 @@
-"""The native weight channel (weights.backend: vllm_gloo) without a vLLM model: the learner's
+"""The native weight path (weights.backend: vllm_gloo) without a vLLM model: the learner's
 `NativeWeightSender` (store, pairs, our gloo trainer engine through vLLM's trainer factory)
 against actors' `NativeWeightReceiver` with our gloo worker engine (`tests/fakes/weights.py`).
 Real TCPStore, real gloo groups, real checksums; a tied-embedding and an untied model; faults:
