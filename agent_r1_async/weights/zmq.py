@@ -56,7 +56,7 @@ class ZmqWeightSender:
     """Binds a PUB socket; `publish` sends one version as header + tensor frames."""
 
     def __init__(self, transport: Transport, endpoint: str = "tcp://127.0.0.1:0") -> None:
-        self._pub = transport.publisher(endpoint)
+        self._pub = transport.broadcaster(endpoint)
         self.endpoint: str = self._pub.endpoint
         self.published = 0
 

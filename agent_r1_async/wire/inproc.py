@@ -160,7 +160,7 @@ class InProcClient:
         pass
 
 
-class InProcPublisher:
+class InProcBroadcaster:
     def __init__(self, hub: _Hub, endpoint: str, hwm: int = DEFAULT_PUB_HWM) -> None:
         self.endpoint = hub.new_endpoint(endpoint)
         self._hub = hub
@@ -231,8 +231,8 @@ class InProcTransport:
     def client(self, endpoint: str, identity: str | None = None) -> InProcClient:
         return InProcClient(self.hub, endpoint, identity)
 
-    def publisher(self, endpoint: str = "inproc://:0", **kw: int) -> InProcPublisher:
-        return InProcPublisher(self.hub, endpoint, **kw)
+    def broadcaster(self, endpoint: str = "inproc://:0", **kw: int) -> InProcBroadcaster:
+        return InProcBroadcaster(self.hub, endpoint, **kw)
 
     def subscriber(self, endpoint: str, **kw: int) -> InProcSubscriber:
         return InProcSubscriber(self.hub, endpoint)

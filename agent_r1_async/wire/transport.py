@@ -5,7 +5,7 @@ Six roles, each a small class with the same methods in both implementations:
 
     Puller  (binds)   <- Pusher  (connects)    data plane, many actors -> one buffer
     Server  (binds)   <- Client  (connects)    request/reply control (ROUTER <- DEALER)
-    Publisher (binds) -> Subscriber (connects) weights, one learner -> many actors
+    Broadcaster (binds) -> Subscriber (connects) weights, one learner -> many actors
 
 A `Poller` waits on several receiving sockets of one transport at once (the buffer's loop
 waits on its data and control sockets together). Frames are bytes-like (bytes, memoryview, bytearray); multipart messages are delivered
@@ -22,9 +22,9 @@ Flow-control invariants (ZeroMQ implementation)
   reply can never be mistaken for the answer to the next request. The server sets
   ROUTER_MANDATORY: a reply to a peer that has gone raises inside `reply`, which returns False.
 - PUB/SUB: libzmq's high-water marks count whole *messages* (a multipart message of any
-  size is one), not frames or bytes. A weights message is a whole model, so the `Publisher`'s
+  size is one), not frames or bytes. A weights message is a whole model, so the `Broadcaster`'s
   SNDHWM is 1 (`DEFAULT_PUB_HWM`): a subscriber that stops reading holds at most two versions
-  in the `Publisher`'s process, the one waiting in its pipe and the one its TCP engine is
+  in the `Broadcaster`'s process, the one waiting in its pipe and the one its TCP engine is
   writing; later versions are dropped for it (only the newest matters). The bound is per
   subscriber: with zero-copy sends, n stalled subscribers pin at most 2n versions (fewer when
   they stalled on the same ones). Subscribers keep at most `DEFAULT_SUB_HWM` (2) received
@@ -101,7 +101,7 @@ class Server(Protocol):
 
 
 @runtime_checkable
-class Publisher(Protocol):
+class Broadcaster(Protocol):
     endpoint: str
 
     def publish(self, frames: Frames) -> None: ...
@@ -136,7 +136,7 @@ class Transport(Protocol):
     def pusher(self, endpoint: str, **kw: int) -> Pusher: ...
     def server(self, endpoint: str, **kw: int) -> Server: ...
     def client(self, endpoint: str, identity: str | None = None) -> Client: ...
-    def publisher(self, endpoint: str, **kw: int) -> Publisher: ...
+    def broadcaster(self, endpoint: str, **kw: int) -> Broadcaster: ...
     def subscriber(self, endpoint: str, **kw: int) -> Subscriber: ...
     def poller(self, sockets: Sequence[Receiver]) -> Poller: ...
     def close(self) -> None: ...

@@ -24,9 +24,9 @@ from agent_r1_async.wire.transport import (
 
 __all__ = [
     "CurveKeys",  # the transport's `curve` argument, importable from here with the transport
+    "ZmqBroadcaster",
     "ZmqClient",
     "ZmqPoller",
-    "ZmqPublisher",
     "ZmqPuller",
     "ZmqPusher",
     "ZmqServer",
@@ -232,7 +232,7 @@ class ZmqServer(_ZmqSocket):
         return True
 
 
-class ZmqPublisher(_ZmqSocket):
+class ZmqBroadcaster(_ZmqSocket):
     def __init__(
         self,
         ctx: ZmqContext,
@@ -310,8 +310,8 @@ class ZmqTransport:
     def client(self, endpoint: str, identity: str | None = None) -> ZmqClient:
         return ZmqClient(self.ctx, endpoint, identity, curve=self.curve)
 
-    def publisher(self, endpoint: str, **kw: int) -> ZmqPublisher:
-        return ZmqPublisher(self.ctx, endpoint, curve=self._server_side(), **kw)
+    def broadcaster(self, endpoint: str, **kw: int) -> ZmqBroadcaster:
+        return ZmqBroadcaster(self.ctx, endpoint, curve=self._server_side(), **kw)
 
     def subscriber(self, endpoint: str, **kw: int) -> ZmqSubscriber:
         return ZmqSubscriber(self.ctx, endpoint, curve=self.curve, **kw)

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from agent_r1_async.wire.inproc import (
+    InProcBroadcaster,
     InProcClient,
     InProcPoller,
-    InProcPublisher,
     InProcPuller,
     InProcPusher,
     InProcServer,
@@ -69,8 +69,8 @@ class RecordingTransport:
     def client(self, endpoint: str, identity: str | None = None) -> InProcClient:
         return self.inner.client(endpoint, identity)
 
-    def publisher(self, endpoint: str = "inproc://:0", **kw: int) -> InProcPublisher:
-        return self.inner.publisher(endpoint, **kw)
+    def broadcaster(self, endpoint: str = "inproc://:0", **kw: int) -> InProcBroadcaster:
+        return self.inner.broadcaster(endpoint, **kw)
 
     def subscriber(self, endpoint: str, **kw: int) -> InProcSubscriber:
         return self.inner.subscriber(endpoint, **kw)

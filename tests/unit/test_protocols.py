@@ -64,7 +64,7 @@ SEAMS: list[tuple[type, list[type]]] = [
     (transport.Puller, [zmq.ZmqPuller, inproc.InProcPuller]),
     (transport.Client, [zmq.ZmqClient, inproc.InProcClient]),
     (transport.Server, [zmq.ZmqServer, inproc.InProcServer]),
-    (transport.Publisher, [zmq.ZmqPublisher, inproc.InProcPublisher]),
+    (transport.Broadcaster, [zmq.ZmqBroadcaster, inproc.InProcBroadcaster]),
     (transport.Subscriber, [zmq.ZmqSubscriber, inproc.InProcSubscriber]),
     (transport.Poller, [zmq.ZmqPoller, inproc.InProcPoller]),
     (Engine, [VllmEngine, HFEngine, FakeEngine]),

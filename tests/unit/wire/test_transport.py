@@ -100,7 +100,7 @@ def test_reply_to_unknown_peer_returns_false(transport):
 def test_pub_sub_zero_copy_frames(transport):
     import time
 
-    pub = transport.publisher("tcp://127.0.0.1:0")
+    pub = transport.broadcaster("tcp://127.0.0.1:0")
     sub = transport.subscriber(pub.endpoint)
     try:
         payload = bytes(range(256)) * 1000
@@ -175,7 +175,7 @@ def test_curve_keys_admit_the_run_and_refuse_a_stranger():
         rogue = ZmqTransport(curve=CurveKeys(keys.server_public, rogue_keys.server_secret,
                                              keys.client_public, keys.client_secret))
         try:
-            pub = rogue.publisher("tcp://127.0.0.1:0")
+            pub = rogue.broadcaster("tcp://127.0.0.1:0")
             sub = honest.subscriber(pub.endpoint)
             for _ in range(10):
                 pub.publish([b"fake-weights"])
