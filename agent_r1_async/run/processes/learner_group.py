@@ -134,7 +134,7 @@ class LearnerHost(Host):
         from agent_r1_async.learner import distributed
         from agent_r1_async.learner.checkpoint import latest_checkpoint, resume_intact
         from agent_r1_async.learner.loop import Learner
-        from agent_r1_async.learner.trainer import resolve_device
+        from agent_r1_async.learner.policy_net import resolve_device
 
         lc = self.cfg.learner
         if lc.world_size > 1 or lc.cpu_offload:
