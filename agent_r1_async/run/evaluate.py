@@ -327,6 +327,13 @@ def held_out(cfg: RunConfig, run_dir: Path, logger: MetricsLogger, label: str, m
     on_message = None
     if eval_cache.load(cache) is not None:
         n = 0  # nothing runs: no progress to draw
+    elif console is not None and label == "before":
+        import os
+
+        console.say(f"held-out eval before: runs before RL starts, alone on this machine's "
+                    f"{os.cpu_count()} CPU cores, so that neither slows the other"
+                    + ("; a later launch from this warm start reuses its result"
+                       if cache is not None else ""))
     if console is not None and n:
         console.stage(key, f"held-out eval {label}", n)
 
