@@ -9,9 +9,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from agent_r1_async.config import config_from_dict
 from agent_r1_async.learner.trainer import PolicyTrainer
-from agent_r1_async.models import load_tokenizer, tiny_model_dir
+from agent_r1_async.models import load_tokenizer
 from agent_r1_async.sft.demos import DemoStats
 from agent_r1_async.sft.train import (
     chain_pairs,
@@ -22,6 +21,7 @@ from agent_r1_async.sft.train import (
     sft_micro_batches,
     trainer_config,
 )
+from tests.unit.sft.tiny import loss_and_grads, tiny_sft_config
 
 
 def test_chain_pairs_joins_only_contexts_that_extend_the_previous_pair() -> None:
@@ -32,27 +32,8 @@ def test_chain_pairs_joins_only_contexts_that_extend_the_previous_pair() -> None
     assert chain_pairs(pairs) == [[0, 1, 2], [3], [4, 5]]
 
 
-def _grads(trainer: PolicyTrainer, mbs) -> tuple[float, list[torch.Tensor]]:
-    trainer.optimizer.zero_grad(set_to_none=True)
-    action_tokens = sum(mb.num_action_tokens for mb in mbs)
-    loss = 0.0
-    for mb in mbs:
-        nll = -trainer.forward(mb, raw=True).logprobs.sum() / action_tokens
-        nll.backward()
-        loss += float(nll.detach())
-    return loss, [p.grad.detach().clone() for p in trainer.trainable_parameters()]
-
-
 def test_packed_demonstrations_give_the_unpacked_loss_and_gradient(tmp_path: Path) -> None:
-    cfg = config_from_dict({
-        "model": {"name_or_path": tiny_model_dir(), "max_model_len": 512},
-        "env": {"name": "arithmetic", "max_turns": 3, "args": {"digits": 1}},
-        "engine": {"backend": "hf", "dtype": "float32", "max_new_tokens": 8},
-        "learner": {"micro_batch_tokens": 4096, "bf16": False},
-        "logging": {"wandb_mode": "disabled"},
-        "launch": {"run_root": str(tmp_path / "runs"), "name": "sft"},
-        "sft": {"num_demos": 3, "eval_before": False, "eval_after": False},
-    })
+    cfg = tiny_sft_config(tmp_path)
     path = cfg.model.name_or_path
     demos = load_demos(cfg, load_tokenizer(path), DemoStats())
     assert [len(d.steps) for d in demos] == [2, 2, 2]
@@ -68,8 +49,8 @@ def test_packed_demonstrations_give_the_unpacked_loss_and_gradient(tmp_path: Pat
     real = sum(int(mb.attention_mask.sum()) for mb in packed)
     assert real == sum(len(d.steps[1].context_ids) + len(d.steps[1].action_ids) for d in demos)
     assert sum(mb.num_action_tokens for mb in packed) == sum(mb.num_action_tokens for mb in whole)
-    loss_w, grads_w = _grads(trainer, whole)
-    loss_p, grads_p = _grads(trainer, packed)
+    loss_w, grads_w = loss_and_grads(trainer, whole)
+    loss_p, grads_p = loss_and_grads(trainer, packed)
     assert loss_p == pytest.approx(loss_w, abs=1e-5)
     for gw, gp in zip(grads_w, grads_p, strict=True):
         torch.testing.assert_close(gp, gw, rtol=0, atol=1e-5)

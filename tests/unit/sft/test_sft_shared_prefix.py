@@ -8,36 +8,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from agent_r1_async.config import config_from_dict
 from agent_r1_async.learner.trainer import PolicyTrainer
-from agent_r1_async.models import load_tokenizer, tiny_model_dir
+from agent_r1_async.models import load_tokenizer
 from agent_r1_async.sft.demos import DemoStats
 from agent_r1_async.sft.train import demo_pairs, load_demos, sft_micro_batches, trainer_config
-
-
-def _grads(trainer: PolicyTrainer, mbs) -> tuple[float, list[torch.Tensor]]:
-    trainer.optimizer.zero_grad(set_to_none=True)
-    action_tokens = sum(mb.num_action_tokens for mb in mbs)
-    loss = 0.0
-    for mb in mbs:
-        nll = -trainer.forward(mb, raw=True).logprobs.sum() / action_tokens
-        nll.backward()
-        loss += float(nll.detach())
-    return loss, [p.grad.detach().clone() for p in trainer.trainable_parameters()]
+from tests.unit.sft.tiny import loss_and_grads, tiny_sft_config
 
 
 @pytest.mark.parametrize("pack", [True, False], ids=["packed", "unpacked"])
 def test_demonstrations_share_their_system_prompt_with_the_flat_loss_and_gradient(
         tmp_path: Path, pack: bool) -> None:
-    cfg = config_from_dict({
-        "model": {"name_or_path": tiny_model_dir(), "max_model_len": 512},
-        "env": {"name": "arithmetic", "max_turns": 3, "args": {"digits": 1}},
-        "engine": {"backend": "hf", "dtype": "float32", "max_new_tokens": 8},
-        "learner": {"micro_batch_tokens": 4096, "bf16": False},
-        "logging": {"wandb_mode": "disabled"},
-        "launch": {"run_root": str(tmp_path / "runs"), "name": "sft"},
-        "sft": {"num_demos": 3, "eval_before": False, "eval_after": False},
-    })
+    cfg = tiny_sft_config(tmp_path)
     path = cfg.model.name_or_path
     pairs = demo_pairs(load_demos(cfg, load_tokenizer(path), DemoStats()))
     torch.manual_seed(0)
@@ -50,8 +31,8 @@ def test_demonstrations_share_their_system_prompt_with_the_flat_loss_and_gradien
     flat_tokens = sum(mb.flat_tokens for mb in flat)
     assert sum(mb.flat_tokens for mb in tree) == flat_tokens
     assert sum(mb.computed_tokens for mb in tree) < 0.6 * flat_tokens
-    loss_f, grads_f = _grads(trainer, flat)
-    loss_t, grads_t = _grads(trainer, tree)
+    loss_f, grads_f = loss_and_grads(trainer, flat)
+    loss_t, grads_t = loss_and_grads(trainer, tree)
     assert loss_t == pytest.approx(loss_f, abs=1e-5)
     for gf, gt in zip(grads_f, grads_t, strict=True):
         scale = max(1.0, float(gf.abs().max()))  # tests/unit/learner/test_shared_prefix.py
