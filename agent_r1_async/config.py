@@ -943,7 +943,7 @@ def _literal_values(info: Any, parts: list[str]) -> tuple[Any, ...]:
     field = next((f for f in info.fields if f.encode_name == name), None)
     if field is None:
         return ()
-    inner = field.type
+    inner: Any = field.type
     for _ in range(index.count("]")):  # each `[i]`: one level into a list or tuple
         inner = getattr(inner, "item_type", None)
     return _literal_values(inner, parts[1:]) if inner is not None else ()

@@ -34,7 +34,8 @@ def apply_lora(model: Any, lora: config.LoraConfig) -> Any:
         from peft import LoraConfig, get_peft_model
     except ImportError as e:  # pragma: no cover - depends on the install
         raise ImportError("learner.lora.enabled needs peft: pip install 'agent-r1-async[lora]'") from e
-    cfg = LoraConfig(r=lora.rank, lora_alpha=lora.alpha, target_modules=list(lora.target_modules),
+    cfg = LoraConfig(r=lora.rank, lora_alpha=lora.alpha,  # type: ignore[arg-type]  # peft takes a float
+                     target_modules=list(lora.target_modules),
                      lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
     return get_peft_model(model, cfg)
 
