@@ -113,7 +113,10 @@ def _train(cfg: RunConfig, sup: Supervisor, logger: MetricsLogger, console: Cons
     samples = EpisodeLog(logger.run_dir, cfg.logging.episodes_keep, logger.log_table,
                          console.event)
     while version < cfg.learner.total_updates:
-        update = sup.update()
+        update = sup.update(stop=rl.out_of_time)
+        if update is None:  # the budget ran out while the learner waited for its batch
+            events.wall_clock(cfg.launch.max_wall_time_s, version)
+            return version, "max_wall_time_s"
         on_update()
         version = int(update["metrics"]["version"])
         buffer = sup.buffer_stats()

@@ -24,6 +24,7 @@ Only small control values cross Ray (endpoints, metric dicts); data moves over Z
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -138,15 +139,18 @@ class Supervisor:
         """The learner's current version (0, or the checkpoint's on resume)."""
         return int(self.ray.get(self.learner.leader.version.remote()))
 
-    def update(self) -> dict[str, Any]:
+    def update(self, stop: Callable[[], bool] | None = None) -> dict[str, Any] | None:
         """One learner update on every rank: {"metrics": ..., "staleness_hist": ...,
         "is_weight_hist": ..., "episodes": ...} (rank 0's, see LearnerHost). A rank that dies
         restarts the group from its last checkpoint; the update is then run again from there.
         While it runs, every role's liveness is watched (liveness.py) and the buffer's stats
-        checked for failures and stalls."""
+        checked for failures and stalls. None when `stop()` turns true first (the launch's
+        wall-clock budget): the update is left running, for `shutdown` as after a Ctrl-C."""
         refs = self.learner.submit("update")
         self.ranks.start(self.learner.ranks)
         while True:
+            if stop is not None and stop():
+                return None
             ready, _ = self.ray.wait(refs, timeout=0.5, num_returns=len(refs))
             dead = self.learner.dead_rank(refs, ready)
             if dead is not None:

@@ -4,6 +4,7 @@ from an older checkpoint (in the run) or after `--resume` of a run that crashed.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from agent_r1_async.config import config_from_dict
@@ -22,7 +23,11 @@ class _Supervisor:
     def version(self) -> int:
         return self.start
 
-    def update(self) -> dict:
+    def update(self, stop=None) -> dict | None:
+        if not self.versions:  # no batch comes: the learner waits until the launch stops it
+            while not stop():
+                time.sleep(0.01)
+            return None
         return {"metrics": {"version": self.versions.pop(0), "loss": 0.5},
                 "staleness_hist": {}}
 
@@ -91,3 +96,14 @@ def test_resume_after_a_crash_does_not_log_updates_twice(tmp_path):
     assert logger.steps == [6, 7]
     assert last_logged_update(tmp_path / "metrics.jsonl") == 7
     assert last_logged_update(tmp_path / "missing.jsonl") == 0
+
+
+def test_the_wall_clock_budget_stops_an_update_that_waits_for_its_batch(tmp_path, capsys):
+    """Long episodes: an update can wait for its batch longer than the whole budget. The loop
+    stops when the budget runs out, not when the update ends (it never does here)."""
+    cfg = config_from_dict({"learner": {"total_updates": 5}, "launch": {"max_wall_time_s": 0.2}})
+    logger = _Logger(tmp_path)
+    assert _run(cfg, _Supervisor(0, [1]), logger) == (1, "max_wall_time_s")
+    assert logger.steps == [1]
+    assert "wall-clock limit reached (launch.max_wall_time_s = 0 s) after 1 updates" in \
+        capsys.readouterr().out
