@@ -35,7 +35,7 @@ import msgspec
 import torch
 
 from agent_r1_async.config import RunConfig
-from agent_r1_async.learner import batching, checkpoint, prefix_tree
+from agent_r1_async.learner import batching, checkpoint
 from agent_r1_async.learner.batching import MicroBatch
 from agent_r1_async.learner.trainer import PolicyTrainer
 from agent_r1_async.sft.demos import Demonstration, DemoStats, jsonl_demos, oracle_demos
@@ -83,36 +83,12 @@ def sft_micro_batches(
     one) are laid out as prefix trees (learner/prefix_tree.py), the prefix computed once.
     """
     seqs = chain_pairs(pairs) if pack else [[i] for i in range(len(pairs))]
-    tokens = [[*pairs[s[-1]][0], *pairs[s[-1]][1]] for s in seqs]
-    trees = (prefix_tree.plan_subtrees(tokens, [0] * len(seqs), max_tokens) if shared_prefix
-             else prefix_tree.flat_subtrees([len(t) for t in tokens]))
-    out = []
-    for idx in batching.plan_micro_batches([t.tokens for t in trees], max_tokens):
-        members = [m for j in idx for m in trees[j].members]
-        chosen = [seqs[m] for m in members]
-        t = batching.collate_spans(
-            [(tokens[m], [(len(pairs[i][0]), len(pairs[i][0]) + len(pairs[i][1]), {})
-                          for i in seqs[m]])
-             for m in members], {}, pad_id)
-        shape = t["input_ids"].shape  # [B, T]
-        mb = MicroBatch(
-            input_ids=t["input_ids"],
-            attention_mask=t["attention_mask"],
-            action_mask=t["action_mask"],
-            behavior_logprobs=torch.zeros(shape),
-            token_versions=torch.zeros(shape, dtype=torch.long),
-            advantages=torch.zeros(shape),
-            sample_weights=torch.ones(shape[0]),
-            value_index=torch.tensor([len(pairs[i][0]) - 1 for seq in chosen for i in seq],
-                                     dtype=torch.long),
-            row_index=torch.tensor([i for seq in chosen for i in seq], dtype=torch.long),
-            value_seq=torch.tensor([b for b, seq in enumerate(chosen) for _ in seq],
-                                   dtype=torch.long),
-            num_rows=sum(len(seq) for seq in chosen),
-        )
-        out.append(batching.with_tree(mb, [trees[j] for j in idx], [tokens[m] for m in members],
-                                      pad_id))
-    return out
+    rows = [batching.Row(context_ids=ctx, action_ids=act, behavior_logprobs=[0.0] * len(act),
+                         token_versions=[0] * len(act), advantage=0.0, reward=0.0,
+                         sample_weight=1.0, group_index=0, episode_index=i, step_index=0,
+                         ids=("", ""))
+            for i, (ctx, act) in enumerate(pairs)]
+    return batching.sequences_to_micro_batches(rows, seqs, max_tokens, pad_id, shared_prefix)
 
 
 def sft_step(trainer: PolicyTrainer, mbs: Sequence[MicroBatch]) -> dict[str, float]:
