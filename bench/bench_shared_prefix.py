@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.bench_shared_prefix
     .venv/bin/python -m bench.bench_shared_prefix --groups 1 --group-size 2 --repeats 1  # smoke
+    .venv/bin/python -m bench.bench_shared_prefix --launches --repeats 3  # end to end, ~20 min
 
 configs/default.yaml's learner (SmolLM2-135M-Instruct, `learner.bf16: auto`, whole-layer
 recompute, micro-batches of ≤ 2,048 tokens, step packing; `learner.device=cpu`) on a batch
@@ -20,6 +21,9 @@ the first round is a warm-up. Prints the tokens each forward computes (tree / fl
 the metrics `learner/tokens_computed` / `learner/tokens_flat` show), each side's update time
 (mean ± 95 % t interval), the per-repeat time ratio tree / flat with its interval, and the load;
 the same for the process's CPU seconds, steadier than wall time on a loaded machine.
+
+`--launches`: whole default launches flat vs tree instead, end-to-end samples/s
+(bench/shared_prefix_launches.py).
 """
 
 from __future__ import annotations
@@ -108,7 +112,18 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--set", action="append", default=[], help="extra config override a.b=v")
+    ap.add_argument("--launches", action="store_true",
+                    help="whole launches flat vs tree: end-to-end samples/s")
+    ap.add_argument("--updates", type=int, default=12, help="--launches: updates per launch")
+    ap.add_argument("--config", default=DEFAULT_CONFIG, help="--launches: the launch's config")
+    ap.add_argument("--run-root", type=Path, default=ROOT / "runs" / "bench-shared-prefix",
+                    help="--launches: where the launches' run directories go")
     args = ap.parse_args()
+    if args.launches:
+        from bench.shared_prefix_launches import run_launches
+
+        run_launches(args)
+        return
 
     import torch
 
