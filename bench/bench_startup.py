@@ -119,7 +119,10 @@ def user_launch(config: str, overrides: list[str], run_root: Path, cache: Path, 
     row = {phase: t - t0 for phase, t in marks["phases"]}
     recs = _records(run_dir / "metrics.jsonl")
     upd = [r for r in recs if "learner/update_time_s" in r]
-    sft = [r for r in recs if "sft/tokens" in r]
+    trained = sorted(cache.glob("warm-start/*/metrics.jsonl"),
+                     key=lambda f: f.stat().st_mtime)  # the warm start this launch trained
+    sft = [r for r in _records(trained[-1]) if "sft/tokens" in r] if trained and \
+        "warm start: training" in log.read_text() else []
     if len(upd) < updates:
         sys.stderr.write(log.read_text()[-3000:])
         raise SystemExit(f"{name}: {len(upd)} of {updates} updates before the launch ended")
@@ -139,6 +142,8 @@ def user_launch(config: str, overrides: list[str], run_root: Path, cache: Path, 
         shutil.copy(log, keep / f"{name}.console.txt")
         for f in ("metrics.jsonl", "startup.json"):
             shutil.copy(run_dir / f, keep / f"{name}.{f}")
+        if sft:
+            shutil.copy(trained[-1], keep / f"{name}.warm-start.metrics.jsonl")
     return row
 
 
