@@ -15,6 +15,7 @@ from collections.abc import Iterable
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = set(string.punctuation)
+_TAG = re.compile(r"<[^<>]*>")
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
@@ -36,6 +37,16 @@ def exact_match(prediction: str | None, gold: str | Iterable[str]) -> float:
         return 0.0
     pred = normalize_answer(prediction)
     return float(any(pred == normalize_answer(g) for g in _golds(gold)))
+
+
+def answer_in_output(text: str | None, gold: str | Iterable[str]) -> float:
+    """1.0 if any normalized gold answer occurs in the normalized `text` as whole words (a
+    lenient score for output that does not follow the answer format), else 0.0. Markup tags
+    (`<answer>`) separate words."""
+    if not text:
+        return 0.0
+    padded = f" {normalize_answer(_TAG.sub(' ', text))} "
+    return float(any(g and f" {g} " in padded for g in map(normalize_answer, _golds(gold))))
 
 
 def _f1_one(pred_tokens: list[str], gold_tokens: list[str]) -> float:

@@ -172,8 +172,10 @@ class EpisodeState:
 class ToolDomain(Protocol):
     """What a task family supplies to a ToolEnv.
 
-    Optional: `process_reward(state, outcome) -> float` (per successful call; default 0) and
-    `format_result(call, result) -> str` (default: str as is, anything else as JSON).
+    Optional: `process_reward(state, outcome) -> float` (per successful call; default 0),
+    `format_result(call, result) -> str` (default: str as is, anything else as JSON) and
+    `output_metrics(task, action) -> dict[str, float]` (metrics of the episode's last action,
+    whatever its format; default none).
     """
 
     tools: Sequence[Tool]
@@ -248,11 +250,13 @@ class ToolEnv:
         self._calls = self._errors = 0
         self._valid_paid = False
         self._responses: list[str] = []  # successful calls' texts (the copy canary)
+        self._last_action = ""  # for the domain's optional output_metrics
 
     async def reset(self, task: Task) -> Observation:
         self.state = EpisodeState(task)
         self.done, self._calls, self._errors, self._valid_paid = False, 0, 0, False
         self._responses = []
+        self._last_action = ""
         system = self._hook("system_prompt")
         if not isinstance(system, str):
             raise EnvError(f"system_prompt() returned {type(system).__name__}, expected str")
@@ -266,6 +270,7 @@ class ToolEnv:
             raise EnvError("step() called before reset() or after the episode ended")
         state = self.state
         state.turn += 1
+        self._last_action = action
         parsed = parse_tool_calls(action)
         answer = extract_answer(action)
         if answer is not None or not parsed:
@@ -380,6 +385,9 @@ class ToolEnv:
             "truncated": float(truncated),
             **canary_metrics(answer, outcome, self._responses),
         }
+        if hasattr(self.domain, "output_metrics"):
+            extra = self._hook("output_metrics", self.state.task, self._last_action)
+            metrics.update(contract.metrics(extra, f"{domain}.output_metrics", "its result"))
         return StepResult(
             Observation([]), reward, True, outcome_reward=outcome,
             truncated=truncated, num_tool_calls=num_calls, metrics=metrics,

@@ -19,7 +19,7 @@ from agent_r1_async.envs.base import Task
 from agent_r1_async.envs.multihop import loaders
 from agent_r1_async.envs.multihop.search import BM25Index, SearchTool
 from agent_r1_async.envs.registry import register_env
-from agent_r1_async.envs.rewards import exact_match, f1_score
+from agent_r1_async.envs.rewards import answer_in_output, exact_match, f1_score
 from agent_r1_async.envs.toolenv import (
     CallOutcome,
     EpisodeState,
@@ -88,6 +88,11 @@ class MultihopDomain:
     def score(self, task: Task, answer: str | None) -> Score:
         em, f1 = exact_match(answer, task.answer), f1_score(answer, task.answer)
         return Score(em if self.args.outcome == "em" else f1, {"em": em, "f1": f1})
+
+    def output_metrics(self, task: Task, action: str) -> dict[str, float]:
+        """`answer_in_output`: a gold answer occurs in the last action, tags or not (what an
+        untrained model that ignores the answer format knows)."""
+        return {"answer_in_output": answer_in_output(action, task.answer)}
 
     def format_result(self, call: ToolCall, result: Any) -> str:
         return format_passages(result)

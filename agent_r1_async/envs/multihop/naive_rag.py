@@ -14,12 +14,18 @@ share of questions whose top-k passages hold the answer, and hold every gold sup
 passage), so `k` can be chosen where retrieval does not bound the baseline:
 
     python -m agent_r1_async.envs.multihop.naive_rag --split dev --k 2 4 6 8 10
+
+A reader for this baseline is trained on the same prompts (`rag_transcript`: the one-turn
+prompt, then the gold answer in the answer format), written as an `sft.demos_source: jsonl`
+file for the train split in the order the oracle warm start of a seed takes its tasks:
+
+    python -m agent_r1_async.envs.multihop.naive_rag --demos-out rag.jsonl --num-demos 64 --seed 0 --k 8
 """
 
 from __future__ import annotations
 
 import argparse
-import re
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import zip_longest
@@ -29,7 +35,7 @@ from agent_r1_async.envs.base import EnvError, Observation, StepResult, Task
 from agent_r1_async.envs.multihop.env import format_passages
 from agent_r1_async.envs.multihop.loaders import Passage
 from agent_r1_async.envs.multihop.search import BM25Index
-from agent_r1_async.envs.rewards import extract_answer, normalize_answer
+from agent_r1_async.envs.rewards import answer_in_output, extract_answer
 
 RAG_SYSTEM_PROMPT = (
     "Answer the question using the passages. Give a short final answer like this: "
@@ -79,10 +85,11 @@ class NaiveRAGEnv:
     async def step(self, action: str) -> StepResult:
         if self.task is None:
             raise EnvError("step() called before reset()")
+        task, self.task = self.task, None  # one turn only
         answer = lenient_answer(action)
-        score = self.domain.score(self.task, answer)
-        self.task = None  # one turn only
+        score = self.domain.score(task, answer)
         metrics = {**score.metrics, "format_ok": float(extract_answer(action) is not None),
+                   "answer_in_output": answer_in_output(action, task.answer),
                    "turns": 1.0, "tool_calls": 0.0}
         return StepResult(Observation([]), 0.0, True, outcome_reward=float(score.reward),
                           metrics=metrics)
@@ -118,9 +125,7 @@ class RetrievalRecall:
 def passage_has_answer(passage: Passage, answers: Sequence[str]) -> bool:
     """Whether a gold answer occurs in the passage's title or text as whole words, both sides
     normalized as exact match normalizes them (case, punctuation, articles)."""
-    text = f" {normalize_answer(passage['title'] + ' ' + passage['text'])} "
-    golds = (normalize_answer(a) for a in answers)
-    return any(g and re.search(rf"(?<!\S){re.escape(g)}(?!\S)", text) for g in golds)
+    return bool(answer_in_output(f"{passage['title']} {passage['text']}", answers))
 
 
 def has_all_support(passages: Sequence[Passage], task: Task) -> bool:
@@ -153,16 +158,45 @@ def format_recall_table(rows: Sequence[RetrievalRecall]) -> str:
     return "\n".join(lines)
 
 
+def rag_transcript(index: BM25Index, task: Task, k: int) -> dict[str, Any]:
+    """One demonstration for a Naive RAG reader: the baseline's prompt for `task`, then its
+    first gold answer in the answer format (whether or not the passages hold it, as a reader
+    trained on a retriever's output is)."""
+    return {"messages": [
+        {"role": "system", "content": RAG_SYSTEM_PROMPT},
+        {"role": "user", "content": rag_user_message(index, task, k)},
+        {"role": "assistant", "content": f"<answer>{task.answer[0]}</answer>"},
+    ]}
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Print the baseline's retrieval recall@k on a split of the shipped synthetic data."""
+    """Print the baseline's retrieval recall@k on a split of the shipped synthetic data, or
+    (`--demos-out`) write a reader's demonstrations on the train split."""
     from agent_r1_async.envs.multihop import loaders
     from agent_r1_async.envs.multihop.env import SHIPPED_DIR
 
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("--split", default="dev")
     ap.add_argument("--k", type=int, nargs="+", default=[2, 4, 6, 8, 10])
+    ap.add_argument("--demos-out", default="", metavar="FILE",
+                    help="write --num-demos reader demonstrations (train split, one k) here")
+    ap.add_argument("--num-demos", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=0,
+                    help="--demos-out: the task order of the oracle warm start at this seed")
     args = ap.parse_args(argv)
     index = BM25Index(loaders.load_corpus(SHIPPED_DIR / "corpus.jsonl"))
+    if args.demos_out:
+        from agent_r1_async.sft.train import demo_tasks
+
+        if len(args.k) != 1:
+            raise SystemExit("--demos-out: give one --k")
+        train = loaders.load_tasks("flashrag", SHIPPED_DIR / "train.jsonl")
+        chosen = demo_tasks(train, args.seed, 0)[:args.num_demos]
+        with open(args.demos_out, "w") as f:
+            for task in chosen:
+                f.write(json.dumps(rag_transcript(index, task, args.k[0])) + "\n")
+        print(f"{len(chosen)} reader demonstrations (k={args.k[0]}) -> {args.demos_out}")
+        return
     tasks = loaders.load_tasks("flashrag", SHIPPED_DIR / f"{args.split}.jsonl")
     print(f"{args.split}: {len(tasks)} questions")
     print(format_recall_table([retrieval_recall(index, tasks, k) for k in args.k]))

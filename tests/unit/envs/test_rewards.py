@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agent_r1_async.envs.rewards import (
+    answer_in_output,
     exact_match,
     extract_answer,
     f1_score,
@@ -32,6 +33,15 @@ def test_exact_match():
     assert exact_match("Kell", ["Kell River", "Kell"]) == 1.0  # any gold counts
     assert exact_match("Kell Riverside", "Kell River") == 0.0
     assert exact_match(None, "x") == 0.0
+
+
+def test_answer_in_output_is_whole_words_after_normalization():
+    assert answer_in_output("I believe it is the Kell River, near Ostrum.", "Kell River") == 1.0
+    assert answer_in_output("<answer>Kell River</answer>", ["x", "kell river"]) == 1.0  # tags split
+    assert answer_in_output("The Kell Riverside", "Kell River") == 0.0  # not whole words
+    assert answer_in_output("founded 1204", "120") == 0.0
+    assert answer_in_output("anything", "the") == 0.0  # empty once normalized
+    assert answer_in_output(None, "x") == 0.0 and answer_in_output("", "x") == 0.0
 
 
 def test_f1_hand_checked():

@@ -241,3 +241,33 @@ def test_answer_wins_over_tool_calls_in_same_action():
     run(env.reset(TASK))
     r = run(env.step(call("echo", '{"text": "a"}') + "<answer>gold</answer>"))
     assert r.done and r.outcome_reward == 1.0 and r.metrics["tool_calls"] == 0.0
+
+
+def test_domain_output_metrics_see_the_last_action_whatever_its_format():
+    class Graded(FakeDomain):
+        def output_metrics(self, task, action):
+            return {"said_gold": float("gold" in action), "chars": float(len(action))}
+
+    env = ToolEnv(Graded(), max_turns=3, tool_timeout_s=1.0)
+    run(env.reset(TASK))
+    run(env.step(call("echo", '{"text": "gold"}')))  # gold in a call, not in the last action
+    r = run(env.step("it must be gold"))  # no tags: no answer, but the metric sees the text
+    assert r.done and r.outcome_reward == 0.0 and r.metrics["format_ok"] == 0.0
+    assert r.metrics["said_gold"] == 1.0 and r.metrics["chars"] == 15.0
+    run(env.reset(TASK))
+    r = run(env.step("<answer>silver</answer>"))
+    assert r.metrics["said_gold"] == 0.0 and r.metrics["chars"] == 23.0
+    plain = make_env()
+    run(plain.reset(TASK))
+    assert "said_gold" not in run(plain.step("gold")).metrics  # a domain without the hook
+
+
+def test_domain_output_metrics_must_be_numbers():
+    class Bad(FakeDomain):
+        def output_metrics(self, task, action):
+            return {"x": "high"}
+
+    env = ToolEnv(Bad(), max_turns=2, tool_timeout_s=1.0)
+    run(env.reset(TASK))
+    with pytest.raises(EnvError, match="output_metrics"):
+        run(env.step("<answer>gold</answer>"))

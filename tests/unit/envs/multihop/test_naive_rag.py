@@ -5,6 +5,7 @@ retrieval recall@k on a hand-built corpus."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -18,7 +19,9 @@ from agent_r1_async.envs.multihop.naive_rag import (
     format_recall_table,
     has_all_support,
     lenient_answer,
+    main,
     passage_has_answer,
+    rag_transcript,
     retrieval_recall,
 )
 from agent_r1_async.envs.multihop.search import BM25Index
@@ -60,14 +63,15 @@ def test_prompt_holds_the_bm25_top_k():
     assert "(3) Dornia:" in many and "Brask is a city" not in many and "(4)" not in many
 
 
-@pytest.mark.parametrize(("action", "em", "f1", "fmt"), [
-    ("<answer>Kell River</answer>", 1.0, 1.0, 1.0),
-    ("<answer>the kell river.</answer>", 1.0, 1.0, 1.0),  # SQuAD normalization
-    ("The Kell\nbecause ...", 0.0, 2 / 3, 0.0),  # no tags: first line; P=1, R=1/2 -> F1 2/3
-    ("<answer>Ostrum</answer>", 0.0, 0.0, 1.0),
-    ("", 0.0, 0.0, 0.0),
+@pytest.mark.parametrize(("action", "em", "f1", "fmt", "inside"), [
+    ("<answer>Kell River</answer>", 1.0, 1.0, 1.0, 1.0),
+    ("<answer>the kell river.</answer>", 1.0, 1.0, 1.0, 1.0),  # SQuAD normalization
+    ("The Kell\nbecause ...", 0.0, 2 / 3, 0.0, 0.0),  # no tags: first line; P=1, R=1/2 -> F1 2/3
+    ("It is Ostrum.\nThe Kell River, I think", 0.0, 0.0, 0.0, 1.0),  # right, past line one
+    ("<answer>Ostrum</answer>", 0.0, 0.0, 1.0, 0.0),
+    ("", 0.0, 0.0, 0.0, 0.0),
 ])
-def test_one_turn_scored_by_the_env(action, em, f1, fmt):
+def test_one_turn_scored_by_the_env(action, em, f1, fmt, inside):
     env = _rag(2)
 
     async def episode():
@@ -78,6 +82,7 @@ def test_one_turn_scored_by_the_env(action, em, f1, fmt):
     assert r.done and r.outcome_reward == em  # outcome: em (MultihopArgs default)
     assert r.metrics["em"] == em and r.metrics["f1"] == pytest.approx(f1)
     assert r.metrics["format_ok"] == fmt and r.metrics["tool_calls"] == 0.0
+    assert r.metrics["answer_in_output"] == inside
 
 
 def test_lenient_answer():
@@ -180,3 +185,29 @@ def test_support_matches_ids_or_titles():
     by_title = Task("c", "q", ["x"], {"supporting_ids": [], "supporting_titles": ["Ostrum"]})
     assert has_all_support(shown, by_title)
     assert not has_all_support(shown, Task("d", "q", ["x"], {}))  # no gold listed: a miss
+
+
+def test_reader_demonstration_is_the_baseline_prompt_then_the_gold_answer():
+    index = BM25Index(CORPUS)
+    demo = rag_transcript(index, TASK, 2)
+    prompt = asyncio.run(_rag(2).reset(TASK)).messages
+    assert demo["messages"][:2] == prompt
+    assert demo["messages"][2] == {"role": "assistant", "content": "<answer>Kell River</answer>"}
+
+
+def test_reader_demos_follow_the_warm_starts_task_order(tmp_path):
+    from agent_r1_async.envs.multihop import loaders
+    from agent_r1_async.envs.multihop.env import SHIPPED_DIR
+    from agent_r1_async.sft.train import demo_tasks
+
+    out = tmp_path / "rag.jsonl"
+    main(["--demos-out", str(out), "--num-demos", "3", "--seed", "5", "--k", "4"])
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    train = demo_tasks(loaders.load_tasks("flashrag", SHIPPED_DIR / "train.jsonl"), 5, 0)[:3]
+    assert [x["messages"][1]["content"].split("Question: ")[1] for x in lines] == [
+        t.prompt for t in train]
+    assert [x["messages"][2]["content"] for x in lines] == [
+        f"<answer>{t.answer[0]}</answer>" for t in train]
+    assert all(x["messages"][1]["content"].count("\n(") == 4 for x in lines)  # (1) .. (4)
+    with pytest.raises(SystemExit, match="one --k"):
+        main(["--demos-out", str(out), "--k", "2", "4"])
