@@ -741,8 +741,13 @@ class SftConfig(_Section):
     """Skip this many tasks of that order first: demonstrations that no warm start of the same order and at most this many demos saw (SFT continued on fresh demonstrations)."""
     max_wall_time_s: float = 0.0
     """Stop training after this many seconds (the step in progress completes) and save the checkpoint; 0 = run every epoch."""
+    resume_from: str = ""
+    """A checkpoint of an `sft` run with these demonstrations, batch and constant lr whose whole epochs are done: train on from its weights, optimizer and data order to `sft.epochs` (what one run of `sft.epochs` would give); "" = start afresh."""
 
     def __post_init__(self) -> None:
+        _require(not self.resume_from or (self.schedule == "constant" and self.warmup_steps == 0),
+                 "sft.resume_from", "needs sft.schedule: constant and sft.warmup_steps: 0 (a "
+                 "schedule over all epochs cannot be resumed exactly)")
         _require(self.demo_seed >= -1, "sft.demo_seed", "must be -1 (split order) or a seed >= 0")
         _require(self.demo_offset >= 0, "sft.demo_offset", "must be >= 0")
         _require(self.max_wall_time_s >= 0, "sft.max_wall_time_s", "must be >= 0 (0 = no limit)")

@@ -13,7 +13,9 @@ already there, so a stage can be stopped and run again):
   config's base model, each evaluated on the first `--dev-tasks` tasks of `env.eval_split`
   at sampling seed 0, until the metric stops rising (the next E scores no higher; where
   it ties, `--tiebreak`, a finer metric such as the world's progress, decides) or
-  `--max-epochs`. Every evaluation is kept (OUT/sweep/dD-eE.json and .jsonl, one line per
+  `--max-epochs`. Under a constant lr without warmup each E after the first trains on from the
+  previous E's checkpoint (`sft.resume_from`: the same weights one run of E epochs gives, at
+  half the cost). Every evaluation is kept (OUT/sweep/dD-eE.json and .jsonl, one line per
   episode). The best cell on dev (ties: fewer optimizer steps) is **best SFT**:
   OUT/best.json.
 - **arms** (test), per `--seeds` seed s, each evaluated on the first `--test-tasks` tasks of
@@ -128,6 +130,13 @@ def _save(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=1))
 
 
+def resumable(cfg: Any, cell: dict[str, Any]) -> bool:
+    """Whether a sweep cell's checkpoint can be trained on to more epochs exactly
+    (`sft.resume_from`: a constant lr without warmup, its checkpoint still on disk)."""
+    return (cfg.sft.schedule == "constant" and cfg.sft.warmup_steps == 0
+            and Path(cell.get("checkpoint", "")).is_dir())
+
+
 def sweep(args: argparse.Namespace) -> dict[str, Any]:
     cfg = load_config(args.config, args.overrides)
     per_step = cfg.sft.batch_episodes
@@ -142,8 +151,14 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
         while epochs <= args.max_epochs:
             key = f"d{demos}-e{epochs}"
             if key not in cells:
+                prev = cells.get(f"d{demos}-e{epochs // 2}") if epochs > 1 else None
+                resume = prev is not None and resumable(cfg, prev)
                 ckpt, stats = sft(args, f"sweep-{key}", [
-                    f"sft.num_demos={demos}", f"sft.epochs={epochs}"])
+                    f"sft.num_demos={demos}", f"sft.epochs={epochs}",
+                    *([f"sft.resume_from={prev['checkpoint']}"] if resume else [])])
+                if resume:  # this cell's training went on from the previous one's
+                    stats["resumed_from"] = f"d{demos}-e{epochs // 2}"
+                    stats["sft_s_total"] = stats["sft_s"] + prev.get("sft_s_total", prev["sft_s"])
                 res = evaluate(args, f"sweep-{key}", ckpt, cfg.env.eval_split, args.dev_tasks, 0)
                 cells[key] = {"demos": demos, "epochs": epochs, "checkpoint": ckpt,
                               "steps": epochs * -(-demos // per_step), **stats, **res,

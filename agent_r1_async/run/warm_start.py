@@ -30,7 +30,8 @@ from agent_r1_async.run.processes import child
 
 _LEARNER_KEYS = ("weight_decay", "betas", "grad_clip", "micro_batch_tokens", "bf16", "seed", "lora")
 _SFT_IGNORED = ("eval_before", "eval_after", "eval_num_tasks", "log_every")
-_SFT_KEYED_WHEN_SET = {"demo_seed": -1, "demo_offset": 0, "max_wall_time_s": 0.0}
+_SFT_KEYED_WHEN_SET = {"demo_seed": -1, "demo_offset": 0, "max_wall_time_s": 0.0,
+                       "resume_from": ""}
 """Settings in the key only when they differ from these defaults, so that a warm start cached
 before they existed keeps its key."""
 _CONTEXT_COMPACT_KEYS = ("summary_max_tokens", "summary_prompt")

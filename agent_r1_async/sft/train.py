@@ -134,11 +134,14 @@ def fit(
     trainer: PolicyTrainer, demos: Sequence[Demonstration], epochs: int, batch_episodes: int,
     seed: int = 0, on_step: Callable[[dict[str, float]], None] | None = None,
     schedule: str = "constant", warmup_steps: int = 0, max_wall_time_s: float = 0.0,
+    start_epoch: int = 0,
 ) -> list[dict[str, float]]:
     """Train `epochs` passes (episodes shuffled per epoch); returns every step's metrics.
 
     `max_wall_time_s` > 0 stops after the step that reaches it (the lr schedule still spans
-    every epoch: a linear decay is then cut short, not compressed)."""
+    every epoch: a linear decay is then cut short, not compressed). `start_epoch` > 0: the
+    first `start_epoch` epochs are already trained (a resumed trainer); their shuffles are
+    drawn and skipped, so the remaining epochs see the order one whole run gives them."""
     deadline = time.perf_counter() + max_wall_time_s if max_wall_time_s > 0 else math.inf
     rng = random.Random(seed)
     per_epoch = -(-len(demos) // batch_episodes)
@@ -148,19 +151,22 @@ def fit(
     for epoch in range(epochs):
         order = list(range(len(demos)))
         rng.shuffle(order)
+        if epoch < start_epoch:
+            continue
         for start in range(0, len(order), batch_episodes):
             chosen = [demos[i] for i in order[start:start + batch_episodes]]
             mbs = sft_micro_batches(
                 demo_pairs(chosen), trainer.lcfg.micro_batch_tokens, trainer.pad_id,
                 pack=trainer.lcfg.pack_steps, shared_prefix=trainer.shared_prefix,
             )
-            factor = lr_factor(len(history), total, warmup_steps, schedule)
+            done = start_epoch * per_epoch + len(history)  # optimizer steps before this one
+            factor = lr_factor(done, total, warmup_steps, schedule)
             for group, base in zip(trainer.optimizer.param_groups, base_lrs, strict=True):
                 group["lr"] = base * factor
             t0 = time.perf_counter()
             m = sft_step(trainer, mbs)
             dt = time.perf_counter() - t0
-            m.update(step=float(len(history) + 1), total_steps=float(total),
+            m.update(step=float(done + 1), total_steps=float(total),
                      epoch=epoch + (start + len(chosen)) / len(demos), step_time_s=dt,
                      tokens_per_s=m["tokens"] / max(dt, 1e-9), lr=base_lrs[0] * factor)
             history.append(m)
@@ -227,6 +233,24 @@ def progress(m: dict[str, float]) -> str:
     )
 
 
+def resumed_epochs(state: dict[str, Any], num_demos: int, scfg: Any) -> int:
+    """The whole epochs a checkpoint of an `sft` run on `num_demos` demonstrations holds
+    (`sft.resume_from`); a ValueError naming the key when it cannot be resumed exactly."""
+    per_epoch = -(-num_demos // scfg.batch_episodes)
+    done = int(state.get("updates", -1))
+    if int(state.get("sft_demos", -1)) != num_demos:
+        raise ValueError(f"sft.resume_from: {scfg.resume_from} trained on "
+                         f"{state.get('sft_demos', 'no')} demonstrations, this run has "
+                         f"{num_demos}")
+    if done <= 0 or done % per_epoch:
+        raise ValueError(f"sft.resume_from: {scfg.resume_from} stopped after {done} steps, "
+                         f"not after a whole epoch of {per_epoch}")
+    if done // per_epoch >= scfg.epochs:
+        raise ValueError(f"sft.resume_from: {scfg.resume_from} has {done // per_epoch} "
+                         f"epochs already, sft.epochs is {scfg.epochs}")
+    return done // per_epoch
+
+
 def train_stage(cfg: RunConfig, run_dir: Path, logger: Any) -> str:
     """Demos → train → checkpoint in RUN_DIR/checkpoints (no evaluation); returns its path.
 
@@ -248,7 +272,16 @@ def train_stage(cfg: RunConfig, run_dir: Path, logger: Any) -> str:
         f"(dropped: failed {stats.failed}, no oracle {stats.no_oracle}, too long {stats.too_long})"
     )
     torch.manual_seed(cfg.learner.seed)
-    trainer = PolicyTrainer(trainer_config(cfg), start_path)
+    start_epoch = 0
+    if cfg.sft.resume_from:
+        resume = cfg.sft.resume_from
+        trainer = PolicyTrainer(trainer_config(cfg), checkpoint.checkpoint_model_path(resume, cfg))
+        start_epoch = resumed_epochs(checkpoint.load_trainer_state(resume, trainer), len(demos),
+                                     cfg.sft)
+        logger.console(f"[sft] resumed from {resume}: {start_epoch} of {cfg.sft.epochs} "
+                       "epochs done")
+    else:
+        trainer = PolicyTrainer(trainer_config(cfg), start_path)
 
     def on_step(m: dict[str, float]) -> None:
         step = int(m["step"])
@@ -260,10 +293,12 @@ def train_stage(cfg: RunConfig, run_dir: Path, logger: Any) -> str:
     history = fit(trainer, demos, cfg.sft.epochs, cfg.sft.batch_episodes,
                   seed=cfg.learner.seed if cfg.sft.demo_seed < 0 else cfg.sft.demo_seed,
                   on_step=on_step, schedule=cfg.sft.schedule,
-                  warmup_steps=cfg.sft.warmup_steps, max_wall_time_s=cfg.sft.max_wall_time_s)
+                  warmup_steps=cfg.sft.warmup_steps, max_wall_time_s=cfg.sft.max_wall_time_s,
+                  start_epoch=start_epoch)
     train_s = time.perf_counter() - t_train
+    per_epoch = -(-len(demos) // cfg.sft.batch_episodes)
     ckpt = checkpoint.save_checkpoint(str(run_dir), trainer, {
-        "version": 0, "updates": len(history), "samples_drawn": 0,
+        "version": 0, "updates": start_epoch * per_epoch + len(history), "samples_drawn": 0,
         "sft_demos": len(demos), "sft_final_loss": history[-1]["loss"],
     })
     del trainer

@@ -126,7 +126,7 @@ def test_a_cached_warm_start_is_found_without_a_child_process(tmp_path, monkeypa
 
 
 def test_the_key_of_a_config_without_the_newer_sft_settings_is_unchanged():
-    """demo_seed / demo_offset / max_wall_time_s at their defaults, and the compact builder's
+    """demo_seed / demo_offset / max_wall_time_s / resume_from at their defaults, and the compact builder's
     context settings under another builder, leave the key as it was before they existed: the
     key of a config whose sections lack them (by hand: the same hash of the same parts)."""
     import hashlib
@@ -139,7 +139,7 @@ def test_the_key_of_a_config_without_the_newer_sft_settings_is_unchanged():
     learner["bf16"] = precision.learner_bf16(cfg.learner, model=cfg.model.name_or_path)
     sft = {k: v for k, v in msgspec.to_builtins(cfg.sft).items()
            if k not in ("eval_before", "eval_after", "eval_num_tasks", "log_every",
-                        "demo_seed", "demo_offset", "max_wall_time_s")}
+                        "demo_seed", "demo_offset", "max_wall_time_s", "resume_from")}
     parts = {
         "model": [cfg.model.name_or_path, cfg.model.dtype, cfg.model.max_model_len],
         "env": msgspec.to_builtins(cfg.env),
