@@ -14,8 +14,9 @@ the baseline the Agent-R1 paper means has a reader trained on RAG prompts. Here:
   the order the oracle warm start of demo seed s draws them. `--demos` and `--epochs` default
   to best SFT of the multi-hop sweep (bench/results/sft_vs_rl/multihop/best.json) where it
   exists, else the config's `sft.num_demos` and `sft.epochs`: the search agent's budget.
-- **k on dev**: seed 0's reader is trained and evaluated on all dev tasks for each `--ks`
-  value (sampling seed 0); best k: the highest EM (ties: the smaller k).
+- **k on dev**: each reader is trained on prompts of `--train-k` passages; seed 0's is
+  evaluated on all dev tasks with each `--ks` value (sampling seed 0); best k: the highest EM
+  (ties: the smaller k).
 - **test**: each seed's reader at best k on all test tasks at sampling seed s; and, at
   sampling seed 0, the untrained model's two baselines (Base Tool Call: the search agent's
   prompt; Naive RAG at best k), with `answer_in_output` (a gold answer anywhere in the last
@@ -107,16 +108,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             print(f"{key}: {json.dumps(res[key])}; {load_line()}", flush=True)
         return res[key]
 
+    tk = args.train_k
+    res["train_k"] = tk
+    for s in args.seeds:
+        stage(f"reader s{s}", lambda s=s: reader(args, s, tk))
     for k in args.ks:
-        ckpt = stage(f"reader s0 k{k}", lambda k=k: reader(args, 0, k))
-        stage(f"dev s0 k{k}", lambda k=k, c=ckpt: evaluate(args, f"dev-s0-k{k}", c, "dev", 0,
-                                                           "naive_rag", k))
+        stage(f"dev s0 k{k}", lambda k=k: evaluate(args, f"dev-s0-k{k}", res["reader s0"],
+                                                   "dev", 0, "naive_rag", k))
     best_k = max(args.ks, key=lambda k: (res[f"dev s0 k{k}"]["em"], -k))
     res["best_k"] = best_k
     for s in args.seeds:
-        ckpt = stage(f"reader s{s} k{best_k}", lambda s=s: reader(args, s, best_k))
-        stage(f"test s{s}", lambda s=s, c=ckpt: evaluate(args, f"test-s{s}-k{best_k}", c,
-                                                         "test", s, "naive_rag", best_k))
+        stage(f"test s{s}", lambda s=s: evaluate(args, f"test-s{s}-k{best_k}",
+                                                 res[f"reader s{s}"], "test", s, "naive_rag",
+                                                 best_k))
     base = load_config(args.config, args.overrides).model.name_or_path
     stage("untrained naive_rag", lambda: evaluate(args, f"untrained-rag-k{best_k}", base,
                                                   "test", 0, "naive_rag", best_k))
@@ -129,7 +133,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def table(res: dict[str, Any], seeds: list[int]) -> str:
     best_k = res["best_k"]
     lines = [f"# Naive RAG with a trained reader ({res['demos']} demonstrations × "
-             f"{res['epochs']} epochs, from {res['budget_from']}); multi-hop QA", "",
+             f"{res['epochs']} epochs, from {res['budget_from']}; trained on top-"
+             f"{res['train_k']} prompts); multi-hop QA", "",
              "## k on dev (seed 0's reader, all dev tasks)", "",
              "| k | EM | F1 | format_ok |", "|---|---|---|---|"]
     for key in sorted((k for k in res if k.startswith("dev s0 k")),
@@ -162,6 +167,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "rag_reader")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--ks", type=int, nargs="+", default=[2, 4, 8])
+    ap.add_argument("--train-k", type=int, default=8,
+                    help="passages in the readers' training prompts")
     ap.add_argument("--demos", type=int, default=0)
     ap.add_argument("--epochs", type=int, default=0)
     args = ap.parse_args()
