@@ -70,6 +70,7 @@ import zmq.asyncio
 
 from agent_r1_async.actors.emitter import BatchEmitter
 from agent_r1_async.buffers.buffer import EpisodeBuffer
+from agent_r1_async.buffers.lengths import WIRE_PREFIX
 from agent_r1_async.buffers.service import BufferService
 from agent_r1_async.buffers.validate import RecordBounds
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
@@ -719,8 +720,9 @@ def run_row(actors: int, shape: Shape, workers: int, seconds: float, warmup: flo
     for t in tallies:
         denied.update(t["denied"])
         errors.update(t["errors"])
-    drops = {k: v - a["drops"].get(k, 0) for k, v in b["drops"].items()
-             if v - a["drops"].get(k, 0)}
+    drops = {k: v - a["drops"].get(k, 0) for k, v in b["drops"].items()  # drops only: the
+             if v - a["drops"].get(k, 0) and not k.startswith(WIRE_PREFIX)}  # length ledger's
+    # counts and its unsaved gauge travel in the same map (buffers/lengths.py)
     if ltally.error:
         notes.append(f"learner: {ltally.error}")
     return Row(
