@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agent_r1_async.buffers.lengths import WIRE_PREFIX
 from agent_r1_async.wire import messages as m  # light imports only: spawned children re-import
 from bench.stats import fmt_spread, load_line
 
@@ -368,7 +369,8 @@ def main() -> None:
         print(f"       speedup per repeat: {', '.join(f'{x:.2f}' for x in speeds)} -> "
               f"{fmt_spread(speeds, 2, '×')}; of ideal {fmt_spread([x / ideal for x in speeds])};"
               f" actor threads died: {dead}", flush=True)
-        drops = {key: v for _, a in rows for key, v in a.drops.items() if v}
+        drops = {key: v for _, a in rows for key, v in a.drops.items()  # not the length
+                 if v and not key.startswith(WIRE_PREFIX)}  # ledger in the same map
         if drops:
             print(f"       async buffer drops: {drops}")
     print(f"({load_line()} at the end)")
