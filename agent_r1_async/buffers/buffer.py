@@ -128,7 +128,7 @@ class EpisodeBuffer:
         self.silent = ActorSilence()
         self.returns = CreditReturns(self.admission, self.assembler, self.drops, self._collect,
                                      clock)
-        self.unsaved_episodes = UnsavedEpisodes(self.assembler, self.store)
+        self.unsaved_episodes = UnsavedEpisodes(self.assembler, self.store, clock)
 
     @property
     def nbytes(self) -> int:
@@ -371,7 +371,7 @@ class EpisodeBuffer:
     def stats(self, ingest_rate: float = 0.0, records_per_frame: float = 0.0,
               sample_waiting: int = 0) -> BufferStats:
         """`sample_waiting`: groups a parked SampleRequest asks for (the service knows)."""
-        episodes = sum(len(e.group.episodes) for e in self.store.entries())
+        episodes = self.store.episodes  # kept by the store: a stats request is O(1) in it
         return BufferStats(
             time=time.time(),
             learner_version=self.version,

@@ -102,6 +102,7 @@ class GroupStore:
         self.freshness_decay, self.priority_eps = freshness_decay, priority_eps
         self.max_staleness, self.max_reuse = max_staleness, max_reuse
         self.nbytes = 0
+        self.episodes = 0  # episodes of the stored groups (kept, not counted per request)
         self._rng = random.Random(seed)
         self._tree = SumTree()
         self._ref = 0  # reference version R of the stored priorities
@@ -146,6 +147,7 @@ class GroupStore:
         self._slot[gid] = slot
         self._by_version.setdefault(self.age(entry), set()).add(gid)
         self.nbytes += entry.nbytes
+        self.episodes += len(entry.group.episodes)
         return True
 
     def remove(self, group_id: str) -> StoredGroup:
@@ -157,6 +159,7 @@ class GroupStore:
         if not ids:
             del self._by_version[self.age(entry)]
         self.nbytes -= entry.nbytes
+        self.episodes -= len(entry.group.episodes)
         return entry
 
     def is_stale(self, entry: StoredGroup, learner_version: int) -> bool:

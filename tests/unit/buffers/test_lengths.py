@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from agent_r1_async.buffers.buffer import EpisodeBuffer
 from agent_r1_async.buffers.lengths import Loss, length_bucket, length_metrics
+from agent_r1_async.buffers.unsaved import UnsavedEpisodes
 from agent_r1_async.buffers.validate import RecordBounds
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
 from agent_r1_async.envs.world.env import horizon_bucket
@@ -181,6 +182,31 @@ def test_unsaved_counts_the_untrained_episodes_with_a_record_since_the_snapshot(
     assert {k: v for k, v in drops.items() if k.startswith("length/unsaved/")} == {
         "length/unsaved/discarded": 1, "length/unsaved/steps": 4, "length/unsaved/tokens": 12,
         "length/unsaved/le_4": 1}
+
+
+def test_a_costly_unsaved_count_is_reused_for_a_bounded_time() -> None:
+    """Past `reuse_from` episodes a count that cost more than `cheap_s` is reused for
+    `reuse_factor` times its cost (stats requests stay cheap however many episodes); a
+    snapshot ends the reuse, and below `reuse_from` every count is fresh."""
+    buf = _buffer(group_size=2, min_group_episodes=2)
+    clock = FakeClock()
+    costly = UnsavedEpisodes(buf.assembler, buf.store, clock, reuse_from=0, cheap_s=0.0,
+                             reuse_factor=1e6)  # any count reused for 1e6 × its cost
+    fresh = UnsavedEpisodes(buf.assembler, buf.store, clock, reuse_from=2)
+    (g0,) = buf.grant("a0", 1).group_ids
+    for i in range(3):
+        buf.ingest(step(f"{g0}-e0", g0, i))
+    for u in (costly, fresh):
+        u.add(f"{g0}-e0", g0)
+    assert costly.loss().to_counts() == fresh.loss().to_counts() == {
+        "discarded": 1, "steps": 3, "tokens": 9, "le_4": 1}
+    buf.ingest(step(f"{g0}-e0", g0, 3))
+    assert costly.loss().to_counts()["steps"] == 3  # reused: the clock has not moved
+    assert fresh.loss().to_counts()["steps"] == 4  # 1 episode < reuse_from 2: counted
+    clock.advance(1e9)  # past 1e6 × the count's cost (under 1,000 s whatever the load)
+    assert costly.loss().to_counts()["steps"] == 4
+    costly.saved()
+    assert costly.loss() == Loss()  # a snapshot: nothing unsaved, not the reused count
 
 
 def test_the_ledger_survives_a_snapshot_and_merges_without_one() -> None:
