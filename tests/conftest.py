@@ -34,3 +34,14 @@ def verifiers_venv() -> None:
     from tests.integration.vf_setup import require_verifiers
 
     require_verifiers()
+
+
+@pytest.fixture
+def one_thread():
+    """One intra-op thread: on a shared 2-core machine two spinning threads run ~4x slower."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

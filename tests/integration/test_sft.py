@@ -37,15 +37,6 @@ def _cfg(tmp_path: Path, **sft):
     })
 
 
-@pytest.fixture
-def one_thread():
-    """One intra-op thread: on a shared 2-core machine two spinning threads run ~4x slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_tiny_model_fits_demonstrations_and_checkpoint_reproduces_logits(tmp_path, one_thread):
     cfg = _cfg(tmp_path, lr=3e-3, num_demos=3, epochs=80, batch_episodes=3,
                schedule="constant", eval_before=False, eval_after=False)

@@ -33,14 +33,6 @@ def _cfg(tmp_path: Path, epochs: int, resume_from: str = "", **sft: object):
         resume_from=resume_from, **sft))
 
 
-@pytest.fixture
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _weights(ckpt: str) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in load_causal_lm(ckpt).state_dict().items()}
 
