@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -89,3 +91,13 @@ class Tool(Protocol):
 
 class EnvError(RuntimeError):
     """An env failed (its episode ends with status "env_error"; the actor goes on)."""
+
+
+def demo_tasks(tasks: Sequence[Any], seed: int, offset: int) -> list[Any]:
+    """The train tasks in the order a warm start draws its demonstrations (`sft.demo_seed`;
+    -1: as given), the first `offset` of them skipped (`sft.demo_offset`). Here, below `sft`,
+    so that an env's own demonstration writer (multi-hop's Naive RAG reader) draws the same."""
+    order = list(tasks)
+    if seed >= 0:
+        random.Random(seed).shuffle(order)
+    return order[offset:]

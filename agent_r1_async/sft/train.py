@@ -35,6 +35,7 @@ import msgspec
 import torch
 
 from agent_r1_async.config import RunConfig
+from agent_r1_async.envs.base import demo_tasks
 from agent_r1_async.learner import batching, checkpoint
 from agent_r1_async.learner.batching import MicroBatch
 from agent_r1_async.learner.trainer import PolicyTrainer
@@ -214,15 +215,6 @@ def load_demos(cfg: RunConfig, tokenizer: Any, stats: DemoStats) -> list[Demonst
     return oracle_demos(spec, demo_tasks(spec.tasks(cfg.env.train_split), s.demo_seed,
                                          s.demo_offset), tokenizer, builder,
                         cfg.model.max_model_len, limit=s.num_demos, stats=stats)
-
-
-def demo_tasks(tasks: Sequence[Any], seed: int, offset: int) -> list[Any]:
-    """The train tasks in the order demonstrations are drawn (`sft.demo_seed`), the first
-    `offset` of them skipped (`sft.demo_offset`)."""
-    order = list(tasks)
-    if seed >= 0:
-        random.Random(seed).shuffle(order)
-    return order[offset:]
 
 
 def progress(m: dict[str, float]) -> str:

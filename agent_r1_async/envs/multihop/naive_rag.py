@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from itertools import zip_longest
 from typing import Any
 
-from agent_r1_async.envs.base import EnvError, Observation, StepResult, Task
+from agent_r1_async.envs.base import EnvError, Observation, StepResult, Task, demo_tasks
 from agent_r1_async.envs.multihop.env import format_passages
 from agent_r1_async.envs.multihop.loaders import Passage
 from agent_r1_async.envs.multihop.search import BM25Index
@@ -186,8 +186,6 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     index = BM25Index(loaders.load_corpus(SHIPPED_DIR / "corpus.jsonl"))
     if args.demos_out:
-        from agent_r1_async.sft.train import demo_tasks
-
         if len(args.k) != 1:
             raise SystemExit("--demos-out: give one --k")
         train = loaders.load_tasks("flashrag", SHIPPED_DIR / "train.jsonl")
