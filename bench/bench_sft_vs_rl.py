@@ -14,8 +14,8 @@ already there, so a stage can be stopped and run again):
   at sampling seed 0, until the metric stops rising (the next E scores no higher; where
   it ties, `--tiebreak`, a finer metric such as the world's progress, decides) or
   `--max-epochs`. Under a constant lr without warmup each E after the first trains on from the
-  previous E's checkpoint (`sft.resume_from`: the same weights one run of E epochs gives, at
-  half the cost). Every evaluation is kept (OUT/sweep/dD-eE.json and .jsonl, one line per
+  previous E's checkpoint (`sft.resume_from`: the same weights one run of E epochs gives,
+  without training the first E/2 epochs again). Every evaluation is kept (OUT/sweep/dD-eE.json and .jsonl, one line per
   episode). The best cell on dev (ties: fewer optimizer steps) is **best SFT**:
   OUT/best.json.
 - **arms** (test), per `--seeds` seed s, each evaluated on the first `--test-tasks` tasks of

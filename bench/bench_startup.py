@@ -100,8 +100,9 @@ def user_launch(config: str, overrides: list[str], run_root: Path, cache: Path, 
         stop_at = None
         while proc.poll() is None:
             time.sleep(1.0)
-            if run_dir is None and "run directory: " in log.read_text():
-                run_dir = Path(log.read_text().split("run directory: ")[1].split("\n")[0].strip())
+            text = log.read_text() if run_dir is None else ""
+            if "run directory: " in text:
+                run_dir = Path(text.split("run directory: ")[1].split("\n")[0].strip())
             if run_dir is None or stop_at is not None:
                 if stop_at is not None and time.time() - stop_at > 180:
                     proc.send_signal(signal.SIGINT)  # a second interrupt: exit now

@@ -6,8 +6,8 @@ held-out evaluations off and `learner.total_updates` = `--updates`, run to its e
 timed is the steady state: episodes trained per second between the first update's metrics
 record and the last one's (the first update, which waits for the engine to start, is left
 out), and the mean update time without the learner's wait for data. The warm start must be
-cached (a launch that trains it is reported and left out). Per pair, the ratio tree / flat;
-the mean ratio with its 95 % t interval over the pairs.
+cached beforehand: a launch that trains it is marked "cold" in its line (and still counted).
+Per pair, the ratio tree / flat; the mean ratio with its 95 % t interval over the pairs.
 """
 
 from __future__ import annotations

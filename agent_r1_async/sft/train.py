@@ -34,7 +34,7 @@ from typing import Any
 import msgspec
 import torch
 
-from agent_r1_async.config import RunConfig
+from agent_r1_async.config import RunConfig, SftConfig
 from agent_r1_async.envs.base import demo_tasks
 from agent_r1_async.learner import batching, checkpoint
 from agent_r1_async.learner.batching import MicroBatch
@@ -225,7 +225,7 @@ def progress(m: dict[str, float]) -> str:
     )
 
 
-def resumed_epochs(state: dict[str, Any], num_demos: int, scfg: Any) -> int:
+def resumed_epochs(state: dict[str, Any], num_demos: int, scfg: SftConfig) -> int:
     """The whole epochs a checkpoint of an `sft` run on `num_demos` demonstrations holds
     (`sft.resume_from`); a ValueError naming the key when it cannot be resumed exactly."""
     per_epoch = -(-num_demos // scfg.batch_episodes)
@@ -288,9 +288,8 @@ def train_stage(cfg: RunConfig, run_dir: Path, logger: Any) -> str:
                   warmup_steps=cfg.sft.warmup_steps, max_wall_time_s=cfg.sft.max_wall_time_s,
                   start_epoch=start_epoch)
     train_s = time.perf_counter() - t_train
-    per_epoch = -(-len(demos) // cfg.sft.batch_episodes)
-    ckpt = checkpoint.save_checkpoint(str(run_dir), trainer, {
-        "version": 0, "updates": start_epoch * per_epoch + len(history), "samples_drawn": 0,
+    ckpt = checkpoint.save_checkpoint(str(run_dir), trainer, {  # updates: resumed ones too
+        "version": 0, "updates": int(history[-1]["step"]), "samples_drawn": 0,
         "sft_demos": len(demos), "sft_final_loss": history[-1]["loss"],
     })
     del trainer

@@ -89,8 +89,7 @@ class NaiveRAGEnv:
         answer = lenient_answer(action)
         score = self.domain.score(task, answer)
         metrics = {**score.metrics, "format_ok": float(extract_answer(action) is not None),
-                   "answer_in_output": answer_in_output(action, task.answer),
-                   "turns": 1.0, "tool_calls": 0.0}
+                   **self.domain.output_metrics(task, action), "turns": 1.0, "tool_calls": 0.0}
         return StepResult(Observation([]), 0.0, True, outcome_reward=float(score.reward),
                           metrics=metrics)
 
