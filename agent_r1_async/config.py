@@ -127,6 +127,10 @@ class EngineConfig(_Section):
     """vLLM GPU: fraction of the GPU the engine may take."""
     abort_on_update: bool = False
     """Abort in-flight requests when new weights arrive and resume them under the new version."""
+    ipc_busy_wait_s: float | None = None
+    """vLLM: seconds its engine core and worker spin (instead of sleeping) waiting for each
+    other's next message; unset: vLLM's own 1 s on CUDA, 0 on a CPU, where the core it spins on
+    is the learner's (actors/engines/vllm_wait.py)."""
 
     def __post_init__(self) -> None:
         _require(self.max_new_tokens >= 1, "engine.max_new_tokens", "must be >= 1")
@@ -134,6 +138,8 @@ class EngineConfig(_Section):
         _require(0 < self.top_p <= 1, "engine.top_p", "must be in (0, 1]")
         _require(self.max_concurrent_requests >= 1, "engine.max_concurrent_requests", "must be >= 1")
         _require(self.kv_cache_gb > 0, "engine.kv_cache_gb", "must be > 0")
+        _require(self.ipc_busy_wait_s is None or 0 <= self.ipc_busy_wait_s <= 60,
+                 "engine.ipc_busy_wait_s", "must be unset (auto) or seconds in [0, 60]")
         _require(
             0 < self.gpu_memory_utilization <= 1, "engine.gpu_memory_utilization", "must be in (0, 1]"
         )

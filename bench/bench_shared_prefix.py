@@ -23,7 +23,7 @@ the metrics `learner/tokens_computed` / `learner/tokens_flat` show), each side's
 the same for the process's CPU seconds, steadier than wall time on a loaded machine.
 
 `--launches`: whole default launches flat vs tree instead, end-to-end samples/s
-(bench/shared_prefix_launches.py).
+(bench/launch_pairs.py).
 """
 
 from __future__ import annotations
@@ -120,9 +120,11 @@ def main() -> None:
                     help="--launches: where the launches' run directories go")
     args = ap.parse_args()
     if args.launches:
-        from bench.shared_prefix_launches import run_launches
+        from bench.launch_pairs import run_pairs
 
-        run_launches(args)
+        run_pairs("Shared-prefix end to end", args.config,
+                  {"flat": ["learner.shared_prefix=false"], "tree": ["learner.shared_prefix=true"]},
+                  args.updates, args.repeats, args.run_root, args.set)
         return
 
     import torch

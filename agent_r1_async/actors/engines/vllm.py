@@ -47,6 +47,7 @@ from typing import Any
 import torch
 
 from agent_r1_async import precision
+from agent_r1_async.actors.engines import vllm_wait
 from agent_r1_async.actors.engines.base import (
     EngineError,
     GenResult,
@@ -122,8 +123,11 @@ class VllmEngine:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        if not torch.cuda.is_available():
+        cuda = torch.cuda.is_available()
+        if not cuda:
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(self.cfg.kv_cache_gb)))
+        # Read by our vLLM plugin in the engine core and worker vLLM spawns (vllm_wait.py).
+        os.environ[vllm_wait.ENV] = str(vllm_wait.resolve(self.cfg.ipc_busy_wait_s, cuda))
         args = AsyncEngineArgs(
             model=model_path,
             dtype=self.dtype,

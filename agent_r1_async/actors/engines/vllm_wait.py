@@ -1,0 +1,73 @@
+"""How long vLLM's processes busy-wait on each other (`engine.ipc_busy_wait_s`).
+
+vLLM's engine core and its worker pass every step through a shared-memory queue. A reader of
+that queue spins (`sched_yield` in a loop) for `busy_loop_s` after its last read before it
+parks on a ZeroMQ notification, and vLLM fixes that window at 1 s. Steps come every few
+milliseconds while it generates, so the window never lapses: the engine core spins for the
+whole of every forward pass its worker computes, a whole CPU core that does nothing. On a
+GPU host that core is spare; on a CPU host it is the core the learner, the actor's event loop
+and the buffer share with it (2 cores here: the worker's OpenMP thread holds one).
+
+This module is a `vllm.general_plugins` entry point (pyproject.toml): vLLM calls `apply()` in
+every process it starts, and the engine core and worker are spawned, so no setting made in
+our process reaches them but through the environment. `VllmEngine` puts the resolved window in
+`ENV` before it starts vLLM; `apply()` reads it and makes every reader of the queue use it
+(readers made before `apply()` ran too: the window is read at each wait). Without `ENV` (vLLM
+started by anything else) nothing changes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+ENV = "AGENT_R1_ASYNC_VLLM_BUSY_WAIT_S"
+"""The busy-wait window in seconds, as `VllmEngine` resolved `engine.ipc_busy_wait_s`."""
+
+log = logging.getLogger(__name__)
+
+
+def resolve(busy_wait_s: float | None, cuda: bool) -> float:
+    """`engine.ipc_busy_wait_s` for this host: a set value as is; unset (auto), vLLM's own
+    1 s on CUDA (a spinning core is spare there, and the wake-up it saves is latency) and 0 on
+    a CPU (the core it would spin on is the learner's)."""
+    if busy_wait_s is not None:
+        return float(busy_wait_s)
+    return 1.0 if cuda else 0.0
+
+
+def apply() -> None:
+    """Make vLLM's shared-memory queue readers busy-wait `ENV` seconds (entry point)."""
+    raw = os.environ.get(ENV)
+    if raw is None:
+        return
+    try:
+        window = float(raw)
+    except ValueError:
+        log.warning("%s=%r is not a number of seconds: vLLM keeps its own busy-wait", ENV, raw)
+        return
+    try:
+        from vllm.distributed.device_communicators.shm_broadcast import SpinCondition
+    except ImportError:
+        log.warning("engine.ipc_busy_wait_s: this vLLM has no SpinCondition; it keeps its own "
+                    "busy-wait")
+        return
+    patch(SpinCondition, window)
+
+
+def patch(cls: Any, window: float) -> None:
+    """Make every reader of `cls` (vLLM's SpinCondition) use `window` at each wait; calling it
+    again only changes the window."""
+    cls.agent_r1_busy_wait_s = window
+    if getattr(cls, "agent_r1_patched", False):
+        return
+    original = cls.wait
+
+    def wait(self: Any, timeout_ms: int | None = None) -> None:
+        if self.is_reader:
+            self.busy_loop_s = cls.agent_r1_busy_wait_s
+        original(self, timeout_ms)
+
+    cls.wait = wait
+    cls.agent_r1_patched = True

@@ -1,0 +1,40 @@
+"""vLLM's busy-wait between its engine core and worker, end to end: whole default launches with
+`engine.ipc_busy_wait_s` 1 (vLLM's own window: the engine core spins on a core for as long as
+the worker computes) against 0 (it parks on a ZeroMQ notification; the default on a CPU).
+
+    .venv/bin/python -m bench.bench_busy_wait --repeats 3 --json bench/results/busy_wait/DATE/results.json
+
+Alternating pairs of launches (bench/launch_pairs.py: evaluations off, `--updates` updates,
+updates 2.. timed): samples/s, update time, learner idle and generated tokens/s per launch, and
+the per-pair ratio park / spin with its 95 % t interval. On a 2-core machine the worker's
+OpenMP thread holds one core and the learner, the actor's event loop, the buffer and the
+engine core share the other, so a spinning engine core takes CPU time from the learner.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from bench.launch_pairs import run_pairs
+from bench.learner_common import DEFAULT_CONFIG
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default=DEFAULT_CONFIG)
+    ap.add_argument("--updates", type=int, default=12)
+    ap.add_argument("--repeats", type=int, default=3, help="pairs of launches")
+    ap.add_argument("--set", action="append", default=[], help="extra config override a.b=v")
+    ap.add_argument("--run-root", type=Path, default=ROOT / "runs" / "bench-busy-wait")
+    ap.add_argument("--json", type=Path, default=None, help="every launch's row, as JSON")
+    args = ap.parse_args()
+    run_pairs("vLLM busy-wait end to end", args.config,
+              {"spin": ["engine.ipc_busy_wait_s=1"], "park": ["engine.ipc_busy_wait_s=0"]},
+              args.updates, args.repeats, args.run_root, args.set, args.json)
+
+
+if __name__ == "__main__":
+    main()

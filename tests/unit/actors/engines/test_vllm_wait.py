@@ -1,0 +1,93 @@
+"""engine.ipc_busy_wait_s: the window resolves per host, and the patch makes every reader of
+vLLM's shared-memory queue wait with it (readers made before the patch too), writers untouched."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_r1_async.actors.engines import vllm_wait
+from agent_r1_async.config import EngineConfig
+from tests.setup_needs import require_module
+
+
+class Spin:
+    """The part of vLLM's SpinCondition the patch relies on: `is_reader`, `busy_loop_s` and
+    `wait(timeout_ms)`, which reads `busy_loop_s` on each call."""
+
+    def __init__(self, is_reader: bool, busy_loop_s: float = 1.0) -> None:
+        self.is_reader = is_reader
+        self.busy_loop_s = busy_loop_s
+        self.seen: list[tuple[float, int | None]] = []
+
+    def wait(self, timeout_ms: int | None = None) -> None:
+        self.seen.append((self.busy_loop_s, timeout_ms))
+
+
+def test_auto_spins_on_cuda_and_not_on_a_cpu_and_a_set_value_wins():
+    assert vllm_wait.resolve(None, cuda=False) == 0.0
+    assert vllm_wait.resolve(None, cuda=True) == 1.0
+    assert vllm_wait.resolve(0.25, cuda=True) == 0.25
+    assert vllm_wait.resolve(0.0, cuda=True) == 0.0
+
+
+def test_config_names_the_key_of_a_bad_window():
+    with pytest.raises(ValueError, match=r"engine\.ipc_busy_wait_s"):
+        EngineConfig(ipc_busy_wait_s=-1.0)
+    assert EngineConfig(ipc_busy_wait_s=0.002).ipc_busy_wait_s == 0.002
+
+
+def test_patch_sets_the_window_of_readers_made_before_it_and_leaves_writers_alone():
+    class Cls(Spin):
+        pass
+
+    before = Cls(is_reader=True)
+    writer = Cls(is_reader=False, busy_loop_s=0.0)
+    vllm_wait.patch(Cls, 0.0)
+    after = Cls(is_reader=True, busy_loop_s=1.0)
+    before.wait(5)
+    after.wait()
+    writer.busy_loop_s = 7.0
+    writer.wait(3)
+    assert before.seen == [(0.0, 5)]
+    assert after.seen == [(0.0, None)]
+    assert writer.seen == [(7.0, 3)]
+    vllm_wait.patch(Cls, 0.5)  # again: only the window changes, the wrapper is not stacked
+    before.wait(1)
+    assert before.seen[-1] == (0.5, 1)
+    assert len(before.seen) == 2
+
+
+def test_apply_without_the_variable_changes_nothing(monkeypatch):
+    require_module("vllm")
+    from vllm.distributed.device_communicators.shm_broadcast import SpinCondition
+
+    monkeypatch.delenv(vllm_wait.ENV, raising=False)
+    wait = SpinCondition.wait
+    vllm_wait.apply()
+    assert SpinCondition.wait is wait
+
+
+def test_apply_patches_vllms_spin_condition(monkeypatch):
+    """On vLLM's own class (a subclass stands in, so the real one stays as vLLM ships it):
+    a reader that spins 1 s by default parks at once."""
+    require_module("vllm")
+    import zmq
+    from vllm.distributed.device_communicators import shm_broadcast
+
+    class Probe(shm_broadcast.SpinCondition):
+        pass
+
+    monkeypatch.setattr(shm_broadcast, "SpinCondition", Probe)
+    monkeypatch.setenv(vllm_wait.ENV, "0.0")
+    vllm_wait.apply()
+    ctx = zmq.Context()
+    try:
+        reader = Probe(is_reader=True, context=ctx, notify_address="inproc://agent-r1-wait-test")
+        assert reader.busy_loop_s == 1  # vLLM's default window
+        reader.wait(timeout_ms=1)
+        assert reader.busy_loop_s == 0.0
+        reader.local_notify_socket.close(0)
+        reader.read_cancel_socket.close(0)
+        reader.write_cancel_socket.close(0)
+    finally:
+        ctx.term()
