@@ -29,16 +29,24 @@ METRICS = (("samples_per_s", "samples/s"), ("update_s", "update s"),
 
 
 def one_launch(config: str, overrides: list[str], updates: int, log: Path,
-               run_root: Path) -> dict[str, float]:
+               run_root: Path) -> dict[str, Any]:
     """One launch to its end; its steady-state figures (module docstring)."""
     out = run_logged(cli("launch", "--config", config, *sets([
         "eval.in_launch=false", f"learner.total_updates={updates}",
         f"launch.run_root={run_root}", *overrides])), log)
     run_dir = Path(out.split("run directory: ")[-1].strip())
-    records = list(read_records(run_dir / "metrics.jsonl"))
+    try:
+        row = steady_state(list(read_records(run_dir / "metrics.jsonl")))
+    except ValueError as e:
+        raise SystemExit(f"{log}: {e}") from None
+    return {**row, "cold": float("warm start: training" in out), "run_dir": str(run_dir)}
+
+
+def steady_state(records: list[dict[str, Any]]) -> dict[str, float]:
+    """A launch's metrics records -> its figures over updates 2.. (module docstring)."""
     recs = [r for r in records if "learner/update_time_s" in r]
     if len(recs) < 3:
-        raise SystemExit(f"{log}: {len(recs)} updates logged, need ≥ 3")
+        raise ValueError(f"{len(recs)} updates logged, need ≥ 3")
     later = recs[1:]
     span = recs[-1]["time"] - recs[0]["time"]
     gen = [r["actors/tokens_per_s"] for r in records
@@ -52,8 +60,6 @@ def one_launch(config: str, overrides: list[str], updates: int, log: Path,
         "computed": sum(r["learner/tokens_computed"] for r in later)
         / sum(r["learner/tokens_flat"] for r in later),
         "gen_tok_s": statistics.mean(gen) if gen else float("nan"),
-        "cold": float("warm start: training" in out),
-        "run_dir": str(run_dir),
     }
 
 

@@ -16,7 +16,7 @@ MODULES = ["bench_async_vs_sync", "bench_transport", "bench_weight_sync", "bench
            "bench_learner", "bench_vs_trl", "bench_buffer", "bench_learning",
            "bench_tool_overhead", "bench_delta_records", "bench_sft_vs_rl",
            "bench_learner_long_sequences", "bench_episode_sampler", "bench_staleness_bias",
-           "bench_shared_prefix"]
+           "bench_shared_prefix", "bench_busy_wait", "bench_engine_speed"]
 
 
 def load(name: str) -> ModuleType:
@@ -154,6 +154,28 @@ def test_learning_summary_from_a_run_directory(tmp_path: Path) -> None:
     assert summary["updates"] == 2 and summary["rl_min"] == pytest.approx(3.0)
     assert summary["curve"] == [(1, 0.5, 0.25), (2, 1.0, 0.75)]
     assert summary["s_per_update"] == 60.0 and summary["peak_gb"] == 4.3  # median 50, 70; max
+
+
+def test_launch_pairs_steady_state_leaves_the_first_update_out() -> None:
+    from bench.launch_pairs import steady_state
+
+    def upd(t: float, wait: float, flat: int) -> dict:
+        return {"time": t, "learner/update_time_s": 10.0, "learner/data_wait_s": wait,
+                "learner/episodes": 16, "learner/tokens_computed": 300, "learner/tokens_flat": flat}
+
+    records = [{"time": 50.0, "actors/tokens_per_s": 999.0},  # before the first update: out
+               upd(100.0, 9.0, 1000), {"time": 105.0, "actors/tokens_per_s": 60.0},
+               upd(110.0, 1.0, 1000), {"time": 115.0, "actors/tokens_per_s": 80.0},
+               upd(120.0, 0.0, 500)]
+    row = steady_state(records)
+    # updates 2 and 3: 32 episodes over 120 - 100 s; busy 9 and 10 s; idle 1 of 20 s
+    assert row["samples_per_s"] == pytest.approx(1.6)
+    assert row["update_s"] == pytest.approx(9.5)
+    assert row["idle"] == pytest.approx(0.05)
+    assert row["computed"] == pytest.approx(600 / 1500)
+    assert row["gen_tok_s"] == pytest.approx(70.0)
+    with pytest.raises(ValueError, match="2 updates logged"):
+        steady_state(records[:4])
 
 
 def test_transport_runs_pair_each_transport_run_with_its_like_for_like_baseline() -> None:
