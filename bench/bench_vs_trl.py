@@ -1,9 +1,11 @@
 """Side by side with TRL's GRPOTrainer: trained samples/s and held-out return after T minutes,
 with the two ablations that separate our engine from our async design.
 
-    .venv/bin/python -m bench.bench_vs_trl --minutes 8 --seeds 0 1 2      # 4 arms: ~2.5 hours
+    .venv/bin/python -m bench.bench_vs_trl --minutes 8 --seeds 0 1 2      # 5 arms: ~3 hours
     .venv/bin/python -m bench.bench_vs_trl --arms ours trl --minutes 8 --seeds 0 1 2
     .venv/bin/python -m bench.bench_vs_trl --arms ours --minutes 2 --seeds 0 --eval-tasks 8  # smoke
+    .venv/bin/python -m bench.bench_vs_trl --trl-setup-sweep --root R     # TRL's fastest setup
+    .venv/bin/python -m bench.bench_vs_trl --trl-setup R/trl_setup.json --equal-updates --minutes 10
 
 TRL is the optional `peer` extra: `.venv/bin/pip install -e '.[peer]'` (trl==1.16.0, pure
 Python; its dependencies are already in the venv). Without it the TRL side prints how to
@@ -27,10 +29,11 @@ Same on both sides:
   optimizer step, lr 1e-5 constant, AdamW, grad-norm clip 1.0, PPO clip 0.2 / 0.28
   (clip-higher), token-mean loss (TRL's `dapo`), group-std-normalized advantages, no KL,
   sampling T = 1, 96 new tokens a turn (TRL: 288 for the whole completion), the same seeds;
-- precision as `agent_r1_async.precision` resolves it for this CPU: where bf16 matmuls
-  measure faster than fp32 ones, bf16 autocast over fp32 master weights on both learners (ours:
-  `learner.bf16: auto`; TRL: `bf16=True`) and our engine in bf16 where vLLM's bf16 linear
-  does (`engine.dtype: auto`); fp32 elsewhere. The header prints which;
+- precision: ours as `agent_r1_async.precision` resolves it for this CPU (bf16 autocast over
+  fp32 master weights where bf16 matmuls measure faster than fp32 ones, `learner.bf16: auto`;
+  the engine in bf16 where vLLM's bf16 linear is faster, `engine.dtype: auto`); TRL as its
+  setup says (the base setup: the same resolution, `bf16=True` where ours is bf16; a setup
+  sweep picks TRL's fastest on its own). The header prints both;
 - the wall-clock budget T, counted from the command (ours: the launch's process start; TRL:
   its process's spawn), model loading, engine start and the final save included on both
   sides; both stop at the first optimizer step that ends past T, and samples/s divides by the
@@ -44,9 +47,24 @@ Same on both sides:
 - ours-hf (ablation: TRL's generation engine, our design): ours with `engine.backend=hf`
   (transformers `generate`, as TRL uses), still async.
   ours / ours-sync isolates the async design, ours / ours-hf the engine, ours-hf / TRL the
-  design with the same kind of engine.
+  design with the same kind of engine, ours / ours-token the credit.
+- ours-token (ablation: TRL's credit): ours with `algorithm.credit=token`: each episode's
+  whole return (process rewards summed in) on every token, the one scalar per completion TRL's
+  reward function gives it, instead of our step-level credit.
 - TRL: `GRPOTrainer` (its own transformers generation; synchronous: generate, then train);
-  a callback stops it at T; trained samples = optimizer steps × 16 completions.
+  a callback stops it at T; trained samples = optimizer steps × 16 completions. Its setup is
+  `--trl-setup`'s fastest, else the base: bf16 as `precision.py` resolves it, checkpointing
+  with the memory savers, plain `generate`, 16 completions generated per optimizer step.
+- `--trl-setup-sweep`: TRL alone, `--setup-steps` optimizer steps per setup, steps 2.. timed:
+  each of `TRL_FACTORS` (bf16 or fp32; checkpointing on or off; transformers' continuous
+  batching or plain `generate`; a generation batch of 16 or 32, the second feeding two
+  optimizer steps) one at a time from the base, then the combination of the faster levels;
+  a table of seconds per step and peak memory, and ROOT/trl_setup.json with the fastest.
+  (`use_cache` is not a factor: TRL turns checkpointing off while it generates, so
+  generation always uses its KV cache.)
+- `--equal-updates`: after each seed's timed arms, each of our arms once more for exactly the
+  update count TRL reached in its budget (no time limit), evaluated the same way: held-out
+  return at equal updates beside equal time.
 - held-out: `evaluate()` of each final model on the first `--eval-tasks` dev tasks with the
   vLLM engine (T = 1, one sample per task): `mean_return`. The shared start is
   evaluated once (seed 0) for reference.
@@ -86,6 +104,9 @@ OUR_ARMS = {
     "ours": [],  # async (max_staleness 2), vLLM actor
     "ours-sync": ["buffer.max_staleness=0"],  # the async design off, same engine
     "ours-hf": ["engine.backend=hf"],  # TRL's kind of generation engine, our async design
+    # TRL's credit: each episode's whole return (process rewards summed in, as TRL's reward
+    # function replays them) on every token, instead of our step-level credit
+    "ours-token": ["algorithm.credit=token"],
 }
 ARMS = [*OUR_ARMS, "trl"]
 OUR_SAVERS = ["learner.gradient_checkpointing=true", "learner.checkpoint_recompute=all",
@@ -140,19 +161,23 @@ def launch_metrics(run_dir: Path) -> dict[str, float]:
 
 
 def run_ours(arm: str, seed: int, minutes: float, root: str, start: str,
-             savers: bool) -> dict[str, Any]:
-    """One budgeted launch of `arm`: trained samples/s, final checkpoint dir, its metrics."""
-    run_root = os.path.join(root, f"{arm}-s{seed}")
+             savers: bool, updates: int | None = None) -> dict[str, Any]:
+    """One budgeted launch of `arm`: trained samples/s, final checkpoint dir, its metrics.
+    `updates`: a launch of exactly that many updates instead, with no time budget (the
+    equal-update runs)."""
+    run_root = os.path.join(root, f"{arm}-s{seed}" + (f"-u{updates}" if updates else ""))
+    limit = ([f"learner.total_updates={updates}", "launch.max_wall_time_s=0"] if updates else
+             [f"launch.max_wall_time_s={minutes * 60}", "learner.total_updates=1000000"])
     sets = [*common_overrides(seed), *OUR_ARMS[arm], *(OUR_SAVERS if savers else []),
             f"model.init_from={start}", "launch.warm_start=false",
-            "eval.in_launch=false", f"launch.max_wall_time_s={minutes * 60}",
-            "learner.total_updates=1000000", f"launch.run_root={run_root}",
+            "eval.in_launch=false", *limit, f"launch.run_root={run_root}",
             "learner.checkpoint_every=1000000"]
     cmd = [sys.executable, "-m", "agent_r1_async.cli", "launch", "--config", str(CONFIG)]
     for s in sets:
         cmd += ["--set", s]
     t0 = time.monotonic()
-    subprocess.run(cmd, check=True, cwd=REPO, timeout=minutes * 60 + 900, stdout=sys.stderr)
+    subprocess.run(cmd, check=True, cwd=REPO, timeout=minutes * 60 + 900 + 600 * bool(updates),
+                   stdout=sys.stderr)
     wall = time.monotonic() - t0
     (run_dir,) = [p for p in Path(run_root).iterdir() if p.is_dir()]
     from agent_r1_async.learner.checkpoint import latest_checkpoint
@@ -271,12 +296,14 @@ def env_return(spec: Any, task: Any, actions: list[str]) -> float:
     return asyncio.run(replay())
 
 
-def run_trl(seed: int, minutes: float, root: str, start: str, savers: bool,
-            t0: float, vllm: bool = False) -> dict[str, Any]:
-    """One budgeted GRPOTrainer run: trained samples/s, saved model dir, optimizer steps.
-    `t0` is `time.time()` when its process was asked for (the parent's spawn): the budget and
-    the wall time count from there, as a launch's count from its command."""
+def run_trl(seed: int, minutes: float, root: str, start: str, setup: dict[str, Any],
+            t0: float, vllm: bool = False, max_steps: int = 0) -> dict[str, Any]:
+    """One budgeted GRPOTrainer run in TRL setup `setup` (`trl_setup`): trained samples/s,
+    saved model dir, optimizer steps and each step's end time. `t0` is `time.time()` when its
+    process was asked for (the parent's spawn): the budget and the wall time count from there,
+    as a launch's count from its command. `max_steps` > 0 stops there (the setup sweep)."""
     deadline = t0 + minutes * 60
+    step_ends: list[float] = []
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
     from trl.chat_template_utils import qwen3_template
@@ -294,6 +321,7 @@ def run_trl(seed: int, minutes: float, root: str, start: str, savers: bool,
 
     class Budget(TrainerCallback):
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> Any:
+            step_ends.append(time.time())
             if time.time() >= deadline:
                 control.should_training_stop = True
             return control
@@ -303,7 +331,9 @@ def run_trl(seed: int, minutes: float, root: str, start: str, savers: bool,
     tokenizer.response_template = qwen3_template  # parses `<tool_call>{json}</tool_call>`
     out = os.path.join(root, f"trl-s{seed}")
     args = GRPOConfig(
-        output_dir=out, seed=seed, use_cpu=True, bf16=learner_bf16(cfg.learner, model=cfg.model.name_or_path),
+        output_dir=out, seed=seed, use_cpu=True,
+        bf16=(learner_bf16(cfg.learner, model=cfg.model.name_or_path) if setup["bf16"] is None
+              else setup["bf16"]),
         learning_rate=cfg.learner.lr,
         beta=0.0, epsilon=cfg.algorithm.eps_low, epsilon_high=cfg.algorithm.eps_high,
         loss_type="dapo", scale_rewards="group", max_grad_norm=cfg.learner.grad_clip,
@@ -313,9 +343,11 @@ def run_trl(seed: int, minutes: float, root: str, start: str, savers: bool,
         # whole multi-turn completion (tool results included)
         max_completion_length=cfg.engine.max_new_tokens * cfg.env.max_turns,
         max_tool_calling_iterations=cfg.env.max_turns - 1,
-        temperature=cfg.engine.temperature, top_p=1.0, max_steps=10**6, logging_steps=1,
-        save_strategy="no", report_to=[], lr_scheduler_type="constant", warmup_steps=0,
-        gradient_checkpointing=savers,
+        temperature=cfg.engine.temperature, top_p=1.0, max_steps=max_steps or 10**6,
+        logging_steps=1, save_strategy="no", report_to=[], lr_scheduler_type="constant",
+        warmup_steps=0, gradient_checkpointing=setup["gradient_checkpointing"],
+        use_transformers_continuous_batching=setup["continuous_batching"],
+        generation_batch_size=setup["generation_batch_size"],
         **(TRL_VLLM if vllm else {}),
     )
     trainer = GRPOTrainer(model=load_causal_lm(start), reward_funcs=reward, args=args,
@@ -328,7 +360,8 @@ def run_trl(seed: int, minutes: float, root: str, start: str, savers: bool,
     load_tokenizer(start).save_pretrained(model_dir)  # the original template, for evaluate()
     wall = time.time() - t0  # the final save counts, as a launch's final checkpoint does
     return {"rate": samples / wall, "model_dir": model_dir, "wall_s": wall,
-            "samples": float(samples), "updates": float(trainer.state.global_step)}
+            "samples": float(samples), "updates": float(trainer.state.global_step),
+            "step_ends": [t - t0 for t in step_ends], "setup": setup}
 
 
 TRL_VLLM: dict[str, Any] = {"use_vllm": True, "vllm_mode": "colocate",
@@ -347,7 +380,8 @@ def _trl_child(q: Any, *args: Any) -> None:
 
 
 def run_trl_isolated(seed: int, minutes: float, root: str, start: str,
-                     savers: bool, vllm: bool = False) -> dict[str, Any]:
+                     setup: dict[str, Any], vllm: bool = False,
+                     max_steps: int = 0) -> dict[str, Any]:
     """`run_trl` in a spawned process: its model, optimizer and generation memory go away
     with it instead of staying in this process for the arms after it (2026-11-23: ~3 GB
     left behind, and the next launches were OOM-killed on the shared box)."""
@@ -356,7 +390,8 @@ def run_trl_isolated(seed: int, minutes: float, root: str, start: str,
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     proc = ctx.Process(target=_trl_child,
-                       args=(q, seed, minutes, root, start, savers, time.time(), vllm))
+                       args=(q, seed, minutes, root, start, setup, time.time(), vllm,
+                             max_steps))
     proc.start()
     try:
         status, value = q.get(timeout=minutes * 60 + 3600)
@@ -365,6 +400,104 @@ def run_trl_isolated(seed: int, minutes: float, root: str, start: str,
     if status != "ok":
         raise RuntimeError(f"TRL run failed: {value}")
     return value
+
+
+# ---------------------------------------------------------------- TRL's fastest setup
+
+TRL_FACTORS: dict[str, tuple[Any, ...]] = {
+    "bf16": (True, False),  # autocast over fp32 master weights, or fp32
+    "gradient_checkpointing": (True, False),  # TRL turns it off while it generates
+    "continuous_batching": (False, True),  # transformers' paged continuous batching
+    "generation_batch_size": (16, 32),  # 32: one generation feeds two optimizer steps
+}
+"""What the setup sweep varies: TRL's own speed settings on CPU (`GRPOConfig` fields
+`bf16`, `gradient_checkpointing`, `use_transformers_continuous_batching`,
+`generation_batch_size`)."""
+
+
+def trl_base_setup(savers: bool) -> dict[str, Any]:
+    """The setup the bench gave TRL before any sweep: bf16 as `precision.py` resolves it for
+    our learner (None), checkpointing with the memory savers, plain `generate`, one generation
+    batch (16 completions) per optimizer step."""
+    return {"bf16": None, "gradient_checkpointing": savers, "continuous_batching": False,
+            "generation_batch_size": GROUP * PROMPTS_PER_STEP}
+
+
+def setup_name(setup: dict[str, Any]) -> str:
+    bf16 = {None: "bf16 auto", True: "bf16", False: "fp32"}[setup["bf16"]]
+    return (f"{bf16}, checkpointing {'on' if setup['gradient_checkpointing'] else 'off'}, "
+            f"{'continuous batching' if setup['continuous_batching'] else 'generate'}, "
+            f"generation batch {setup['generation_batch_size']}")
+
+
+def one_factor_setups(base: dict[str, Any]) -> list[dict[str, Any]]:
+    """`base`, then each factor's other levels one at a time from it."""
+    out = [dict(base)]
+    for key, levels in TRL_FACTORS.items():
+        out += [{**base, key: level} for level in levels if level != base[key]]
+    return out
+
+
+def seconds_per_step(step_ends: list[float]) -> float:
+    """Mean seconds of an optimizer step after the first (which carries the model load and the
+    first generation): (last end - first end) / (steps - 1). An odd step count keeps a
+    two-step generation cycle (generation batch 32) whole."""
+    if len(step_ends) < 2:
+        raise ValueError(f"{len(step_ends)} steps: need ≥ 2")
+    return (step_ends[-1] - step_ends[0]) / (len(step_ends) - 1)
+
+
+def combined_setup(base: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each factor at its faster level, measured one at a time against `base` (ties: base's)."""
+    step_s = {json.dumps(r["setup"], sort_keys=True): r["step_s"] for r in rows}
+    combined = dict(base)
+    for key in TRL_FACTORS:
+        best = step_s[json.dumps(base, sort_keys=True)]
+        for r in rows:
+            varied = {k for k in TRL_FACTORS if r["setup"][k] != base[k]}
+            if varied == {key} and r["step_s"] < best:
+                best, combined[key] = r["step_s"], r["setup"][key]
+    return combined
+
+
+def trl_setup_sweep(args: argparse.Namespace, root: str, start: str) -> dict[str, Any]:
+    """TRL alone, `--setup-steps` optimizer steps per setup (seed 0): each factor one at a time
+    from the base setup, then the combination of the faster levels; the fastest measured setup
+    by seconds per step. Written to ROOT/trl_setup.json as it goes."""
+    base = trl_base_setup(args.memory_savers)
+    cfg = bench_config(0)
+    from agent_r1_async.precision import learner_bf16
+
+    base["bf16"] = learner_bf16(cfg.learner, model=cfg.model.name_or_path)  # what auto gave TRL
+    rows: list[dict[str, Any]] = []
+    path = Path(root) / "trl_setup.json"
+    print(f"{'setup':72} {'s/step':>7} {'samples/s':>9} {'peak GB':>7} {'load':>9}", flush=True)
+
+    def measure(setup: dict[str, Any]) -> None:
+        load_before = os.getloadavg()[0]
+        with PeakRSS() as mem:
+            r = run_trl_isolated(0, 10**6, root, start, setup, args.trl_vllm, args.setup_steps)
+        step_s = seconds_per_step(r["step_ends"])
+        rows.append({"setup": setup, "step_s": step_s, "step_ends": r["step_ends"],
+                     "peak_rss_gb": mem.peak_gb, "load_before": load_before,
+                     "load_after": os.getloadavg()[0]})
+        path.write_text(json.dumps({"rows": rows}, indent=1))
+        print(f"{setup_name(setup):72} {step_s:>7.1f} {GROUP * PROMPTS_PER_STEP / step_s:>9.3f} "
+              f"{mem.peak_gb:>7.1f} {load_before:>4.1f}→{os.getloadavg()[0]:<4.1f}", flush=True)
+
+    for setup in one_factor_setups(base):
+        measure(setup)
+    combined = combined_setup(base, rows)
+    if all(r["setup"] != combined for r in rows):
+        measure(combined)
+    fastest = min(rows, key=lambda r: r["step_s"])
+    base_s = rows[0]["step_s"]
+    result = {"rows": rows, "fastest": fastest["setup"], "base": base,
+              "speedup_vs_base": base_s / fastest["step_s"], "load": load_line()}
+    path.write_text(json.dumps(result, indent=1))
+    print(f"fastest: {setup_name(fastest['setup'])}: {fastest['step_s']:.1f} s/step, "
+          f"{base_s / fastest['step_s']:.2f}× the base setup's; {path}", flush=True)
+    return result
 
 
 # ---------------------------------------------------------------- main
@@ -387,42 +520,57 @@ def arm_order(arms: list[str], seed_index: int) -> list[str]:
 
 def summarize(rows: list[dict[str, Any]]) -> list[str]:
     """Per arm mean ± 95 % t interval over seeds; per-seed ratios of paired arms."""
-    out = [f"{'arm':10} {'samples/s':>24} {'held-out return':>24} {'success':>24}"]
+    out = [f"{'arm':22} {'samples/s':>24} {'held-out return':>24} {'success':>24}"]
     by_arm: dict[str, dict[int, dict[str, Any]]] = {}
     for r in rows:
         by_arm.setdefault(r["arm"], {})[r["seed"]] = r
     for arm, runs in by_arm.items():
         vals = list(runs.values())
-        out.append(f"{arm:10} {fmt_ci([r['rate'] for r in vals]):>24} "
+        out.append(f"{arm:22} {fmt_ci([r['rate'] for r in vals]):>24} "
                    f"{fmt_ci([r['return'] for r in vals]):>24} "
                    f"{fmt_ci([r['success'] for r in vals]):>24}")
-    pairs = [("ours", "trl"), ("ours-sync", "trl"), ("ours-hf", "trl"),
-             ("ours", "ours-sync"), ("ours", "ours-hf")]
+    pairs = [("ours", "trl"), ("ours-sync", "trl"), ("ours-hf", "trl"), ("ours-token", "trl"),
+             ("ours", "ours-sync"), ("ours", "ours-hf"), ("ours", "ours-token"),
+             *((f"{a}@trl-updates", "trl") for a in OUR_ARMS)]
     for a, b in pairs:
         seeds = sorted(set(by_arm.get(a, {})) & set(by_arm.get(b, {})))
         if not seeds:
             continue
-        ratio = [by_arm[a][s]["rate"] / by_arm[b][s]["rate"] for s in seeds]
         diff = [by_arm[a][s]["return"] - by_arm[b][s]["return"] for s in seeds]
+        returns = (f"held-out return {fmt_ci(diff)} (per seed "
+                   f"{', '.join(f'{x:+.3f}' for x in diff)})")
+        if a.endswith("@trl-updates"):  # equal updates: the rate is not comparable
+            ups = ", ".join(f"{by_arm[b][s]['updates']:.0f}" for s in seeds)
+            out.append(f"{a} − {b}, at TRL's update counts ({ups}): {returns}")
+            continue
+        ratio = [by_arm[a][s]["rate"] / by_arm[b][s]["rate"] for s in seeds]
         m, h = mean_ci(ratio)
         out.append(f"{a} / {b}: samples/s {m:.2f}× ± {h:.2f} (per seed "
-                   f"{', '.join(f'{x:.2f}' for x in ratio)}); held-out return "
-                   f"{fmt_ci(diff)} (per seed {', '.join(f'{x:+.3f}' for x in diff)})")
+                   f"{', '.join(f'{x:.2f}' for x in ratio)}); {returns}")
     return out
 
 
+def trl_setup(args: argparse.Namespace) -> dict[str, Any]:
+    """The setup TRL's arm runs: `--trl-setup`'s fastest (a setup sweep's JSON), else the base."""
+    if args.trl_setup:
+        return dict(json.loads(Path(args.trl_setup).read_text())["fastest"])
+    return trl_base_setup(args.memory_savers)
+
+
 def run_arm(arm: str, seed: int, args: argparse.Namespace, root: str,
-            start: str) -> dict[str, Any]:
-    """One budgeted run of `arm` and the held-out evaluation of its final weights."""
+            start: str, updates: int | None = None) -> dict[str, Any]:
+    """One budgeted run of `arm` and the held-out evaluation of its final weights; `updates`:
+    one of our arms for exactly that many updates instead (arm name `ARM@trl-updates`)."""
     load_before = os.getloadavg()[0]
     with PeakRSS() as mem:
         if arm == "trl":
-            r = run_trl_isolated(seed, args.minutes, root, start, args.memory_savers,
+            r = run_trl_isolated(seed, args.minutes, root, start, trl_setup(args),
                                  args.trl_vllm)
         else:
-            r = run_ours(arm, seed, args.minutes, root, start, args.memory_savers)
+            r = run_ours(arm, seed, args.minutes, root, start, args.memory_savers, updates)
     ev = held_out(r["model_dir"], seed, args.eval_tasks)
-    return {"arm": arm, "seed": seed, **r, "return": float(ev["mean_return"]),
+    name = f"{arm}@trl-updates" if updates else arm
+    return {"arm": name, "seed": seed, **r, "return": float(ev["mean_return"]),
             "success": float(ev.get("success", 0.0)), "peak_rss_gb": mem.peak_gb,
             "load_before": load_before, "load_after": os.getloadavg()[0]}
 
@@ -439,6 +587,15 @@ def main() -> None:
     ap.add_argument("--root", default="", help="where runs go (default: a temp dir)")
     ap.add_argument("--skip-start-eval", action="store_true",
                     help="do not evaluate the shared start (it does not change between runs)")
+    ap.add_argument("--trl-setup-sweep", action="store_true",
+                    help="measure TRL's speed settings (TRL_FACTORS) and stop: ROOT/trl_setup.json")
+    ap.add_argument("--setup-steps", type=int, default=5,
+                    help="--trl-setup-sweep: optimizer steps per setup (odd: whole cycles)")
+    ap.add_argument("--trl-setup", default="",
+                    help="a --trl-setup-sweep JSON: TRL's arm runs its fastest setup")
+    ap.add_argument("--equal-updates", action="store_true",
+                    help="after each seed's timed arms, each of our arms again for exactly "
+                         "TRL's update count, evaluated the same way")
     args = ap.parse_args()
     arms = list(dict.fromkeys(args.arms))
     if "trl" in arms and importlib.util.find_spec("trl") is None:
@@ -448,31 +605,41 @@ def main() -> None:
             return
     root = args.root or tempfile.mkdtemp(prefix="bench-vs-trl-")
     start = shared_start()
+    if args.trl_setup_sweep:
+        if "trl" not in arms:
+            raise SystemExit(TRL_HINT)
+        print(f"## TRL's speed settings: {args.setup_steps} GRPO steps each (16 completions a "
+              f"step), seed 0, steps 2..{args.setup_steps} timed; {load_line()}", flush=True)
+        trl_setup_sweep(args, root, start)
+        return
     print(f"## vs TRL GRPOTrainer + ablations: warm-started SmolLM2-135M-Instruct, arithmetic (up "
           f"to 3 turns), {args.minutes:g} min budget, seeds {args.seeds}, arms {arms}, held-out "
           f"{args.eval_tasks} dev tasks, memory savers {args.memory_savers} (whole-layer "
-          f"recompute both sides), {precision_line()}; {load_line()}",
-          flush=True)
+          f"recompute both sides), {precision_line()}; TRL: {setup_name(trl_setup(args))}; "
+          f"{load_line()}", flush=True)
     if not args.skip_start_eval:
         ev = held_out(start, 0, args.eval_tasks)
         p = float(ev.get("success", 0.0))
         print(f"start: held-out return {ev['mean_return']:.3f}, success {p:.2f} (binomial SE "
               f"{binomial_se(p, args.eval_tasks):.3f})", flush=True)
-    print(f"{'arm':10} {'seed':>4} {'samples/s':>9} {'return':>7} {'success':>7} {'SE':>6} "
+    print(f"{'arm':22} {'seed':>4} {'samples/s':>9} {'return':>7} {'success':>7} {'SE':>6} "
           f"{'updates':>7} {'stale':>5} {'idle':>5} {'wall s':>6} {'peak GB':>7} {'load':>9}",
           flush=True)
     rows: list[dict[str, Any]] = []
     for i, seed in enumerate(args.seeds):
-        for arm in arm_order(arms, i):  # one at a time: they would share the 2 cores
+        runs: list[tuple[str, int | None]] = [(arm, None) for arm in arm_order(arms, i)]
+        for arm, updates in runs:  # one at a time: they would share the 2 cores
             try:
-                r = run_arm(arm, seed, args, root, start)
+                r = run_arm(arm, seed, args, root, start, updates)
             except Exception as e:  # one failed run must not lose the others' numbers
-                print(f"{arm:10} {seed:>4} FAILED: {type(e).__name__}: {e}", flush=True)
+                print(f"{arm:22} {seed:>4} FAILED: {type(e).__name__}: {e}", flush=True)
                 continue
+            if arm == "trl" and args.equal_updates:
+                runs += [(a, int(r["updates"])) for a in arms if a != "trl"]
             rows.append(r)
             with open(os.path.join(root, "results.jsonl"), "a") as f:
                 f.write(json.dumps(r) + "\n")
-            print(f"{arm:10} {seed:>4} {r['rate']:>9.3f} {r['return']:>7.3f} "
+            print(f"{r['arm']:22} {seed:>4} {r['rate']:>9.3f} {r['return']:>7.3f} "
                   f"{r['success']:>7.2f} {binomial_se(r['success'], args.eval_tasks):>6.3f} "
                   f"{r['updates']:>7.0f} {r.get('staleness', 0.0):>5.2f} "
                   f"{r.get('idle', 0.0):>5.2f} {r['wall_s']:>6.0f} {r['peak_rss_gb']:>7.1f} "

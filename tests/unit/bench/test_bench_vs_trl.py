@@ -145,3 +145,57 @@ def test_launch_metrics_reads_the_names_the_launch_logs(bench, tmp_path) -> None
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert bench.launch_metrics(tmp_path) == {
         "samples": 32.0, "updates": 2.0, "staleness": 1.25, "idle": 0.25}
+
+
+def test_equal_update_rows_compare_returns_at_trls_update_counts(bench) -> None:
+    rows = [
+        {"arm": "trl", "seed": 0, "rate": 0.2, "return": 0.9, "success": 0.5, "updates": 6.0},
+        {"arm": "trl", "seed": 1, "rate": 0.2, "return": 0.7, "success": 0.4, "updates": 7.0},
+        {"arm": "ours@trl-updates", "seed": 0, "rate": 0.9, "return": 1.0, "success": 0.6},
+        {"arm": "ours@trl-updates", "seed": 1, "rate": 0.8, "return": 1.0, "success": 0.6},
+    ]
+    lines = bench.summarize(rows)
+    # differences +0.1, +0.3 (as above): 0.200 ± 1.271; no samples/s ratio at equal updates
+    assert ("ours@trl-updates − trl, at TRL's update counts (6, 7): held-out return "
+            "0.200 ± 1.271 (n=2) (per seed +0.100, +0.300)") in lines
+    assert not any(line.startswith("ours@trl-updates / trl") for line in lines)
+
+
+def test_trl_setups_one_factor_at_a_time_then_the_faster_levels_combined(bench) -> None:
+    base = bench.trl_base_setup(savers=True) | {"bf16": True}
+    setups = bench.one_factor_setups(base)
+    assert setups[0] == base and len(setups) == 1 + len(bench.TRL_FACTORS)
+    for setup in setups[1:]:  # each differs from the base in exactly one factor
+        assert sum(setup[k] != base[k] for k in bench.TRL_FACTORS) == 1
+    step_s = {(): 50.0, ("bf16",): 60.0, ("gradient_checkpointing",): 40.0,
+              ("continuous_batching",): 50.0, ("generation_batch_size",): 45.0}
+    rows = [{"setup": s, "step_s": step_s[tuple(k for k in bench.TRL_FACTORS if s[k] != base[k])]}
+            for s in setups]
+    # fp32 slower (kept bf16), checkpointing off faster, continuous batching a tie (kept
+    # plain generate), a generation batch of 32 faster
+    assert bench.combined_setup(base, rows) == {
+        "bf16": True, "gradient_checkpointing": False, "continuous_batching": False,
+        "generation_batch_size": 32}
+
+
+def test_seconds_per_step_leave_the_first_step_out(bench) -> None:
+    # step ends 100 (model load + first generation), 130, 150, 180, 200: 100 s over 4 steps
+    assert bench.seconds_per_step([100.0, 130.0, 150.0, 180.0, 200.0]) == 25.0
+    with pytest.raises(ValueError, match="1 steps"):
+        bench.seconds_per_step([100.0])
+
+
+def test_trl_setup_reads_the_sweeps_fastest(bench, tmp_path) -> None:
+    import argparse
+    import json
+
+    fastest = {"bf16": False, "gradient_checkpointing": False, "continuous_batching": True,
+               "generation_batch_size": 32}
+    (tmp_path / "trl_setup.json").write_text(json.dumps({"fastest": fastest, "rows": []}))
+    args = argparse.Namespace(trl_setup=str(tmp_path / "trl_setup.json"), memory_savers=True)
+    assert bench.trl_setup(args) == fastest
+    assert bench.setup_name(fastest) == (
+        "fp32, checkpointing off, continuous batching, generation batch 32")
+    args = argparse.Namespace(trl_setup="", memory_savers=False)
+    assert bench.trl_setup(args) == {"bf16": None, "gradient_checkpointing": False,
+                                     "continuous_batching": False, "generation_batch_size": 16}
