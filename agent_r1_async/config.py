@@ -129,8 +129,8 @@ class EngineConfig(_Section):
     """Abort in-flight requests when new weights arrive and resume them under the new version."""
     ipc_busy_wait_s: float | None = None
     """vLLM: seconds its engine core and worker spin (instead of sleeping) waiting for each
-    other's next message; unset: vLLM's own 1 s on CUDA, 0 on a CPU, where the core it spins on
-    is the learner's (actors/engines/vllm_wait.py)."""
+    other's next message; unset: vLLM's own 1 s. 0 frees the core the engine core spins on
+    while it generates (on a CPU: the learner's), at a wake-up per step (actors/engines/vllm_wait.py)."""
 
     def __post_init__(self) -> None:
         _require(self.max_new_tokens >= 1, "engine.max_new_tokens", "must be >= 1")

@@ -1,6 +1,6 @@
 """vLLM's busy-wait between its engine core and worker, end to end: whole default launches with
 `engine.ipc_busy_wait_s` 1 (vLLM's own window: the engine core spins on a core for as long as
-the worker computes) against 0 (it parks on a ZeroMQ notification; the default on a CPU).
+the worker computes; the default) against 0 (it parks on a ZeroMQ notification).
 
     .venv/bin/python -m bench.bench_busy_wait --repeats 3 --json bench/results/busy_wait/DATE/results.json
 

@@ -22,9 +22,9 @@ per minute are printed too (over the whole run, and per variant over its timed r
 
 Per variant, the CPU cores its vLLM processes keep busy over the timed rounds (CPU seconds per
 second): the engine core (scheduler) and the worker (the model). `bf16-eager-spin` against
-`bf16-eager` is vLLM's own busy-wait against ours (`engine.ipc_busy_wait_s`):
+`bf16-eager-park` is vLLM's own busy-wait against parking (`engine.ipc_busy_wait_s`):
 
-    .venv/bin/python -m bench.bench_engine_speed --variants bf16-eager-spin bf16-eager bf16-eager-spin bf16-eager --rounds 4 --beside-learner
+    .venv/bin/python -m bench.bench_engine_speed --variants bf16-eager-spin bf16-eager-park bf16-eager-spin bf16-eager-park --rounds 6 --beside-learner
 """
 
 from __future__ import annotations
@@ -46,9 +46,11 @@ VARIANTS = {
     "bf16-eager": {"dtype": "bfloat16", "enforce_eager": True},
     "bf16-compiled": {"dtype": "bfloat16", "enforce_eager": False},
     "bf16-eager-spin": {"dtype": "bfloat16", "enforce_eager": True, "ipc_busy_wait_s": 1.0},
+    "bf16-eager-park": {"dtype": "bfloat16", "enforce_eager": True, "ipc_busy_wait_s": 0.0},
 }
-"""bf16-eager-spin: vLLM's own 1 s busy-wait between its engine core and worker (the others run
-`engine.ipc_busy_wait_s` unset: 0 on a CPU, actors/engines/vllm_wait.py)."""
+"""bf16-eager-spin: vLLM's own 1 s busy-wait between its engine core and worker, explicitly; the
+others run `engine.ipc_busy_wait_s` unset (the same 1 s) except `bf16-eager-park` (0;
+actors/engines/vllm_wait.py)."""
 
 
 def _cpu_s(procs: list[Any]) -> list[float]:

@@ -34,7 +34,8 @@ pytestmark = pytest.mark.vllm
 def engine():
     from agent_r1_async.actors.engines.vllm import VllmEngine
 
-    cfg = actor_config("vllm").engine
+    # parked (engine.ipc_busy_wait_s 0): every test here holds under it too
+    cfg = msgspec.structs.replace(actor_config("vllm").engine, ipc_busy_wait_s=0.0)
     eng = VllmEngine(cfg, tiny_model_dir(), SamplingSettings(max_new_tokens=64, seed=0), 512)
     try:
         yield eng
@@ -116,8 +117,8 @@ def test_vllm_actor_streams_records_and_picks_up_new_weights(engine):
 
 
 def test_the_idle_worker_sleeps_instead_of_spinning(engine):
-    """engine.ipc_busy_wait_s unset on a CPU is 0: after a request, vLLM's worker parks on its
-    queue at once. With vLLM's own 1 s window it would spin (a whole core of CPU time) for the
+    """engine.ipc_busy_wait_s 0 (this module's engine): after a request, vLLM's worker parks on
+    its queue at once. With vLLM's own 1 s window it spins (a whole core of CPU time) for the
     first second after its last step; parked, it uses next to none."""
     import time
 

@@ -127,7 +127,7 @@ class VllmEngine:
         if not cuda:
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(self.cfg.kv_cache_gb)))
         # Read by our vLLM plugin in the engine core and worker vLLM spawns (vllm_wait.py).
-        os.environ[vllm_wait.ENV] = str(vllm_wait.resolve(self.cfg.ipc_busy_wait_s, cuda))
+        os.environ[vllm_wait.ENV] = str(vllm_wait.resolve(self.cfg.ipc_busy_wait_s))
         args = AsyncEngineArgs(
             model=model_path,
             dtype=self.dtype,

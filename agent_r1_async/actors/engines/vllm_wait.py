@@ -6,7 +6,8 @@ parks on a ZeroMQ notification, and vLLM fixes that window at 1 s. Steps come ev
 milliseconds while it generates, so the window never lapses: the engine core spins for the
 whole of every forward pass its worker computes, a whole CPU core that does nothing. On a
 GPU host that core is spare; on a CPU host it is the core the learner, the actor's event loop
-and the buffer share with it (2 cores here: the worker's OpenMP thread holds one).
+and the buffer share with it (2 cores here: the worker's OpenMP thread holds one), and
+`engine.ipc_busy_wait_s: 0` gives it back to them.
 
 This module is a `vllm.general_plugins` entry point (pyproject.toml): vLLM calls `apply()` in
 every process it starts, and the engine core and worker are spawned, so no setting made in
@@ -28,13 +29,16 @@ ENV = "AGENT_R1_ASYNC_VLLM_BUSY_WAIT_S"
 log = logging.getLogger(__name__)
 
 
-def resolve(busy_wait_s: float | None, cuda: bool) -> float:
-    """`engine.ipc_busy_wait_s` for this host: a set value as is; unset (auto), vLLM's own
-    1 s on CUDA (a spinning core is spare there, and the wake-up it saves is latency) and 0 on
-    a CPU (the core it would spin on is the learner's)."""
-    if busy_wait_s is not None:
-        return float(busy_wait_s)
-    return 1.0 if cuda else 0.0
+VLLM_DEFAULT_S = 1.0
+"""vLLM's own window (`SpinCondition.busy_loop_s`)."""
+
+
+def resolve(busy_wait_s: float | None) -> float:
+    """`engine.ipc_busy_wait_s`: a set value as is; unset, vLLM's own 1 s. Parking (0) frees
+    the core the engine core spins on, but each step then waits for a ZeroMQ wake-up: with a
+    tiny model (steps of a few ms) generation is slower, and a `vllm_gloo` weight update lands
+    later (BENCHMARKS "vLLM's busy-wait"), so it is not the default."""
+    return VLLM_DEFAULT_S if busy_wait_s is None else float(busy_wait_s)
 
 
 def apply() -> None:

@@ -23,11 +23,10 @@ class Spin:
         self.seen.append((self.busy_loop_s, timeout_ms))
 
 
-def test_auto_spins_on_cuda_and_not_on_a_cpu_and_a_set_value_wins():
-    assert vllm_wait.resolve(None, cuda=False) == 0.0
-    assert vllm_wait.resolve(None, cuda=True) == 1.0
-    assert vllm_wait.resolve(0.25, cuda=True) == 0.25
-    assert vllm_wait.resolve(0.0, cuda=True) == 0.0
+def test_unset_is_vllms_own_window_and_a_set_value_wins():
+    assert vllm_wait.resolve(None) == 1.0
+    assert vllm_wait.resolve(0.25) == 0.25
+    assert vllm_wait.resolve(0.0) == 0.0
 
 
 def test_config_names_the_key_of_a_bad_window():
