@@ -139,7 +139,7 @@ class EngineConfig(_Section):
         _require(self.max_concurrent_requests >= 1, "engine.max_concurrent_requests", "must be >= 1")
         _require(self.kv_cache_gb > 0, "engine.kv_cache_gb", "must be > 0")
         _require(self.ipc_busy_wait_s is None or 0 <= self.ipc_busy_wait_s <= 60,
-                 "engine.ipc_busy_wait_s", "must be unset (auto) or seconds in [0, 60]")
+                 "engine.ipc_busy_wait_s", "must be unset (vLLM's own 1 s) or seconds in [0, 60]")
         _require(
             0 < self.gpu_memory_utilization <= 1, "engine.gpu_memory_utilization", "must be in (0, 1]"
         )

@@ -265,8 +265,11 @@ def summarize(args: argparse.Namespace) -> str:
             if not runs:
                 continue
             vals = [r["metric"] for _, r in runs]
-            spread = (f"{mean_sd(vals)[0]:.3f} ± {mean_sd(vals)[1]:.3f}" if len(vals) > 1
-                      else f"{vals[0]:.3f} (one seed)")
+            if len(vals) > 1:
+                m, sd = mean_sd(vals)
+                spread = f"{m:.3f} ± {sd:.3f}"
+            else:
+                spread = f"{vals[0]:.3f} (one seed)"
             work = ", ".join(str(r.get("updates", r.get("sft_steps", ""))) for _, r in runs)
             lines.append(f"| {arm} | " + ", ".join(f"s{s} {r['metric']:.3f}" for s, r in runs)
                          + f" | {spread} | {work} |")

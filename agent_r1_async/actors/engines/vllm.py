@@ -123,11 +123,10 @@ class VllmEngine:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        cuda = torch.cuda.is_available()
-        if not cuda:
+        if not torch.cuda.is_available():
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(self.cfg.kv_cache_gb)))
         # Read by our vLLM plugin in the engine core and worker vLLM spawns (vllm_wait.py).
-        os.environ[vllm_wait.ENV] = str(vllm_wait.resolve(self.cfg.ipc_busy_wait_s))
+        vllm_wait.export(self.cfg.ipc_busy_wait_s)
         args = AsyncEngineArgs(
             model=model_path,
             dtype=self.dtype,

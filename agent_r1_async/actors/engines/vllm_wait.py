@@ -11,16 +11,17 @@ and the buffer share with it (2 cores here: the worker's OpenMP thread holds one
 
 This module is a `vllm.general_plugins` entry point (pyproject.toml): vLLM calls `apply()` in
 every process it starts, and the engine core and worker are spawned, so no setting made in
-our process reaches them but through the environment. `VllmEngine` puts the resolved window in
-`ENV` before it starts vLLM; `apply()` reads it and makes every reader of the queue use it
-(readers made before `apply()` ran too: the window is read at each wait). Without `ENV` (vLLM
-started by anything else) nothing changes.
+our process reaches them but through the environment. `VllmEngine` puts a set window in `ENV`
+before it starts vLLM (`export`); `apply()` reads it and makes every reader of the queue use it
+(readers made before `apply()` ran too: the window is read at each wait). Without `ENV` (the
+key unset, or vLLM started by anything else) vLLM is left as it ships.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import MutableMapping
 from typing import Any
 
 ENV = "AGENT_R1_ASYNC_VLLM_BUSY_WAIT_S"
@@ -29,16 +30,17 @@ ENV = "AGENT_R1_ASYNC_VLLM_BUSY_WAIT_S"
 log = logging.getLogger(__name__)
 
 
-VLLM_DEFAULT_S = 1.0
-"""vLLM's own window (`SpinCondition.busy_loop_s`)."""
-
-
-def resolve(busy_wait_s: float | None) -> float:
-    """`engine.ipc_busy_wait_s`: a set value as is; unset, vLLM's own 1 s. Parking (0) frees
-    the core the engine core spins on, but each step then waits for a ZeroMQ wake-up: with a
-    tiny model (steps of a few ms) generation is slower, and a `vllm_gloo` weight update lands
-    later (BENCHMARKS "vLLM's busy-wait"), so it is not the default."""
-    return VLLM_DEFAULT_S if busy_wait_s is None else float(busy_wait_s)
+def export(busy_wait_s: float | None, environ: MutableMapping[str, str] = os.environ) -> None:
+    """`engine.ipc_busy_wait_s` for the vLLM processes about to start: a set window in `ENV`;
+    unset, `ENV` removed (one an earlier engine of this process set too), so vLLM keeps its own
+    1 s and is not patched. Parking (0) frees the core the engine core spins on, but each step
+    then waits for a ZeroMQ wake-up: with a tiny model (steps of a few ms) generation is slower,
+    and a `vllm_gloo` weight update lands later (BENCHMARKS "vLLM's busy-wait"), so it is not
+    the default."""
+    if busy_wait_s is None:
+        environ.pop(ENV, None)
+    else:
+        environ[ENV] = str(float(busy_wait_s))
 
 
 def apply() -> None:

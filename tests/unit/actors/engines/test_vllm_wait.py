@@ -23,10 +23,14 @@ class Spin:
         self.seen.append((self.busy_loop_s, timeout_ms))
 
 
-def test_unset_is_vllms_own_window_and_a_set_value_wins():
-    assert vllm_wait.resolve(None) == 1.0
-    assert vllm_wait.resolve(0.25) == 0.25
-    assert vllm_wait.resolve(0.0) == 0.0
+def test_unset_leaves_vllm_its_own_window_and_a_set_value_is_exported():
+    environ = {vllm_wait.ENV: "0.0"}  # an earlier engine of this process parked
+    vllm_wait.export(None, environ)
+    assert environ == {}  # apply() then changes nothing: vLLM's own 1 s
+    vllm_wait.export(0.25, environ)
+    assert environ == {vllm_wait.ENV: "0.25"}
+    vllm_wait.export(0, environ)
+    assert environ == {vllm_wait.ENV: "0.0"}
 
 
 def test_config_names_the_key_of_a_bad_window():
