@@ -1,5 +1,5 @@
-"""`env.args` of the `world` env: a named horizon preset, explicit knobs that override it,
-splits and rewards."""
+"""`env.args` of the `world` env: a named horizon preset (or a weighted mix of presets),
+explicit knobs that override it, splits and rewards."""
 
 from __future__ import annotations
 
@@ -50,6 +50,11 @@ its own seed range."""
 class WorldArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     horizon: Horizon = "medium"
     """The preset the knobs below start from (`HORIZONS`)."""
+    mix: dict[Horizon, float] | None = None
+    """Draw each world's preset from these weights instead of `horizon`, e.g.
+    {short: 0.75, medium: 0.15, long: 0.1}: a heavy-tailed mix of horizons in one run. Each
+    task then ends after its own preset's `SUGGESTED_MAX_TURNS` actions (at most
+    `env.max_turns`). Excludes the explicit knobs below."""
     rooms: int | None = None
     """Rooms per world (None: the preset's)."""
     locks: int | None = None
@@ -79,6 +84,14 @@ class WorldArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Outcome reward when every goal object lies in the start room."""
 
     def __post_init__(self) -> None:
+        if self.mix is not None:
+            if not self.mix or any(not w > 0 for w in self.mix.values()):
+                raise ValueError("mix: expected presets with weights > 0, e.g. "
+                                 "{short: 0.75, medium: 0.15, long: 0.1}")
+            for name in Knobs.__dataclass_fields__:
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{name}: not with mix (each world takes its preset's "
+                                     "knobs); drop one of them")
         knobs = self.knobs()
         if not 2 <= knobs.rooms <= MAX_ROOMS:
             raise ValueError(f"rooms: must be in 2..{MAX_ROOMS}")
@@ -96,8 +109,15 @@ class WorldArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         if self.progress_reward < 0:
             raise ValueError("progress_reward: must be >= 0")
 
-    def knobs(self) -> Knobs:
-        """The preset with every explicit knob applied."""
-        base = HORIZONS[self.horizon]
+    def presets(self) -> dict[str, float]:
+        """The presets worlds are drawn from, with their weights (`horizon` alone: weight 1)."""
+        if self.mix is None:
+            return {self.horizon: 1.0}
+        return {str(name): weight for name, weight in self.mix.items()}
+
+    def knobs(self, horizon: str | None = None) -> Knobs:
+        """The preset (`horizon`, default the `horizon` field) with every explicit knob
+        applied."""
+        base = HORIZONS[horizon or self.horizon]
         pick = {name: getattr(self, name) for name in Knobs.__dataclass_fields__}
         return Knobs(**{k: getattr(base, k) if v is None else v for k, v in pick.items()})

@@ -3,7 +3,8 @@
 Each episode is one world (tasks.py). The agent acts with one tool call per turn (`go`,
 `take`, `drop`, `unlock`, `look`, `inventory`) and reads a short sentence back. The episode
 ends, successful, on the action that leaves every goal object in the start room; it ends
-unsuccessful after `env.max_turns` actions, or on an action without a tool call.
+unsuccessful after `env.max_turns` actions (a task of a horizon `mix`: after its preset's
+`SUGGESTED_MAX_TURNS`, if fewer), or on an action without a tool call.
 
 Rewards:
 - process, potential-based: r_t = progress_reward * (d(s_{t-1}) - d(s_t)) / d(s_0), where d is
@@ -195,17 +196,22 @@ class WorldDomain:
 
 class WorldToolEnv(ToolEnv):
     """A ToolEnv that loads the task's world at reset and ends the episode itself: on the
-    action that solves it, or after `max_turns` actions (the last one's call still runs)."""
+    action that solves it, or after `max_turns` actions, or the task's own `turn_limit` if
+    fewer (the last one's call still runs)."""
 
     def __init__(self, domain: WorldDomain, *, max_turns: int, tool_timeout_s: float,
                  shaping: Shaping) -> None:
         super().__init__(domain, max_turns=max_turns + 1, tool_timeout_s=tool_timeout_s,
                          shaping=shaping)
         self.world = domain
+        self.max_turn_limit = max_turns
         self.turn_limit = max_turns
 
     async def reset(self, task: Task) -> Observation:
         self.world.load(task)
+        limit = task.meta.get("turn_limit")
+        self.turn_limit = (min(self.max_turn_limit, limit) if isinstance(limit, int)
+                           else self.max_turn_limit)
         return await super().reset(task)
 
     def state_summary(self) -> str:
@@ -248,8 +254,9 @@ class WorldEnv:
 
     @classmethod
     def suggested_max_turns(cls, args: WorldArgs) -> int:
-        """`env.max_turns` that fits the oracle of the preset's worlds with room to spare."""
-        return SUGGESTED_MAX_TURNS[args.horizon]
+        """`env.max_turns` that fits the oracle of the preset's worlds with room to spare
+        (of a mix: its longest preset's)."""
+        return max(SUGGESTED_MAX_TURNS[h] for h in args.presets())
 
     def make(self) -> WorldToolEnv:
         cfg = self.env_cfg

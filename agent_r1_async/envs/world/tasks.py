@@ -9,6 +9,10 @@
   name; a task that uses a held-out color on a door or a held-out object as a goal is
   *novel* (metric `novel`), and the split `test_novel` holds exactly the novel test tasks:
   evaluating on it measures generalisation to new color/door and goal compositions.
+- With `mix`, each world first draws its preset from the mix's weights (from the same seeded
+  stream, so a world is still a function of its split, index and `seed`); its task's
+  `meta["horizon"]` names the preset and `meta["turn_limit"]` is that preset's
+  `SUGGESTED_MAX_TURNS`.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import random
 
 from agent_r1_async.envs.base import Task
-from agent_r1_async.envs.world.args import WorldArgs
+from agent_r1_async.envs.world.args import SUGGESTED_MAX_TURNS, WorldArgs
 from agent_r1_async.envs.world.layout import COLORS, OBJECTS, Layout, Palette, generate
 from agent_r1_async.envs.world.state import describe, initial_state
 
@@ -62,23 +66,33 @@ def instruction(layout: Layout) -> str:
 
 def world(args: WorldArgs, split: str, index: int) -> Layout:
     """World `index` of `split` (deterministic)."""
+    return drawn_world(args, split, index)[1]
+
+
+def drawn_world(args: WorldArgs, split: str, index: int) -> tuple[str, Layout]:
+    """World `index` of `split` and the preset it was drawn from."""
     seed = SPLIT_SEEDS[split] + index
-    return generate(random.Random(f"world/{args.seed}/{seed}"), args.knobs(),
-                    palette(split, args.held_out))
+    rng = random.Random(f"world/{args.seed}/{seed}")
+    horizon = args.horizon
+    if args.mix is not None:
+        names = list(args.mix)
+        horizon = rng.choices(names, weights=[args.mix[n] for n in names])[0]
+    return horizon, generate(rng, args.knobs(horizon), palette(split, args.held_out))
 
 
-def _layouts(args: WorldArgs, split: str, size: int, skip: set[str]) -> list[tuple[int, Layout]]:
-    out: list[tuple[int, Layout]] = []
+def _layouts(args: WorldArgs, split: str, size: int,
+             skip: set[str]) -> list[tuple[int, str, Layout]]:
+    out: list[tuple[int, str, Layout]] = []
     seen = set(skip)
     for index in range(20 * size + 100):
         if len(out) >= size:
             break
-        layout = world(args, split, index)
+        horizon, layout = drawn_world(args, split, index)
         digest = layout.digest()
         if digest in seen:
             continue
         seen.add(digest)
-        out.append((index, layout))
+        out.append((index, horizon, layout))
     return out
 
 
@@ -92,8 +106,10 @@ def make_tasks(args: WorldArgs, split: str) -> list[Task]:
     if split == "train":  # no dev or test world in train
         skip = {t.meta["hash"] for s in ("dev", "test") for t in make_tasks(args, s)}
     tasks = []
-    for index, layout in _layouts(args, split, sizes[split], skip):
+    for index, horizon, layout in _layouts(args, split, sizes[split], skip):
         meta = {"layout": layout, "seed": SPLIT_SEEDS[split] + index, "hash": layout.digest(),
-                "novel": is_novel(layout), "horizon": args.horizon}
+                "novel": is_novel(layout), "horizon": horizon}
+        if args.mix is not None:
+            meta["turn_limit"] = SUGGESTED_MAX_TURNS[horizon]
         tasks.append(Task(f"world-{split}-{index}", instruction(layout), None, meta))
     return tasks

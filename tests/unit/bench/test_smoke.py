@@ -16,7 +16,7 @@ MODULES = ["bench_async_vs_sync", "bench_transport", "bench_weight_sync", "bench
            "bench_learner", "bench_vs_trl", "bench_buffer", "bench_learning",
            "bench_tool_overhead", "bench_delta_records", "bench_sft_vs_rl",
            "bench_learner_long_sequences", "bench_episode_sampler", "bench_staleness_bias",
-           "bench_shared_prefix", "bench_busy_wait", "bench_engine_speed"]
+           "bench_shared_prefix", "bench_busy_wait", "bench_engine_speed", "bench_stragglers"]
 
 
 def load(name: str) -> ModuleType:

@@ -145,3 +145,21 @@ def test_the_prompt_names_the_goal_the_start_room_and_the_limit():
     assert task.prompt.startswith(f"Collect the {layout.targets[0]}, ")
     assert f"drop them in the {start}. You can hold 2 objects at a time" in task.prompt
     assert task.prompt.splitlines()[1].startswith(f"{start.capitalize()}. Exits: ")
+
+
+def test_a_mixed_task_ends_after_its_own_turn_limit_and_the_mix_suggests_its_longest():
+    spec = _spec(max_turns=40, mix={"short": 0.5, "medium": 0.5}, num_dev=12)
+    tasks = spec.tasks("dev")
+    short = next(t for t in tasks if t.meta["horizon"] == "short")
+    medium = next(t for t in tasks if t.meta["horizon"] == "medium")
+    look = _call("look")
+    results = _play(spec, short, [look] * 100)
+    assert len(results) == 24 and results[-1].truncated  # short's budget, under max_turns 40
+    assert results[-1].metrics["steps"] == 24.0
+    results = _play(spec, medium, [look] * 100)
+    assert len(results) == 40 and results[-1].truncated  # medium's 64, capped at max_turns
+    from agent_r1_async.envs.world.args import WorldArgs
+    from agent_r1_async.envs.world.env import WorldEnv
+
+    assert WorldEnv.suggested_max_turns(WorldArgs(mix={"short": 0.9, "long": 0.1})) == 128
+    assert WorldEnv.suggested_max_turns(WorldArgs(horizon="short")) == 24

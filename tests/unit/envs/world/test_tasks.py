@@ -3,6 +3,7 @@ random policy that never solves a world within three times the optimal budget.""
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 
@@ -47,7 +48,7 @@ def test_train_skips_dev_and_test_layouts_and_repeats(monkeypatch):
     # train seeds 10-14 all give one world. Train keeps neither a dev world nor a repeat.
     from agent_r1_async.envs.world import tasks as tasks_mod
 
-    real = tasks_mod.world
+    real = tasks_mod.drawn_world
 
     def fake(args, split, index):
         if split == "train" and index < 10:
@@ -56,7 +57,7 @@ def test_train_skips_dev_and_test_layouts_and_repeats(monkeypatch):
             return real(args, "train", 10)
         return real(args, split, index)
 
-    monkeypatch.setattr(tasks_mod, "world", fake)
+    monkeypatch.setattr(tasks_mod, "drawn_world", fake)
     args = _args(horizon="short", num_train=20)
     train = make_tasks(args, "train")
     assert [t.meta["seed"] for t in train] == [10, *range(15, 34)]
@@ -110,3 +111,54 @@ def test_a_random_policy_solves_nothing_with_three_times_the_optimal_budget():
                        else rng.choice(names) if tool in ("take", "drop") else "")
                 act(layout, state, (tool, arg))
                 assert not solved(layout, state), (horizon, i)
+
+
+def test_a_mix_draws_each_world_s_preset_by_its_weights_and_sets_its_turn_limit():
+    from agent_r1_async.envs.world.args import SUGGESTED_MAX_TURNS
+    from agent_r1_async.envs.world.layout import generate
+    from agent_r1_async.envs.world.tasks import drawn_world, palette
+
+    mix = {"short": 0.7, "medium": 0.2, "long": 0.1}
+    args = _args(mix=mix, num_train=600)
+    train = make_tasks(args, "train")
+    counts = {h: sum(t.meta["horizon"] == h for t in train) for h in mix}
+    # 600 draws: each share within 4 standard errors of its weight
+    for h, w in mix.items():
+        assert abs(counts[h] / 600 - w) < 4 * math.sqrt(w * (1 - w) / 600), counts
+    for t in train[:50]:
+        h = t.meta["horizon"]
+        assert t.meta["turn_limit"] == SUGGESTED_MAX_TURNS[h]
+        knobs, layout = HORIZONS[h], t.meta["layout"]
+        assert (len(layout.names), len(layout.locks), len(layout.targets),
+                layout.inventory_limit) == (knobs.rooms, knobs.locks, knobs.objects,
+                                            knobs.inventory_limit)
+    # deterministic; the preset comes first from the world's seeded stream
+    assert [t.prompt for t in make_tasks(args, "dev")] == [t.prompt for t in
+                                                          make_tasks(args, "dev")]
+    h, layout = drawn_world(args, "train", 3)
+    rng = random.Random(f"world/0/{SPLIT_SEEDS['train'] + 3}")
+    assert rng.choices(list(mix), weights=list(mix.values()))[0] == h
+    assert generate(rng, HORIZONS[h], palette("train", True)).digest() == layout.digest()
+
+
+def test_without_a_mix_worlds_and_tasks_are_as_before():
+    from agent_r1_async.envs.world.layout import generate
+    from agent_r1_async.envs.world.tasks import palette
+
+    args = _args(horizon="medium")
+    for i in range(5):
+        rng = random.Random(f"world/0/{SPLIT_SEEDS['dev'] + i}")
+        assert world(args, "dev", i).digest() == generate(
+            rng, HORIZONS["medium"], palette("dev", True)).digest()
+    task = make_tasks(args, "dev")[0]
+    assert task.meta["horizon"] == "medium" and "turn_limit" not in task.meta
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"mix": {"short": 1.0}, "rooms": 6}, "rooms: not with mix"),
+    ({"mix": {"short": 1.0, "long": 0.0}}, "mix: expected presets with weights > 0"),
+    ({"mix": {}}, "mix: expected presets with weights > 0"),
+])
+def test_a_bad_mix_names_its_key(kw, message):
+    with pytest.raises(ValueError, match=message):
+        _args(**kw)
