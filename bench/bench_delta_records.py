@@ -15,10 +15,12 @@ interleaved repeats:
   action token of the episode (the float64 behavior log-prob each carries). The ratio is the
   record format's overhead over what the learner needs.
 - ingest µs/step: CPU time (`time.process_time`) of what the buffer service does with each
-  record: `unpack_data` (typed decode), `check_record` (range checks) and `Assembler.add`
-  (assembly, the reference check), per step.
+  record: `unpack_data` (typed decode), `check_record` (range checks; a whole context's
+  CRC-32) and `Assembler.add` (assembly, the reference check with the delta's chained CRC),
+  per step.
 - decode ms/episode: CPU time of the learner's side: `decode_control` of a SampleBatch of
-  `--episodes` episodes and `build_rows` (which rebuilds each step's whole context).
+  `--episodes` episodes and `build_rows` (which rebuilds each step's whole context and checks
+  its CRC-32).
 - buffer bytes: `Assembler` memory accounting (`approx_nbytes`, what `buffer.max_bytes`
   bounds) of one episode held.
 Results (stdout and JSON) go to `--out`.
@@ -52,11 +54,12 @@ def episode_records(steps: int, prompt: int, action: int, obs: int, delta: bool,
     out: list[m.StepRecord | m.EpisodeEnd] = []
     for i in range(steps):
         act = [rng.randrange(VOCAB) for _ in range(action)]
-        ids, origin, length = enc.encode(i, context, act)
+        ids, origin, length, crc = enc.encode(i, context, act)
         out.append(m.StepRecord(
             episode_id, group_id, "task", "a0", "bench", i, ids, m.TokenIds(act),
             m.LogProbs([-rng.random() for _ in range(action)]), 0, process_reward=0.01,
-            done=i == steps - 1, created_at=1.0, context_from=origin, context_len=length))
+            done=i == steps - 1, created_at=1.0, context_from=origin, context_len=length,
+            context_crc=crc))
         context = [*context, *act, *(rng.randrange(VOCAB) for _ in range(obs))]
     out.append(m.EpisodeEnd(episode_id, group_id, "task", "a0", "bench", steps, 1.0, "ok", 1,
                             created_at=1.0))

@@ -65,7 +65,7 @@ from agent_r1_async.envs.contract import (
     prompt_too_long,
 )
 from agent_r1_async.envs.offload import run_offloaded
-from agent_r1_async.wire.delta import DeltaEncoder
+from agent_r1_async.wire.delta import DeltaEncoder, Encoded
 from agent_r1_async.wire.messages import (
     MAX_METRICS,
     TRAINABLE_STATUSES,
@@ -338,14 +338,15 @@ class Rollout:
             self.counters.env_time_s += time.perf_counter() - t0
 
     def _record(
-        self, task: Task, ids: EpisodeIds, index: int, context: tuple[TokenIds, int, int],
+        self, task: Task, ids: EpisodeIds, index: int, context: Encoded,
         gen: GenResult, result: StepResult, env_s: float, cut: bool,
     ) -> StepRecord:
-        """The step's record; `context`: (`context_ids`, `context_from`, `context_len`)."""
+        """The step's record; `context`: its context fields (wire/delta.py)."""
         return StepRecord(
             episode_id=ids.episode_id, group_id=ids.group_id, task_id=task.task_id,
             actor_id=self.actor_id, env_name=self.env_name, step_index=index,
-            context_ids=context[0], context_from=context[1], context_len=context[2],
+            context_ids=context.context_ids, context_from=context.context_from,
+            context_len=context.context_len, context_crc=context.context_crc,
             action_ids=TokenIds(gen.action_ids),
             behavior_logprobs=LogProbs(gen.logprobs),
             policy_version=gen.policy_version, process_reward=result.reward,

@@ -38,12 +38,13 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import msgspec
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """2: packed `TokenIds` / `LogProbs` fields in StepRecord.
 3: `DataBatch` frames (several data messages in one frame); `ActorStats.tokens_total`.
 4: delta step records (`StepRecord.context_from`, `context_len`; wire/delta.py).
 5: failed episodes for the learner's episode samples (`SampleRequest.failed_episodes`,
-`SampleBatch.failed`)."""
+`SampleBatch.failed`).
+6: `StepRecord.context_crc` (the whole context's CRC-32, checked by the learner)."""
 
 # Limits every side agrees on: an env's values are checked against them in the rollout
 # (envs/contract.py) and every record again at the buffer's ingest (buffers/validate.py).
@@ -185,6 +186,9 @@ class StepRecord(_Wire, tag="step"):
     that step's context + action + `context_ids` (a delta record)."""
     context_len: int = 0
     """The whole context's length in tokens (a delta's; 0 or `len(context_ids)` otherwise)."""
+    context_crc: int = -1
+    """CRC-32 of the whole context's int32 bytes as the actor saw it (-1: none); the learner
+    checks the context it rebuilds against it (wire/delta.py)."""
 
 
 class EpisodeEnd(_Wire, tag="episode_end"):

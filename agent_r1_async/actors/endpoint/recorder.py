@@ -64,12 +64,12 @@ class StepRecorder:
         """The call's record; calls are recorded in step order (the encoder relies on it)."""
         gen = call.gen
         assert call.step_index is not None
-        context, context_from, context_len = self._encoder.encode(
-            call.step_index, call.context_ids, gen.action_ids)
+        ctx = self._encoder.encode(call.step_index, call.context_ids, gen.action_ids)
         return StepRecord(
             episode_id=self.ids.episode_id, group_id=self.ids.group_id, task_id=self.task_id,
             actor_id=self.actor_id, env_name=self.env_name, step_index=call.step_index,
-            context_ids=context, context_from=context_from, context_len=context_len,
+            context_ids=ctx.context_ids, context_from=ctx.context_from,
+            context_len=ctx.context_len, context_crc=ctx.context_crc,
             action_ids=TokenIds(gen.action_ids),
             behavior_logprobs=LogProbs(gen.logprobs), policy_version=gen.policy_version,
             process_reward=0.0, done=done, finish_reason=gen.finish_reason,

@@ -4,7 +4,9 @@ learner rebuilds every context token for token."""
 from __future__ import annotations
 
 import asyncio
+import zlib
 
+import msgspec
 import pytest
 
 from agent_r1_async.actors.context import FullContext, make_context_builder
@@ -16,6 +18,7 @@ from agent_r1_async.envs.base import Task
 from agent_r1_async.learner.batching import build_rows, chain_steps
 from agent_r1_async.models import load_tokenizer, tiny_model_dir
 from agent_r1_async.wire.delta import (
+    NO_CRC,
     WHOLE,
     DeltaEncoder,
     context_length,
@@ -27,6 +30,7 @@ from agent_r1_async.wire.messages import (
     EpisodeEnd,
     Group,
     StepRecord,
+    TokenIds,
     decode_data,
     encode,
 )
@@ -54,17 +58,18 @@ def test_the_encoder_sends_appended_tokens_and_a_new_segment_after_a_rebuilt_con
     # step 0: whole; step 1 extends [1, 2] + action [9] by [3, 4]; step 2 extends step 1 +
     # action [8] by [5]; step 3's context drops a token (a window slid): whole again; step 4
     # extends step 3 + action [6] by nothing.
-    assert enc.encode(0, [1, 2], [9]) == ([1, 2], WHOLE, 0)
-    assert enc.encode(1, [1, 2, 9, 3, 4], [8]) == ([3, 4], 0, 5)
-    assert enc.encode(2, [1, 2, 9, 3, 4, 8, 5], [7]) == ([5], 1, 7)
-    assert enc.encode(3, [2, 9, 3, 4, 8, 5, 7, 1], [6]) == ([2, 9, 3, 4, 8, 5, 7, 1], WHOLE, 0)
-    assert enc.encode(4, [2, 9, 3, 4, 8, 5, 7, 1, 6], [6]) == ([], 3, 9)
+    assert enc.encode(0, [1, 2], [9])[:3] == ([1, 2], WHOLE, 0)
+    assert enc.encode(1, [1, 2, 9, 3, 4], [8])[:3] == ([3, 4], 0, 5)
+    assert enc.encode(2, [1, 2, 9, 3, 4, 8, 5], [7])[:3] == ([5], 1, 7)
+    assert enc.encode(3, [2, 9, 3, 4, 8, 5, 7, 1], [6])[:3] == ([2, 9, 3, 4, 8, 5, 7, 1],
+                                                                WHOLE, 0)
+    assert enc.encode(4, [2, 9, 3, 4, 8, 5, 7, 1, 6], [6])[:3] == ([], 3, 9)
     # a context that keeps the previous context but not its action is whole
-    assert enc.encode(5, [2, 9, 3, 4, 8, 5, 7, 1, 6, 0], [1]) == ([2, 9, 3, 4, 8, 5, 7, 1, 6, 0],
-                                                                   WHOLE, 0)
+    assert enc.encode(5, [2, 9, 3, 4, 8, 5, 7, 1, 6, 0], [1])[:3] == (
+        [2, 9, 3, 4, 8, 5, 7, 1, 6, 0], WHOLE, 0)
     off = DeltaEncoder(enabled=False)
     off.encode(0, [1], [2])
-    assert off.encode(1, [1, 2, 3], [4]) == ([1, 2, 3], WHOLE, 0)
+    assert off.encode(1, [1, 2, 3], [4])[:3] == ([1, 2, 3], WHOLE, 0)
 
 
 def test_resolve_rebuilds_every_context_and_refuses_a_delta_without_its_reference() -> None:
@@ -72,9 +77,10 @@ def test_resolve_rebuilds_every_context_and_refuses_a_delta_without_its_referenc
     enc = DeltaEncoder()
     recs = []
     for i, ctx in enumerate(contexts):
-        ids, origin, length = enc.encode(i, ctx, [9, 9])
+        ids, origin, length, crc = enc.encode(i, ctx, [9, 9])
+        assert crc == zlib.crc32(TokenIds(ctx))  # of the whole context, delta or not
         rec = step("e", "g", i, context_ids=ids, action_ids=[9, 9])
-        rec.context_from, rec.context_len = origin, length
+        rec.context_from, rec.context_len, rec.context_crc = origin, length, crc
         recs.append(decode_data(encode(rec)))  # through the wire
     assert [r.context_from for r in recs] == [WHOLE, 0, 1, WHOLE, 3]
     assert [context_length(r) for r in recs] == [len(c) for c in contexts]
@@ -83,6 +89,35 @@ def test_resolve_rebuilds_every_context_and_refuses_a_delta_without_its_referenc
         resolve_contexts([recs[0], recs[2]])
     assert reference_problem(recs[2], recs[1]) == ("", "")
     assert reference_problem(recs[2], recs[0])[0] == "bad_delta"  # 2 + 2 + 2 != 9
+    # A delta with its lengths right but a token changed: its CRC no longer chains.
+    bad = msgspec.structs.replace(recs[2], context_ids=TokenIds([4, 5]))
+    assert reference_problem(bad, recs[1]) == (
+        "bad_delta", "step 2: context_crc does not follow from step 1's context + action + "
+        "the delta")
+    with pytest.raises(ValueError, match="bad_delta"):
+        resolve_contexts([recs[0], recs[1], bad])
+    # Past a step without a CRC nothing chains; the rebuilt context is still checked.
+    blind = [msgspec.structs.replace(recs[0], context_ids=TokenIds([1, 3]), context_crc=NO_CRC),
+             recs[1]]
+    assert reference_problem(recs[1], blind[0]) == ("", "")
+    with pytest.raises(ValueError, match="context_mismatch: step 1's rebuilt context "
+                                         r"\(5 tokens\) is not the one the actor sent"):
+        resolve_contexts(blind)
+    # Without any CRC (an older sender), nothing is checked.
+    none = [msgspec.structs.replace(r, context_crc=NO_CRC) for r in recs]
+    assert resolve_contexts(none) == contexts
+
+
+def test_a_whole_records_crc_is_checked_at_ingest() -> None:
+    bounds = RecordBounds(max_model_len=20)
+    whole = step("e", "g", 0, context_ids=[1, 2, 3])
+    whole.context_crc = zlib.crc32(TokenIds([1, 2, 3]))
+    assert check_step(whole, bounds, 1) == ("", "")
+    whole.context_crc = zlib.crc32(TokenIds([1, 2, 4]))
+    assert check_step(whole, bounds, 1) == (
+        "delta", "step 'e'/0: context_crc is not the CRC-32 of the whole context it carries")
+    whole.context_crc = 1 << 32
+    assert check_step(whole, bounds, 1)[0] == "delta"
 
 
 def test_a_rollout_with_deltas_rebuilds_to_the_records_it_sends_without_them() -> None:
@@ -107,6 +142,8 @@ def test_a_rollout_with_deltas_rebuilds_to_the_records_it_sends_without_them() -
     assert len(whole) == len(delta) == 6
     assert [r.context_from for r in delta] == [WHOLE, 0, 1, 2, 3, 4]
     assert resolve_contexts(delta) == [list(r.context_ids) for r in whole]
+    assert [r.context_crc for r in delta] == [r.context_crc for r in whole] == [
+        zlib.crc32(r.context_ids) for r in whole]
     # Each context token crosses the wire once: the deltas add up to the last context.
     sent_ids = sum(len(r.context_ids) for r in delta)
     assert sent_ids == len(whole[-1].context_ids) - 5 * len(action)
