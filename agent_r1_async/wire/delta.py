@@ -28,8 +28,8 @@ Who checks what
 - The learner (`learner/batching.py`) rebuilds each step's context (`resolve_contexts`),
   which is exact because every reference was checked; and it checks again: every record
   carries the CRC-32 of its whole context as the actor saw it (`context_crc`), and a rebuilt
-  context whose CRC differs stops the update with the step named. The actor computes it once
-  per step (a 6,000-token context is 24 KB of int32s: microseconds).
+  context whose CRC differs stops the update with the step named. The actor and the learner
+  chain it too: a delta's CRC costs its own tokens.
 """
 
 from __future__ import annotations
@@ -131,19 +131,27 @@ class DeltaEncoder:
         self.enabled = enabled
         self._context: list[int] = []
         self._action: list[int] = []
+        self._crc = 0
+        """CRC-32 of `_context`."""
         self._index = -1
 
     def encode(self, step_index: int, context: Sequence[int], action: Sequence[int]) -> Encoded:
-        """This step's context fields: a delta or the whole context, and its CRC."""
+        """This step's context fields: a delta or the whole context, and its CRC (a delta's
+        chained from the previous step's, at the cost of the appended tokens)."""
         ctx = list(context)
         base = len(self._context) + len(self._action)
         delta = (self.enabled and self._index == step_index - 1 and bool(self._context)
                  and extends(ctx, self._context, self._action))
-        whole = TokenIds(ctx)
-        crc = context_crc(whole)
-        out = Encoded(TokenIds(ctx[base:]), step_index - 1, len(ctx), crc) if delta else \
-            Encoded(whole, WHOLE, 0, crc)
-        self._context, self._action, self._index = ctx, list(action), step_index
+        if delta:
+            appended = TokenIds(ctx[base:])
+            crc = context_crc(appended, context_crc(self._action, self._crc))
+            out = Encoded(appended, step_index - 1, len(ctx), crc)
+        else:
+            whole = TokenIds(ctx)
+            crc = context_crc(whole)
+            out = Encoded(whole, WHOLE, 0, crc)
+        self._context, self._action, self._crc = ctx, list(action), crc
+        self._index = step_index
         return out
 
 
@@ -154,9 +162,14 @@ def resolve_contexts(steps: Sequence[StepRecord]) -> list[TokenIds]:
     disagree (the buffer refuses such records; this guards anything else that builds
     episodes), or when a context's CRC-32 is not the one its record carries."""
     out: list[TokenIds] = []
+    # CRC-32 of the context rebuilt last, computed from its tokens (not the record's claim); a
+    # delta's continues it over the action and the appended tokens, so checking a rebuilt
+    # context costs the delta, not the whole.
+    crc = 0
     for i, rec in enumerate(steps):
         if not is_delta(rec):
             whole = rec.context_ids
+            crc = context_crc(whole)
         else:
             previous = (steps[i - 1] if i > 0 and steps[i - 1].step_index == rec.context_from
                         else None)
@@ -168,7 +181,8 @@ def resolve_contexts(steps: Sequence[StepRecord]) -> list[TokenIds]:
             whole.extend(out[-1])
             whole.extend(previous.action_ids)
             whole.extend(rec.context_ids)
-        if rec.context_crc != NO_CRC and context_crc(whole) != rec.context_crc:
+            crc = context_crc(rec.context_ids, context_crc(previous.action_ids, crc))
+        if rec.context_crc != NO_CRC and crc != rec.context_crc:
             raise ValueError(f"episode {rec.episode_id!r}: context_mismatch: step "
                              f"{rec.step_index}'s rebuilt context ({len(whole)} tokens) is not "
                              "the one the actor sent (CRC-32 differs)")
