@@ -363,6 +363,11 @@ class AlgorithmConfig(_Section):
     """How per-token losses are aggregated over the batch."""
     value_clip: float = 0.2
     """PPO value-loss clip around the proximal value V_old (0 = no clipping; ppo only)."""
+    filter_groups: bool = False
+    """Drop a completed group whose GRPO / RLOO advantages are all zero (equal returns, e.g.
+    every episode correct) at the buffer instead of training on it, and let an actor start
+    another in its place (DAPO's dynamic sampling; buffers/zero_advantage.py). grpo and rloo
+    only."""
 
     def __post_init__(self) -> None:
         _require(self.group_size >= 1, "algorithm.group_size", "must be >= 1")
@@ -377,6 +382,12 @@ class AlgorithmConfig(_Section):
             self.is_mask_high == 0 or self.is_mask_high > self.is_mask_low,
             "algorithm.is_mask_high",
             "must be 0 (off) or greater than algorithm.is_mask_low",
+        )
+        _require(
+            not self.filter_groups or self.name in ("grpo", "rloo"),
+            "algorithm.filter_groups",
+            f"needs a group baseline (grpo or rloo): {self.name}'s advantages are not zero "
+            "when a group's returns are equal",
         )
         _require(
             self.name not in ("grpo", "rloo") or self.group_size >= 2,

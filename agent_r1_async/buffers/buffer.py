@@ -4,7 +4,8 @@
 fake clock). Data flow:
 
     ingest(StepRecord | EpisodeEnd)  -> granted to its actor? -> range checks -> Assembler
-                                     -> ready groups -> (stale? drop) -> GroupStore
+                                     -> ready groups -> (stale? drop) -> (every advantage
+                                        zero? drop, under algorithm.filter_groups) -> GroupStore
     grant(actor, n, held)            -> reconcile `held` (below), then min(admission capacity,
                                         rate-limiter room), 0 if memory full
     try_sample(k, version)           -> drop stale, rate-limiter check, GroupStore.sample
@@ -53,6 +54,7 @@ from agent_r1_async.buffers.state import BufferState, StoredState
 from agent_r1_async.buffers.store import GroupStore, StoredGroup, describe
 from agent_r1_async.buffers.unsaved import UnsavedEpisodes
 from agent_r1_async.buffers.validate import RecordBounds, check_record, check_stats
+from agent_r1_async.buffers.zero_advantage import zero_advantage
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
 from agent_r1_async.wire import roles
 from agent_r1_async.wire.messages import (
@@ -66,6 +68,9 @@ from agent_r1_async.wire.messages import (
 )
 
 log = logging.getLogger(__name__)
+
+ZERO_ADVANTAGE = "zero_advantage"
+"""The drop reason of a group `algorithm.filter_groups` leaves out (buffers/zero_advantage.py)."""
 
 _DEFAULT_MAX_ACTORS = 256
 """ActorStats kept when `RecordBounds.max_actors` is 0 (unknown: no bounds from a launch)."""
@@ -87,6 +92,9 @@ class EpisodeBuffer:
         self.version = 0
         self._clock = clock
         self.group_size = algo.group_size
+        self._zero_advantage_rule = ((algo.credit, algo.gamma) if algo.filter_groups
+                                     else None)
+        """(credit, γ) when `algorithm.filter_groups` drops groups that teach nothing."""
         """The run's group size (`algorithm.group_size`), the buffer's one number for it: the
         bound on an EpisodeEnd's `group_size` (`bounds.max_group_size`) and the size a group
         waits for when its own size was refused (buffers/assembly.py, "Group size")."""
@@ -272,6 +280,11 @@ class EpisodeBuffer:
             self.drops["stale"] += 1
             self._dropped_untrained(entry, "stale")
             return False
+        rule = self._zero_advantage_rule
+        if rule is not None and zero_advantage(entry.group, *rule):
+            self.drops[ZERO_ADVANTAGE] += 1
+            self._dropped_untrained(entry, ZERO_ADVANTAGE)
+            return False
         if not self.store.insert(entry):
             self.drops["duplicate_group"] += 1
             self._dropped_untrained(entry, "duplicate_group")
@@ -323,7 +336,11 @@ class EpisodeBuffer:
         else:
             self.set_version(self.version)  # the hard bound is checked at every sample
         if len(self.store) < max(k, self.cfg.min_groups_to_sample):
-            return None, f"{len(self.store)} groups ready, {k} requested"
+            why = f"{len(self.store)} groups ready, {k} requested"
+            if self._zero_advantage_rule is not None:
+                why += (f"; {self.drops[ZERO_ADVANTAGE]} groups dropped so far with every "
+                        "advantage zero (algorithm.filter_groups)")
+            return None, why
         if not self.limiter.can_sample(k, len(self.store)):
             return None, "rate_limit: samples would outrun inserts (samples_per_insert)"
         picked, weights, evicted = self.store.sample(k)
