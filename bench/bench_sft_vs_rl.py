@@ -27,9 +27,12 @@ already there, so a stage can be stopped and run again):
   - `sft_continued`: best SFT trained on for the RL arm's wall time (its RL clock, from its
     first to its last update) on fresh demonstrations (`sft.demo_offset` D: tasks no best-SFT
     warm start of that seed saw) at the warm start's rate: the equal-compute control;
-  - `rl_token`: as `rl_step` with `algorithm.credit=token`.
+  - `rl_token`: as `rl_step` with `algorithm.credit=token`;
+  - `rl_filter`: as `rl_step` with `algorithm.filter_groups=true` (groups whose advantages
+    are all zero are dropped at the buffer and replaced, not trained).
 - **summarize**: OUT/table.md (each arm per seed, mean ± sd; paired 95 % t intervals for
-  rl_step − best_sft, rl_step − sft_continued, rl_step − rl_token), OUT/results.json, and,
+  rl_step − best_sft, rl_step − sft_continued, rl_step − rl_token, rl_filter − rl_step),
+  OUT/results.json, and,
   where episodes report `optimal_len` (the world env), success against the optimal plan's
   length (buckets `--horizon-bins`) for best SFT and both RL arms: OUT/horizon.json and
   OUT/success_vs_horizon.png.
@@ -54,8 +57,14 @@ from agent_r1_async.run.output.report import read_metrics
 from bench.cli_runs import ROOT, cli, run_logged, sets
 from bench.stats import load_line, mean_sd, paired_diffs
 
-ARMS = ("best_sft", "rl_step", "sft_continued", "rl_token")
-COMPARISONS = (("rl_step", "best_sft"), ("rl_step", "sft_continued"), ("rl_step", "rl_token"))
+RL_ARMS = {"rl_step": [], "rl_token": ["algorithm.credit=token"],
+           "rl_filter": ["algorithm.filter_groups=true"]}
+"""The RL arms: each a launch from best SFT with these overrides."""
+ARMS = ("best_sft", "rl_step", "sft_continued", "rl_token", "rl_filter")
+DEFAULT_ARMS = ARMS[:4]
+"""The arms a run takes unless `--arms` names others (`rl_filter` is asked for by name)."""
+COMPARISONS = (("rl_step", "best_sft"), ("rl_step", "sft_continued"), ("rl_step", "rl_token"),
+               ("rl_filter", "rl_step"))
 
 
 # --- one command each ---------------------------------------------------------------------
@@ -204,7 +213,7 @@ def arms(args: argparse.Namespace) -> dict[str, Any]:
             res = evaluate(args, f"best_sft-s{seed}", ckpt, args.split, args.test_tasks, seed)
             record("best_sft", {"checkpoint": ckpt, **stats, **res})
         start = runs.get("best_sft", {}).get("checkpoint")
-        for arm, extra in (("rl_step", []), ("rl_token", ["algorithm.credit=token"])):
+        for arm, extra in RL_ARMS.items():
             if arm in runs or arm not in args.arms or start is None:
                 continue
             final, stats = rl(args, f"{arm}-s{seed}", seed, start, extra)
@@ -286,7 +295,7 @@ def summarize(args: argparse.Namespace) -> str:
                   if len(pairs) > 1 else f"{p['mean']:+.3f} (one seed: no interval)")
             lines.append(f"- {a} − {b}, paired by seed ({diffs}): {ci}")
     curves = {arm: [horizon(r["rows"], args.horizon_bins, args.metric) for _, r in runs]
-              for arm, runs in per_arm.items() if arm in ("best_sft", "rl_step", "rl_token")
+              for arm, runs in per_arm.items() if arm in ("best_sft", *RL_ARMS)
               and runs}
     if any(c and c[0] for c in curves.values()):
         _save(args.out / "horizon.json", curves)
@@ -341,7 +350,7 @@ def main() -> None:
     ap.add_argument("--split", default="test")
     ap.add_argument("--test-tasks", type=int, default=100)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    ap.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), choices=ARMS)
     ap.add_argument("--budget-s", type=float, default=1800.0)
     ap.add_argument("--max-fresh-demos", type=int, default=2048)
     ap.add_argument("--horizon-bins", type=int, nargs="+", default=[10, 20, 40, 80, 160])

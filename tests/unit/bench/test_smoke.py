@@ -277,3 +277,24 @@ def test_episode_sampler_bench_batches_resolve_and_carry_failed_episodes() -> No
     steps = batch.groups[0].episodes[0].steps
     assert [len(c) for c in resolve_contexts(steps)] == [10, 17, 24]
     assert batch.failed[0].end.status == "env_error"
+
+
+def test_sft_vs_rl_summary_pairs_the_filtered_arm_with_rl_step(tmp_path: Path) -> None:
+    import argparse
+    import json
+
+    mod = load("bench_sft_vs_rl")
+    rows = tmp_path / "rows.jsonl"  # multi-hop rows: no optimal_len, so no horizon curve
+    rows.write_text(json.dumps({"metrics": {"em": 1.0}}) + "\n")
+    arms = {str(s): {arm: {"metric": m, "updates": 10, "rows": str(rows)}
+                     for arm, m in ms.items()}
+            for s, ms in {0: {"rl_step": 0.80, "rl_filter": 0.85},
+                          1: {"rl_step": 0.70, "rl_filter": 0.78}}.items()}
+    (tmp_path / "arms.json").write_text(json.dumps(arms))
+    args = argparse.Namespace(out=tmp_path, config=Path("configs/multihop.yaml"), metric="em",
+                              split="test", horizon_bins=[10])
+    text = mod.summarize(args)
+    # differences +0.05 and +0.08: mean +0.065, sd 0.0212, t(1) 12.706 × 0.0212 / √2 = 0.1906
+    assert ("- rl_filter − rl_step, paired by seed (+0.050, +0.080): mean +0.065, "
+            "95 % t [-0.126, +0.256]") in text
+    assert "| rl_filter | s0 0.850, s1 0.780 | 0.815 ± 0.049 | 10, 10 |" in text
