@@ -950,8 +950,8 @@ def with_choices(error: str, root: type, key: str) -> str:
 
 
 def _literal_values(info: Any, parts: list[str]) -> tuple[Any, ...]:
-    """The values of the Literal that `parts` (field names, `name[i]` for list items) reach
-    from the msgspec type `info`; () where they reach none."""
+    """The values of the Literal that `parts` (field names, `name[i]` for list items, `name{}`
+    for a dict's keys) reach from the msgspec type `info`; () where they reach none."""
     mi = msgspec.inspect
     if isinstance(info, mi.UnionType):
         return tuple(v for t in info.types for v in _literal_values(t, parts))
@@ -962,10 +962,14 @@ def _literal_values(info: Any, parts: list[str]) -> tuple[Any, ...]:
     name, _, index = parts[0].partition("[")
     if not isinstance(info, mi.StructType):
         return ()
-    field = next((f for f in info.fields if f.encode_name == name), None)
+    field = next((f for f in info.fields if f.encode_name == name.removesuffix("{}")), None)
     if field is None:
         return ()
     inner: Any = field.type
+    if name.endswith("{}"):  # `name{}`: the keys of a dict field
+        dicts = inner.types if isinstance(inner, mi.UnionType) else (inner,)
+        return next((_literal_values(d.key_type, parts[1:]) for d in dicts
+                     if isinstance(d, mi.DictType)), ())
     for _ in range(index.count("]")):  # each `[i]`: one level into a list or tuple
         inner = getattr(inner, "item_type", None)
     return _literal_values(inner, parts[1:]) if inner is not None else ()

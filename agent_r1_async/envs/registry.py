@@ -213,7 +213,10 @@ def _args_error(msg: str, args_type: type) -> str:
     head, sep, path = msg.rpartition(" - at `")
     if not sep:
         head, path = msg, ""
-    key = path.rstrip("`").removeprefix("$").removeprefix(".")
+    dict_key = path.startswith("key` in `")  # msgspec's path for a bad key of a dict
+    key = path.removeprefix("key` in `").rstrip("`").removeprefix("$").removeprefix(".")
+    if dict_key:
+        return f"config key `env.args.{key}`: a key: {with_choices(head, args_type, key + '{}')}"
     if head.startswith("Object contains unknown field"):
         field = head.split("`")[1]
         return f"unknown config key `env.args.{f'{key}.' if key else ''}{field}`"

@@ -118,6 +118,10 @@ def test_args_errors_name_the_key():
         get_env_spec(EnvConfig(name=f"{__name__}:EchoEnvDef", args={"n": "two"}))
     with pytest.raises(ConfigError, match=r"config key `env.args.digits`: must be in 1..9"):
         get_env_spec(EnvConfig(name="arithmetic", args={"digits": 0}))
+    with pytest.raises(ConfigError) as err:  # a bad key of a dict-valued arg
+        get_env_spec(EnvConfig(name="world", args={"mix": {"shorty": 1.0}}))
+    assert str(err.value) == ("config key `env.args.mix`: a key: Invalid enum value 'shorty' "
+                              "(one of long, medium, short, xlong)")
 
 
 def test_entry_point_from_a_dist_info_on_sys_path(tmp_path, monkeypatch, clean_registry):
