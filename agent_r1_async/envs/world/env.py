@@ -182,16 +182,19 @@ class WorldDomain:
         reward, self._pending = self._pending, 0.0
         return reward
 
-    def score(self, task: Task, answer: str | None) -> Score:
-        success = float(self.solved)
-        return Score(self.args.success_reward * success, {
-            "success": success,
+    def metrics(self) -> dict[str, float]:
+        """The episode's metrics as they stand (its score's, at the end)."""
+        return {
+            "success": float(self.solved),
             "optimal_len": float(self.d0),
             "horizon_bucket": float(horizon_bucket(self.d0)),
             "progress": 1.0 - self.d / self.d0 if self.d0 else 0.0,
             "invalid_actions": float(self.invalid),
             "novel": float(self.novel),
-        })
+        }
+
+    def score(self, task: Task, answer: str | None) -> Score:
+        return Score(self.args.success_reward * float(self.solved), self.metrics())
 
 
 class WorldToolEnv(ToolEnv):
@@ -225,6 +228,9 @@ class WorldToolEnv(ToolEnv):
             return result
         assert self.state is not None
         if not self.world.solved and self.state.turn < self.turn_limit:
+            # every step reports the metrics so far: an episode whose context outgrows
+            # model.max_model_len ends before the env scores it, and keeps these
+            result.metrics.update(self.world.metrics())
             return result
         return self._finish(None, reward=result.reward, num_calls=result.num_tool_calls,
                             truncated=not self.world.solved)

@@ -117,3 +117,25 @@ def test_counters_track_tokens_and_outcomes(tokenizer):
     c = rollout.counters
     assert c.tokens == 3 * 3  # two steps of the ok episode + one of the failed one
     assert (c.episodes_done, c.episodes_failed, c.in_flight) == (1, 1, 0)
+
+
+def test_a_world_episode_cut_by_its_context_keeps_the_env_s_metrics_so_far(tokenizer):
+    """The world reports its metrics on every step, so an episode that ends because its
+    context reached model.max_model_len (before the env could score it) is still measured:
+    evaluation rows and the horizon curve count it where it stood, not as missing."""
+    from agent_r1_async.config import EnvConfig
+    from agent_r1_async.envs.registry import get_env_spec
+    from agent_r1_async.envs.toolenv import ToolCall, tool_call_text
+
+    spec = get_env_spec(EnvConfig(name="world", max_turns=50, args={
+        "horizon": "short", "num_train": 2, "num_dev": 2, "num_test": 2}))
+    task = spec.tasks("dev")[0]
+    look = tokenizer.encode(tool_call_text(ToolCall("look", {})), add_special_tokens=False)
+    rollout = _rollout(tokenizer, FakeEngine.repeating([*look, tokenizer.eos_token_id]),
+                       max_model_len=1200, max_turns=50)
+    end = asyncio.run(rollout.run(spec.make(), task, EpisodeIds("e1", "g1", 4),
+                                  lambda m: asyncio.sleep(0)))
+    assert end.status == "truncated" and "max_model_len=1200" in end.error
+    d0 = len(spec.oracle(task))
+    assert end.metrics["optimal_len"] == d0 and end.metrics["progress"] == 0.0
+    assert end.metrics["success"] == 0.0 and end.metrics["invalid_actions"] == 0.0

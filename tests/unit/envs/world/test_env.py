@@ -94,6 +94,13 @@ def test_a_detour_is_paid_back_exactly_and_costs_progress_within_the_budget():
     assert math.fsum(r.reward for r in cut) == pytest.approx((n - 2) / n, abs=1e-12)
     assert cut[-1].metrics["progress"] == pytest.approx((n - 2) / n, abs=1e-12)
     assert cut[-1].metrics["steps"] == n
+    # Every step before the end carries the metrics so far, so an episode cut short by its
+    # context (no score from the env) keeps them: -1 / n after the detour, 0 back, then k / n
+    # after k oracle actions.
+    assert results[0].metrics["progress"] == pytest.approx(-1 / n, abs=1e-12)
+    for k, r in enumerate(results[1:-1]):
+        assert r.metrics["progress"] == pytest.approx(k / n, abs=1e-12)
+        assert r.metrics["optimal_len"] == n and r.metrics["success"] == 0.0
 
 
 def test_invalid_actions_and_malformed_calls_earn_the_penalty_and_change_nothing():
