@@ -15,7 +15,7 @@ import pytest
 MODULES = ["bench_async_vs_sync", "bench_transport", "bench_weight_sync", "bench_engines",
            "bench_learner", "bench_vs_trl", "bench_buffer", "bench_learning",
            "bench_tool_overhead", "bench_delta_records", "bench_sft_vs_rl",
-           "bench_learner_long_sequences", "bench_episode_sampler", "bench_staleness_bias",
+           "bench_context_builders", "bench_learner_long_sequences", "bench_episode_sampler", "bench_staleness_bias",
            "bench_shared_prefix", "bench_busy_wait", "bench_engine_speed", "bench_stragglers"]
 
 
@@ -298,3 +298,48 @@ def test_sft_vs_rl_summary_pairs_the_filtered_arm_with_rl_step(tmp_path: Path) -
     assert ("- rl_filter − rl_step, paired by seed (+0.050, +0.080): mean +0.065, "
             "95 % t [-0.126, +0.256]") in text
     assert "| rl_filter | s0 0.850, s1 0.780 | 0.815 ± 0.049 | 10, 10 |" in text
+
+
+def test_context_builders_bench_configs_load_and_the_table_pairs_compact_by_hand(
+        tmp_path: Path) -> None:
+    import argparse
+    import json
+
+    from agent_r1_async.config import load_config
+
+    mod = load("bench_context_builders")
+    for builder, keys in mod.BUILDERS.items():  # every cell's config passes validation
+        cfg = load_config("configs/world.yaml", [*mod.WINDOW, *keys])
+        assert cfg.context.builder == builder and cfg.model.max_model_len == 1024
+    rows = {  # (progress, success, steps, compactions) per episode, two episodes per file
+        ("compact", 0): [(0.5, 1.0, 40, 3), (0.3, 0.0, 100, 8)],
+        ("compact", 1): [(0.6, 0.0, 100, 9), (0.2, 0.0, 100, 9)],
+        ("last_k", 0): [(0.1, 0.0, 100, None), (0.3, 0.0, 100, None)],
+        ("last_k", 1): [(0.0, 0.0, 100, None), (0.2, 0.0, 100, None)],
+    }
+    for builder in ("compact", "last_k"):
+        arms: dict[str, dict] = {}
+        for seed in (0, 1):
+            path = tmp_path / f"{builder}-{seed}.jsonl"
+            lines = []
+            for progress, success, steps, n in rows[(builder, seed)]:
+                metrics = {"progress": progress, "success": success}
+                if n is not None:
+                    metrics.update({"context/compactions": n, "context/summary_tokens": 100.0,
+                                    "context/success_after_compaction": success})
+                lines.append(json.dumps({"steps": steps, "metrics": metrics}))
+            path.write_text("\n".join(lines) + "\n")
+            arms[str(seed)] = {"rl_step": {"rows": str(path), "metric": 0.0}}
+        (tmp_path / builder).mkdir()
+        (tmp_path / builder / "arms.json").write_text(json.dumps(arms))
+    args = argparse.Namespace(out=tmp_path, metric="progress", demos=16, epochs=2,
+                              budget_s=1200.0)
+    text = mod.summarize(args)
+    # compact: progress 0.4 and 0.4 (sd 0), success 0.25, steps 85, compactions 7.25
+    assert ("| compact | rl_step | s0 0.400, s1 0.400 | 0.400 ± 0.000 | 0.25 | 85.00 | 7.25 | "
+            "100.00 | 0.25 |") in text
+    assert "| last_k | rl_step | s0 0.200, s1 0.100 | 0.150 ± 0.071 | 0.00 | 100.00 | – |" in text
+    # differences +0.2, +0.3: mean +0.25, sd 0.0707, t(1) 12.706 × 0.0707 / √2 = 0.635
+    assert ("- rl_step: compact − last_k, paired by seed (+0.200, +0.300): mean +0.250, "
+            "95 % t [-0.385, +0.885]") in text
+    assert "truncate" not in text.split("\n\n", 2)[2]  # no truncate cell: no row, no pair
