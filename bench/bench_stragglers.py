@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -81,15 +82,26 @@ def lengths(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def one_launch(config: str, overrides: list[str], log: Path) -> dict[str, Any]:
-    out = run_logged(cli("launch", "--config", config, *sets(overrides)), log)
-    run_dir = Path(out.split("run directory: ")[-1].strip())
+NO_STEADY_STATE = {"samples_per_s": math.nan, "update_s": math.nan, "idle": math.nan,
+                   "computed": math.nan, "gen_tok_s": math.nan}
+
+
+def launch_row(run_dir: Path) -> dict[str, Any]:
+    """One finished launch's row, from its metrics.jsonl: the steady state over updates 2..
+    (nan with fewer than 2 updates: a synchronous launch of long episodes may fit one in
+    its minutes) and the length ledger at its last update."""
     records = list(read_records(run_dir / "metrics.jsonl"))
     ledger = [r for r in records if "episodes/trained_length_ratio" in r]
     if not ledger:
-        raise SystemExit(f"{log}: no update logged the length ledger")
-    return {**steady_state(records), **lengths(ledger[-1]), "run_dir": str(run_dir),
-            "updates": sum("learner/update_time_s" in r for r in records)}
+        raise SystemExit(f"{run_dir}: no update logged the length ledger")
+    updates = sum("learner/update_time_s" in r for r in records)
+    steady = steady_state(records, min_updates=2) if updates >= 2 else NO_STEADY_STATE
+    return {**steady, **lengths(ledger[-1]), "run_dir": str(run_dir), "updates": updates}
+
+
+def one_launch(config: str, overrides: list[str], log: Path) -> dict[str, Any]:
+    out = run_logged(cli("launch", "--config", config, *sets(overrides)), log)
+    return launch_row(Path(out.split("run directory: ")[-1].strip()))
 
 
 def _warm(config: str, overrides: list[str]) -> None:
@@ -113,7 +125,11 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], help="extra config override a.b=v")
     ap.add_argument("--run-root", type=Path, default=ROOT / "runs" / "bench-stragglers")
     ap.add_argument("--json", type=Path, default=None, help="every launch's row, as JSON")
+    ap.add_argument("--done", action="append", default=[], metavar="K=RUN_DIR",
+                    help="max_staleness K's launch already ran (this command's, stopped "
+                         "after it): its row is read from RUN_DIR instead of launching again")
     args = ap.parse_args()
+    done = {int(k): Path(d) for k, d in (x.split("=", 1) for x in args.done)}
     common = [*LONG_CONTEXT, f"env.args.mix={args.mix}", "eval.in_launch=false",
               "learner.total_updates=100000", f"launch.max_wall_time_s={args.minutes * 60:.0f}",
               f"launch.run_root={args.run_root}", *args.set]
@@ -123,9 +139,13 @@ def main() -> None:
     rows: dict[str, dict[str, Any]] = {}
     for k in args.staleness:
         stamp = time.strftime("%H%M%S")
-        row = one_launch(args.config, [*common, f"buffer.max_staleness={k}"],
-                         args.run_root / "logs" / f"staleness-{k}-{stamp}.log")
-        row["load"] = load_line()
+        if k in done:
+            row = launch_row(done[k])
+            row["load"] = "(an earlier launch of this command)"
+        else:
+            row = one_launch(args.config, [*common, f"buffer.max_staleness={k}"],
+                             args.run_root / "logs" / f"staleness-{k}-{stamp}.log")
+            row["load"] = load_line()
         rows[str(k)] = row
         frac = ", ".join(f"le_{b} {f:.2f}" for b, f in row["trained_step_fraction"].items())
         print(f"max_staleness {k}: {row['updates']} updates, {row['samples_per_s']:.4f} "

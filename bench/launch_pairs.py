@@ -42,11 +42,12 @@ def one_launch(config: str, overrides: list[str], updates: int, log: Path,
     return {**row, "cold": float("warm start: training" in out), "run_dir": str(run_dir)}
 
 
-def steady_state(records: list[dict[str, Any]]) -> dict[str, float]:
-    """A launch's metrics records -> its figures over updates 2.. (module docstring)."""
+def steady_state(records: list[dict[str, Any]], min_updates: int = 3) -> dict[str, float]:
+    """A launch's metrics records -> its figures over updates 2.. (module docstring); at
+    least `min_updates` (≥ 2) updates must be logged."""
     recs = [r for r in records if "learner/update_time_s" in r]
-    if len(recs) < 3:
-        raise ValueError(f"{len(recs)} updates logged, need ≥ 3")
+    if len(recs) < max(min_updates, 2):
+        raise ValueError(f"{len(recs)} updates logged, need ≥ {max(min_updates, 2)}")
     later = recs[1:]
     span = recs[-1]["time"] - recs[0]["time"]
     gen = [r["actors/tokens_per_s"] for r in records

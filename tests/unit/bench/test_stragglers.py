@@ -1,12 +1,15 @@
-"""bench_stragglers' reading of the buffer's length ledger, on a record worked by hand."""
+"""bench_stragglers' reading of a launch: the buffer's length ledger and the steady state, worked by
+hand."""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 
-from bench.bench_stragglers import lengths
+from bench.bench_stragglers import launch_row, lengths
 
 
 def test_lengths_reads_quantile_buckets_ratio_stale_drops_and_trained_step_shares():
@@ -34,3 +37,23 @@ def test_lengths_reads_quantile_buckets_ratio_stale_drops_and_trained_step_share
 def test_lengths_without_generated_episodes_is_an_error():
     with pytest.raises(ValueError, match="no generated episodes"):
         lengths({"episodes/trained_length_ratio": math.nan})
+
+
+def _update(t: float, episodes: int, wait: float, total: float) -> dict:
+    return {"time": t, "learner/update_time_s": total, "learner/data_wait_s": wait,
+            "learner/episodes": episodes, "learner/tokens_computed": 50,
+            "learner/tokens_flat": 100, "episodes/generated/le_16": 8,
+            "episodes/trained_length_ratio": 1.0}
+
+
+def test_a_launch_row_needs_two_updates_for_its_steady_state(tmp_path: Path):
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text(json.dumps(_update(100.0, 8, 300.0, 400.0)) + "\n")
+    row = launch_row(tmp_path)  # one update (a synchronous launch of long episodes): nan
+    assert row["updates"] == 1 and math.isnan(row["samples_per_s"]) and math.isnan(row["idle"])
+    assert row["generated"] == 8 and row["trained_length_ratio"] == 1.0
+    with metrics.open("a") as f:
+        f.write(json.dumps(_update(500.0, 8, 100.0, 400.0)) + "\n")
+    row = launch_row(tmp_path)  # updates 2..: 8 episodes in 400 s, idle 100 of 400 s
+    assert row["updates"] == 2 and row["samples_per_s"] == 8 / 400
+    assert row["idle"] == 0.25 and row["update_s"] == 300.0 and row["computed"] == 0.5
