@@ -16,7 +16,9 @@ Per launch, from its metrics.jsonl:
   their length buckets at the 50th and 99th percentiles, the mean length of trained over
   generated episodes, groups dropped for staleness, and per length bucket the fraction of the
   generated steps that were trained (an episode still in flight at the end is not generated
-  yet; one sampled again counts once).
+  yet; one sampled again counts once) and the share of the generated episodes dropped stale
+  (a generated step neither trained nor dropped was still waiting in the buffer when the
+  launch stopped).
 
 The simulated counterpart (more hours, no engine) is bench_staleness_bias.py.
 """
@@ -71,6 +73,8 @@ def lengths(record: dict[str, Any]) -> dict[str, Any]:
         raise ValueError("no generated episodes in the record")
     gen_steps = _bucket_counts(record, "generated_steps")
     trained_steps = _bucket_counts(record, "trained_steps")
+    stale = {int(k.rpartition("le_")[2]): v for k, v in record.items()
+             if k.startswith("buffer/drops_by_len/stale/le_")}
     return {
         "generated": sum(generated.values()),
         "p50_bucket": _quantile_bucket(generated, 0.5),
@@ -79,6 +83,8 @@ def lengths(record: dict[str, Any]) -> dict[str, Any]:
         "stale_groups": record.get("buffer/drops/stale", 0.0),
         "trained_step_fraction": {b: trained_steps.get(b, 0.0) / s
                                   for b, s in sorted(gen_steps.items()) if s},
+        "stale_episode_fraction": {b: stale.get(b, 0.0) / n
+                                   for b, n in sorted(generated.items()) if n},
     }
 
 
@@ -148,13 +154,15 @@ def main() -> None:
             row["load"] = load_line()
         rows[str(k)] = row
         frac = ", ".join(f"le_{b} {f:.2f}" for b, f in row["trained_step_fraction"].items())
+        stale = ", ".join(f"le_{b} {f:.2f}" for b, f in row["stale_episode_fraction"].items())
         print(f"max_staleness {k}: {row['updates']} updates, {row['samples_per_s']:.4f} "
               f"episodes/s, learner idle {row['idle']:.1%}, update {row['update_s']:.0f} s, "
               f"generated {row['gen_tok_s']:.1f} tok/s; {row['generated']:.0f} episodes "
               f"generated, length p50 ≤ {row['p50_bucket']}, p99 ≤ {row['p99_bucket']}; "
               f"trained/generated mean length {row['trained_length_ratio']:.3f}, "
               f"{row['stale_groups']:.0f} groups dropped stale; trained share of generated "
-              f"steps: {frac}; {row['load']}", flush=True)
+              f"steps: {frac}; dropped stale, share of generated episodes: {stale}; "
+              f"{row['load']}", flush=True)
         if args.json is not None:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps({"mix": args.mix, "minutes": args.minutes,

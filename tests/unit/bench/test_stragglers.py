@@ -22,6 +22,7 @@ def test_lengths_reads_quantile_buckets_ratio_stale_drops_and_trained_step_share
         "episodes/generated_steps/le_128": 120,
         "episodes/trained_steps/le_16": 480, "episodes/trained_steps/le_64": 1950,
         "episodes/trained_length_ratio": 1.25, "buffer/drops/stale": 3,
+        "buffer/drops_by_len/stale/le_64": 13, "buffer/drops_by_len/stale/le_128": 1,
         "episodes/generated_steps_mean": 30.3,  # not a bucket: ignored
     }
     out = lengths(record)
@@ -30,6 +31,8 @@ def test_lengths_reads_quantile_buckets_ratio_stale_drops_and_trained_step_share
     assert out["trained_length_ratio"] == 1.25 and out["stale_groups"] == 3
     # trained ÷ generated steps per bucket: 480/960, 1950/1950, 0/120
     assert out["trained_step_fraction"] == {16: 0.5, 64: 1.0, 128: 0.0}
+    # stale episodes ÷ generated per bucket: 0/60, 13/39, 1/1
+    assert out["stale_episode_fraction"] == {16: 0.0, 64: 1 / 3, 128: 1.0}
     record["episodes/generated/le_128"] = 2  # the 99th of 101 episodes (99.99) is now in le_128
     assert lengths(record)["p99_bucket"] == 128
 
