@@ -233,6 +233,7 @@ class SleepTrainer:
     pad_id = 2
     publish_dtype = None  # publishes nothing
     shared_prefix = False  # the Learner plans flat rows for it
+    attention_cost = 0.0
 
     def __init__(self, update_s: float) -> None:
         self.update_s = update_s

@@ -362,13 +362,14 @@ def sequence_tokens(rows: Sequence[Row], seq: Sequence[int]) -> list[int]:
 
 
 def plan_trees(rows: Sequence[Row], seqs: Sequence[Sequence[int]], max_tokens: int,
-               shared_prefix: bool = False) -> list[SubTree]:
+               shared_prefix: bool = False, rho: float = 0.0) -> list[SubTree]:
     """Training sequences → the rows the forward computes: with `shared_prefix`, sub-trees of
-    each group's sequences (learner/prefix_tree.py `plan_subtrees`), else one per sequence."""
+    each group's sequences (learner/prefix_tree.py `plan_subtrees`; `rho`: its attention
+    cost), else one per sequence."""
     if not shared_prefix:
         return prefix_tree.flat_subtrees([rows[s[-1]].length for s in seqs])
     return prefix_tree.plan_subtrees([sequence_tokens(rows, s) for s in seqs],
-                                     [rows[s[0]].group_index for s in seqs], max_tokens)
+                                     [rows[s[0]].group_index for s in seqs], max_tokens, rho)
 
 
 def with_tree(mb: MicroBatch, trees: Sequence[SubTree], tokens: Sequence[Sequence[int]],
@@ -399,11 +400,12 @@ def trees_to_micro_batches(rows: Sequence[Row], seqs: Sequence[Sequence[int]],
 
 def sequences_to_micro_batches(
     rows: Sequence[Row], seqs: Sequence[Sequence[int]], max_tokens: int, pad_id: int,
-    shared_prefix: bool = False,
+    shared_prefix: bool = False, rho: float = 0.0,
 ) -> list[MicroBatch]:
     """Training sequences → micro-batches of ≤ max_tokens padded tokens (`shared_prefix`: a
-    group's sequences that share a prefix in one row with a tree mask)."""
-    trees = plan_trees(rows, seqs, max_tokens, shared_prefix)
+    group's sequences that share a prefix in one row with a tree mask, where that costs less
+    by `rho`, `plan_trees`)."""
+    trees = plan_trees(rows, seqs, max_tokens, shared_prefix, rho)
     return trees_to_micro_batches(rows, seqs, trees, max_tokens, pad_id)
 
 

@@ -238,7 +238,8 @@ class Learner:
         seqs = batching.training_sequences(rows, self.cfg.learner.pack_steps)
         budget, pad = self.cfg.learner.micro_batch_tokens, self.trainer.pad_id
         # The units ranks share are the forward's rows: a group's prefix tree stays on one rank.
-        trees = batching.plan_trees(rows, seqs, budget, self.trainer.shared_prefix)
+        trees = batching.plan_trees(rows, seqs, budget, self.trainer.shared_prefix,
+                                    self.trainer.attention_cost)
         mine = dist_util.balance([t.tokens for t in trees], dist_util.world_size())
         mbs = batching.trees_to_micro_batches(
             rows, seqs, [trees[i] for i in mine[dist_util.rank()]], budget, pad)

@@ -26,9 +26,16 @@ members' flat [B, T] layout (`batching.MicroBatch`), so none of it knows about t
 
 Planning (`plan_subtrees`): sequences with one key (the RL learner: a group; SFT: the batch) are
 sorted by their tokens, which makes members with longer common prefixes neighbours, and joined
-greedily into a sub-tree while the joined row computes fewer tokens than the rows apart and
-stays within `learner.micro_batch_tokens`; so a group whose row would exceed the budget is split
-into sub-trees, each with its own P. A member alone is its flat row; members that share no
+greedily into a sub-tree while the joined row costs less than the rows apart and stays within
+`learner.micro_batch_tokens`; so a group whose row would exceed the budget is split into
+sub-trees, each with its own P. A row's cost counts its attention beside its tokens: under a
+mask the attention kernels compute every query-key pair of the row, L² of them where the
+suffixes only need P and themselves, so a row of L tokens costs L + ρ·L² token-equivalents,
+ρ the FLOPs of one query-key pair over those of one token through the layers' weights
+(`attention_cost`; SmolLM2-135M: 3.25e-4). Short suffixes after a long prompt join (8
+members, P = 222, 60-token suffixes, as the default arithmetic group: 862 as one row, 2,463
+apart); long episodes after a shorter prompt stay apart (4 members, P = 470, 1,000-token
+suffixes, as a world group: 10,972 as one row, 8,693 apart). A member alone is its flat row; members that share no
 token (P = 0) stay flat rows. Each sub-tree is then one sequence to the micro-batch planner
 (batching.py), so no micro-batch exceeds the budget in padded tokens (save a single sequence
 over it, as without trees).
@@ -72,14 +79,28 @@ def flat_subtrees(lengths: Sequence[int]) -> list[SubTree]:
     return [SubTree((i,), n, n) for i, n in enumerate(lengths)]
 
 
+def attention_cost(hidden_query: int, layers: int, layer_params: int) -> float:
+    """ρ: FLOPs of one query-key pair (scores and the weighted sum of values: 4 per query
+    dimension per layer) over those of one token through the decoder layers' weights (2 per
+    parameter)."""
+    return 4 * hidden_query * layers / (2 * layer_params)
+
+
+def row_cost(tokens: int, rho: float) -> float:
+    """A row's cost in token-equivalents: its tokens plus ρ × its L² attention pairs."""
+    return tokens + rho * tokens * tokens
+
+
 def plan_subtrees(seqs: Sequence[Sequence[int]], keys: Sequence[Hashable],
-                  max_tokens: int) -> list[SubTree]:
+                  max_tokens: int, rho: float = 0.0) -> list[SubTree]:
     """Every sequence in exactly one sub-tree; only sequences with equal keys share one.
 
     Keys in order of first appearance; within a key the sequences sorted by their tokens
-    (ties by index), then joined greedily: member m joins the current sub-tree S (prefix p)
-    when the joined prefix q = min(p, common_prefix(last of S, m)) computes fewer tokens than
-    apart, |S|·q > (|S| − 1)·p, and the joined row Σ len − |S|·q ≤ `max_tokens`.
+    (ties by index), then joined greedily: member m joins the current sub-tree S (prefix p,
+    row L_S = Σ len − (|S| − 1)·p) when the joined prefix q = min(p, common_prefix(last of S,
+    m)) makes a row L_J = Σ len + len(m) − |S|·q that costs less than the two apart,
+    `row_cost`(L_J) < `row_cost`(L_S) + `row_cost`(len(m)) (with ρ = 0: |S|·q > (|S| − 1)·p),
+    and L_J ≤ `max_tokens`.
     """
     if len(seqs) != len(keys):
         raise ValueError(f"plan_subtrees: {len(seqs)} sequences for {len(keys)} keys")
@@ -93,7 +114,9 @@ def plan_subtrees(seqs: Sequence[Sequence[int]], keys: Sequence[Hashable],
         for m in order[1:]:
             q = min(prefix, common_prefix(seqs[members[-1]], seqs[m]))
             joined = total + len(seqs[m]) - len(members) * q
-            if len(members) * q > (len(members) - 1) * prefix and joined <= max_tokens:
+            apart = (row_cost(total - (len(members) - 1) * prefix, rho)
+                     + row_cost(len(seqs[m]), rho))
+            if row_cost(joined, rho) < apart and joined <= max_tokens:
                 members.append(m)
                 prefix, total = q, total + len(seqs[m])
                 continue

@@ -56,7 +56,7 @@ from torch import Tensor, nn
 
 from agent_r1_async import config, models, precision
 from agent_r1_async.learner import distributed as dist_util
-from agent_r1_async.learner import memory_savers
+from agent_r1_async.learner import memory_savers, prefix_tree
 from agent_r1_async.learner.batching import MicroBatch, filler_micro_batch
 from agent_r1_async.learner.bf16_copy import Bf16Copy
 from agent_r1_async.learner.logprobs import kl_reference
@@ -129,7 +129,15 @@ class PolicyTrainer:
         stay = self.lcfg.cpu_offload or dist_util.active()
         self.model = model if stay else model.to(self.device)
         self.model.train()
-        hidden = self._causal_lm().config.hidden_size
+        lm_cfg = self._causal_lm().config
+        hidden = lm_cfg.hidden_size
+        heads = lm_cfg.num_attention_heads
+        self.attention_cost = prefix_tree.attention_cost(
+            heads * (getattr(lm_cfg, "head_dim", None) or hidden // heads),
+            lm_cfg.num_hidden_layers,
+            sum(p.numel() for p in self._causal_lm().get_decoder().layers.parameters()))
+        """ρ of the prefix-tree planner (learner/prefix_tree.py): one query-key pair's FLOPs
+        over one token's through the decoder layers' weights."""
         self.value_head: nn.Linear | None = None
         if self.algo.name == "ppo":
             self.value_head = nn.Linear(hidden, 1).to(self.device)

@@ -70,7 +70,7 @@ def chain_pairs(pairs: Sequence[Pair]) -> list[list[int]]:
 
 def sft_micro_batches(
     pairs: Sequence[Pair], max_tokens: int, pad_id: int, pack: bool = False,
-    shared_prefix: bool = False,
+    shared_prefix: bool = False, rho: float = 0.0,
 ) -> list[MicroBatch]:
     """Rows → the learner's MicroBatches (its packing plan and collation; RL fields zeroed).
 
@@ -81,7 +81,8 @@ def sft_micro_batches(
 
     `shared_prefix` (`learner.shared_prefix`): the batch's sequences that share a prefix (the
     system prompt every demonstration of an env starts with; a task's, where a batch repeats
-    one) are laid out as prefix trees (learner/prefix_tree.py), the prefix computed once.
+    one) are laid out as prefix trees (learner/prefix_tree.py), the prefix computed once,
+    where that costs less by the attention cost `rho` (`PolicyTrainer.attention_cost`).
     """
     seqs = chain_pairs(pairs) if pack else [[i] for i in range(len(pairs))]
     rows = [batching.Row(context_ids=ctx, action_ids=act, behavior_logprobs=[0.0] * len(act),
@@ -89,7 +90,8 @@ def sft_micro_batches(
                          sample_weight=1.0, group_index=0, episode_index=i, step_index=0,
                          ids=("", ""))
             for i, (ctx, act) in enumerate(pairs)]
-    return batching.sequences_to_micro_batches(rows, seqs, max_tokens, pad_id, shared_prefix)
+    return batching.sequences_to_micro_batches(rows, seqs, max_tokens, pad_id, shared_prefix,
+                                               rho)
 
 
 def sft_step(trainer: PolicyTrainer, mbs: Sequence[MicroBatch]) -> dict[str, float]:
@@ -159,6 +161,7 @@ def fit(
             mbs = sft_micro_batches(
                 demo_pairs(chosen), trainer.lcfg.micro_batch_tokens, trainer.pad_id,
                 pack=trainer.lcfg.pack_steps, shared_prefix=trainer.shared_prefix,
+                rho=trainer.attention_cost,
             )
             done = start_epoch * per_epoch + len(history)  # optimizer steps before this one
             factor = lr_factor(done, total, warmup_steps, schedule)

@@ -16,7 +16,8 @@ MODULES = ["bench_async_vs_sync", "bench_transport", "bench_weight_sync", "bench
            "bench_learner", "bench_vs_trl", "bench_buffer", "bench_learning",
            "bench_tool_overhead", "bench_delta_records", "bench_sft_vs_rl",
            "bench_context_builders", "bench_learner_long_sequences", "bench_episode_sampler", "bench_staleness_bias",
-           "bench_shared_prefix", "bench_busy_wait", "bench_engine_speed", "bench_stragglers"]
+           "bench_shared_prefix", "bench_busy_wait", "bench_engine_speed", "bench_stragglers",
+           "bench_tree_cost"]
 
 
 def load(name: str) -> ModuleType:
@@ -343,3 +344,18 @@ def test_context_builders_bench_configs_load_and_the_table_pairs_compact_by_hand
     assert ("- rl_step: compact − last_k, paired by seed (+0.200, +0.300): mean +0.250, "
             "95 % t [-0.385, +0.885]") in text
     assert "truncate" not in text.split("\n\n", 2)[2]  # no truncate cell: no row, no pair
+
+
+def test_tree_cost_bench_group_plans_by_hand() -> None:
+    import argparse
+
+    mod = load("bench_tree_cost")
+    args = argparse.Namespace(members=4, steps=24, instruction=470, action=20, observation=40)
+    rows = mod.group_rows(args, vocab=5000)
+    # a packed member: 470 + 23 × (20 + 40) + 20 = 1,870 tokens, its suffix 1,400 after the
+    # shared prompt. ρ = 0: one row of 470 + 4 × 1,400 = 6,070 (≤ 8,192). ρ = 3.254e-4: two
+    # joined, 3,270 + ρ·3,270² = 6,750 > 2 × (1,870 + ρ·1,870²) = 6,016, so all stay apart.
+    trees, mbs = mod.plan(rows, 8192, 0.0)
+    assert [t.tokens for t in trees] == [6070] and len(mbs) == 1
+    trees, mbs = mod.plan(rows, 8192, 3.254e-4)
+    assert [t.tokens for t in trees] == [1870] * 4

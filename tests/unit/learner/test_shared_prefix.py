@@ -108,6 +108,32 @@ def test_joining_stops_where_it_would_compute_more_tokens():
     assert sorted((t.members, t.prefix) for t in trees) == [((0, 1), 10), ((2,), 4)]
 
 
+def test_joining_weighs_the_row_s_attention_pairs():
+    # Two members share a 470-token prompt. With ρ = 3.25e-4 (SmolLM2-135M) and 1,000-token
+    # suffixes one row of 2,470 costs 2,470 + ρ·2,470² = 4,453 against 2 × (1,470 + ρ·1,470²)
+    # = 4,345 apart: they stay apart. With 600-token suffixes 1,670 + ρ·1,670² = 2,576 against
+    # 2 × (1,070 + ρ·1,070²) = 2,884: they join. Without ρ both join (the prompt is shared).
+    rho = 3.25e-4
+    prompt = list(range(3, 473))
+    for suffix, joins in ((1000, False), (600, True)):
+        a = [*prompt, *[500] * suffix]
+        b = [*prompt, *[600] * suffix]
+        trees = prefix_tree.plan_subtrees([a, b], [0, 0], 8192, rho)
+        assert (len(trees) == 1) is joins, suffix
+        assert len(prefix_tree.plan_subtrees([a, b], [0, 0], 8192)) == 1
+    assert prefix_tree.row_cost(2470, rho) == pytest.approx(2470 + rho * 2470 ** 2, abs=1e-9)
+
+
+def test_the_attention_cost_of_a_model_by_hand(model_dir):
+    # The tiny Llama: per layer q 32·32 + k, v 32·16 each + o 32·32 = 3,072, MLP 3 · 32·64 =
+    # 6,144, two norms 64: 9,280; 2 layers 18,560. ρ = 4 · (4 heads · 8) · 2 / (2 · 18,560).
+    tr = _trainer(_cfg(model_dir), model_dir)
+    assert tr.attention_cost == pytest.approx(256 / 37120, rel=1e-12)
+    # SmolLM2-135M's shape: hidden 576 = 9 heads · 64, 30 layers of 3,540,096 parameters
+    assert prefix_tree.attention_cost(576, 30, 30 * 3_540_096) == pytest.approx(3.254e-4,
+                                                                               rel=1e-3)
+
+
 def test_tree_rows_positions_segments_and_reads_by_hand():
     # Members [1 2 3 4] (action 4) and [1 2 5 6] (action 5 6): P = [1 2], suffixes [3 4], [5 6].
     rows = [_row([1, 2, 3], [4], 0, 0), _row([1, 2], [5, 6], 0, 1)]

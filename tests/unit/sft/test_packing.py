@@ -79,7 +79,7 @@ def test_fit_stops_after_the_step_that_reaches_its_wall_time(monkeypatch) -> Non
     trainer = SimpleNamespace(
         optimizer=SimpleNamespace(param_groups=[{"lr": 1.0}]), pad_id=0,
         lcfg=SimpleNamespace(micro_batch_tokens=64, pack_steps=False),
-        shared_prefix=False)
+        shared_prefix=False, attention_cost=0.0)
     demo = SimpleNamespace(steps=[SimpleNamespace(context_ids=[1], action_ids=[2])])
     # 10 demos, 1 per step, 3 epochs = 30 steps; a 25 s budget stops after step 3 (at 30 s).
     history = fit(trainer, [demo] * 10, 3, 1, max_wall_time_s=25.0)  # type: ignore[arg-type]
