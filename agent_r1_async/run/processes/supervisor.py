@@ -24,6 +24,7 @@ Only small control values cross Ray (endpoints, metric dicts); data moves over Z
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,11 @@ def failing_actors(actors: dict[str, Any], last_n: int, num_actors: int) -> str 
 
 class Supervisor:
     """Starts the processes and keeps all three roles alive (buffer, learner group, actors)."""
+
+    _update_started: float | None = None
+    """When the update in progress was submitted (monotonic); None between updates."""
+    _longest_update_s = 0.0
+    """The longest compute of a finished update (its time less its wait for data)."""
 
     def __init__(self, cfg: RunConfig, run_dir: Path, resume: bool, curve: RunKeys | None,
                  events: Events | None = None) -> None:
@@ -147,6 +153,7 @@ class Supervisor:
         checked for failures and stalls. None when `stop()` turns true first (the launch's
         wall-clock budget): the update is left running, for `shutdown` as after a Ctrl-C."""
         refs = self.learner.submit("update")
+        self._update_started = time.monotonic()
         self.ranks.start(self.learner.ranks)
         while True:
             if stop is not None and stop():
@@ -157,6 +164,7 @@ class Supervisor:
                 self._restart_until_up(*dead)
                 self.ranks.forget()
                 refs = self.learner.submit("update")
+                self._update_started = time.monotonic()
                 self.ranks.start(self.learner.ranks)
                 continue
             if len(ready) == len(refs):
@@ -200,6 +208,9 @@ class Supervisor:
         the next update samples, so that the snapshot and the checkpoint agree."""
         metrics = result["metrics"]
         self.last_version = int(metrics["version"])
+        self._update_started = None
+        self._longest_update_s = max(self._longest_update_s, float(
+            metrics.get("update_time_s", 0.0)) - float(metrics.get("data_wait_s", 0.0)))
         if metrics.get("checkpoint_saved"):
             try:
                 self.buffers.call("snapshot", timeout=60, learner_version=self.last_version)
@@ -271,11 +282,20 @@ class Supervisor:
             if stats is not None:
                 return stats
 
+    def update_left_s(self) -> float:
+        """What the update in progress may still need: 1.5 × the longest update's compute so
+        far (its time less its wait for data, which the stop ends) less its time so far; 0
+        with none in progress or none finished to go by."""
+        if self._update_started is None:
+            return 0.0
+        return max(0.0, 1.5 * self._longest_update_s - (time.monotonic() - self._update_started))
+
     def shutdown(self, checkpoint: bool) -> str | None:
         """Actors first (their aborted-episode records reach the buffer), then a buffer
         snapshot, then the learner's checkpoint, then the buffer's stop (its final snapshot).
-        Every step is bounded: the checkpoint by `launch.stop_timeout_s`, the others by fixed
-        bounds. `unsaved` names, at any moment, what is not yet saved (the launch says it when
+        Every step is bounded: the checkpoint by `launch.stop_timeout_s` beyond what the
+        update in progress, which the checkpoint waits behind, may still need
+        (`update_left_s`), the others by fixed bounds. `unsaved` names, at any moment, what is not yet saved (the launch says it when
         a second Ctrl-C forces the exit)."""
         ray = self.ray
         path = None
@@ -293,8 +313,14 @@ class Supervisor:
                 # (learner_group.py LearnerHost) until learner.sample_timeout_s: end its wait
                 # first.
                 self.learner.call("stop_waiting", timeout_s=min(30.0, self.cfg.launch.stop_timeout_s))
-                path = self.learner.call("save_checkpoint",
-                                         timeout_s=self.cfg.launch.stop_timeout_s)
+                left = self.update_left_s()
+                bound = self.cfg.launch.stop_timeout_s + left
+                if left:
+                    self.events.console.say(
+                        f"stopping: the update in progress (the longest so far computed for "
+                        f"{self._longest_update_s:.0f} s) ends before the checkpoint; waiting "
+                        f"up to {bound:.0f} s")
+                path = self.learner.call("save_checkpoint", timeout_s=bound)
                 self.unsaved.remove("the learner checkpoint")
             except Exception as e:  # a dead rank: the last periodic checkpoint stands
                 self.checkpoint_error = disk_full_message(e) or one_line(e)

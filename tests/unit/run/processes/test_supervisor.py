@@ -313,3 +313,41 @@ def test_episodes_failing_with_no_group_ready_stop_the_run_after_the_bound(tmp_p
         stops.check_failures({"actors": {}})
     assert str(err.value) == f"{line} (launch.stop_after_stall_s=300)"
     never.check_failures({"actors": {}})
+
+
+def test_the_final_checkpoint_waits_for_the_update_in_progress_beyond_the_bound(
+        capsys, tmp_path, monkeypatch):
+    """A world launch stopped at its wall clock while an update that computes for ~770 s ran
+    lost its final checkpoint to the 300 s bound (the checkpoint queues behind the update).
+    The bound now adds what the update may still need: 1.5 × the longest compute so far
+    (800 s of update less 40 s of data wait = 760 s: 1,140 s) less its 600 s so far."""
+    from agent_r1_async.config import config_from_dict
+    from agent_r1_async.run.processes import supervisor as sup_mod
+
+    bounds: list[float | None] = []
+
+    class _Learner:
+        def call(self, method, timeout_s=None):
+            bounds.append(timeout_s)
+            return "/r/checkpoints/step-3" if method == "save_checkpoint" else None
+
+    now = [1000.0]
+    monkeypatch.setattr(sup_mod.time, "monotonic", lambda: now[0])
+    sup = Supervisor.__new__(Supervisor)
+    sup.cfg = config_from_dict({"launch": {"stop_timeout_s": 300}})
+    sup.ray = OrderRay()
+    sup.actors = bare_actor_group(sup.ray, _MAX_RESTARTS_3, [], None, None, None, {}, None,
+                                  tmp_path)
+    sup.learner = _Learner()
+    sup.buffers = types.SimpleNamespace(handle=Handle("buffer", [], {}))
+    sup.run_dir = tmp_path
+    sup.events = Events(Console(None, live=False), tmp_path, 1, 1000)
+    assert sup.update_left_s() == 0.0  # no update in progress
+    sup._updated({"metrics": {"version": 2, "update_time_s": 800.0, "data_wait_s": 40.0}})
+    sup._update_started = now[0]  # the next update starts
+    now[0] += 600.0
+    assert sup.update_left_s() == pytest.approx(1.5 * 760.0 - 600.0)
+    assert sup.shutdown(checkpoint=True) == "/r/checkpoints/step-3"
+    assert bounds == [30.0, pytest.approx(300.0 + 540.0)]
+    assert ("[launch] stopping: the update in progress (the longest so far computed for 760 s) "
+            "ends before the checkpoint; waiting up to 840 s") in capsys.readouterr().out
