@@ -30,14 +30,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import time
 from pathlib import Path
 
 from bench import bench_sft_vs_rl as sft_vs_rl
 from bench.cli_runs import ROOT
-from bench.stats import load_line, mean_sd, paired_diffs
+from bench.stats import load_line
 
 WINDOW = ["env.args.horizon=long", "env.max_turns=100", "model.max_model_len=1024"]
 """A 100-step episode's full history is ~6,400 tokens: the window holds about a sixth."""
@@ -111,8 +110,6 @@ def summarize(args: argparse.Namespace) -> str:
             if not per_seed:
                 continue
             vals = [m[args.metric] for m in per_seed.values()]
-            m, sd = mean_sd(vals)
-            spread = f"{m:.3f} ± {sd:.3f}" if len(vals) > 1 else f"{m:.3f} (one seed)"
 
             def mean_of(name: str, per_seed: dict[str, dict[str, float]] = per_seed) -> str:
                 got = [x[name] for x in per_seed.values() if name in x]
@@ -121,21 +118,17 @@ def summarize(args: argparse.Namespace) -> str:
             lines.append(
                 f"| {builder} | {arm} | "
                 + ", ".join(f"s{s} {x[args.metric]:.3f}" for s, x in sorted(per_seed.items()))
-                + f" | {spread} | {mean_of('success')} | {mean_of('steps')} | "
+                + f" | {sft_vs_rl.spread(vals)} | {mean_of('success')} | {mean_of('steps')} | "
                 + " | ".join(mean_of(n) for n in COMPACTION) + " |")
     lines.append("")
     for arm in ("rl_step", "best_sft"):
         for a, b in COMPARED:
             ra, rb = results.get(a, {}).get(arm, {}), results.get(b, {}).get(arm, {})
             seeds = sorted(set(ra) & set(rb), key=int)
-            if not seeds:
-                continue
-            p = paired_diffs([int(s) for s in seeds],
-                             [ra[s][args.metric] - rb[s][args.metric] for s in seeds])
-            diffs = ", ".join(f"{x:+.3f}" for x in p["diffs"])
-            ci = (f"mean {p['mean']:+.3f}, 95 % t [{p['lo']:+.3f}, {p['hi']:+.3f}]"
-                  if not math.isnan(p["half"]) else f"{p['mean']:+.3f} (one seed: no interval)")
-            lines.append(f"- {arm}: {a} − {b}, paired by seed ({diffs}): {ci}")
+            if seeds:
+                lines.append(sft_vs_rl.paired_line(
+                    f"{arm}: {a} − {b}", [int(s) for s in seeds],
+                    [ra[s][args.metric] - rb[s][args.metric] for s in seeds]))
     text = "\n".join(lines) + "\n"
     (args.out / "table.md").write_text(text)
     (args.out / "results.json").write_text(json.dumps(results, indent=1))

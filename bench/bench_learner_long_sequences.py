@@ -57,9 +57,10 @@ def overrides(args: argparse.Namespace) -> list[str]:
 
 
 def synthetic_episode_rows(args: argparse.Namespace, vocab: int, episode: int,
-                           observation: int) -> list:
+                           observation: int, prompt: list[int] | None = None) -> list:
     """One episode's rows, each step's context extending the previous context + action +
-    `observation` tool-reply tokens."""
+    `observation` tool-reply tokens; it starts with `prompt` (the group's, shared) or
+    `args.instruction` random tokens of its own."""
     import random
 
     from agent_r1_async.learner.batching import Row
@@ -69,7 +70,8 @@ def synthetic_episode_rows(args: argparse.Namespace, vocab: int, episode: int,
     def tokens(n: int) -> list[int]:
         return [rng.randrange(3, vocab) for _ in range(n)]
 
-    context, rows = tokens(args.instruction), []
+    context = list(prompt) if prompt is not None else tokens(args.instruction)
+    rows = []
     for t in range(args.steps):
         action = tokens(args.action)
         rows.append(Row(context_ids=list(context), action_ids=action,

@@ -252,6 +252,23 @@ def horizon(rows_path: str, bins: list[int], name: str) -> list[dict[str, float]
     return out
 
 
+def spread(values: list[float]) -> str:
+    """`mean ± sd` over seeds, or the one value and "(one seed)"."""
+    if len(values) < 2:
+        return f"{values[0]:.3f} (one seed)"
+    m, sd = mean_sd(values)
+    return f"{m:.3f} ± {sd:.3f}"
+
+
+def paired_line(label: str, seeds: list[int], diffs: list[float]) -> str:
+    """`- LABEL, paired by seed (d0, d1, ...): mean, 95 % t [lo, hi]` (one seed: no interval)."""
+    p = paired_diffs(seeds, diffs)
+    shown = ", ".join(f"{x:+.3f}" for x in p["diffs"])
+    ci = (f"mean {p['mean']:+.3f}, 95 % t [{p['lo']:+.3f}, {p['hi']:+.3f}]"
+          if len(seeds) > 1 else f"{p['mean']:+.3f} (one seed: no interval)")
+    return f"- {label}, paired by seed ({shown}): {ci}"
+
+
 def summarize(args: argparse.Namespace) -> str:
     done = _load(args.out / "arms.json")
     cells = _load(args.out / "sweep.json")
@@ -274,26 +291,17 @@ def summarize(args: argparse.Namespace) -> str:
             if not runs:
                 continue
             vals = [r["metric"] for _, r in runs]
-            if len(vals) > 1:
-                m, sd = mean_sd(vals)
-                spread = f"{m:.3f} ± {sd:.3f}"
-            else:
-                spread = f"{vals[0]:.3f} (one seed)"
             work = ", ".join(str(r.get("updates", r.get("sft_steps", ""))) for _, r in runs)
             lines.append(f"| {arm} | " + ", ".join(f"s{s} {r['metric']:.3f}" for s, r in runs)
-                         + f" | {spread} | {work} |")
+                         + f" | {spread(vals)} | {work} |")
         lines.append("")
         for a, b in COMPARISONS:
             by_seed = dict(per_arm[b])
             pairs = [(s, r["metric"] - by_seed[s]["metric"]) for s, r in per_arm[a]
                      if s in by_seed]
-            if not pairs:
-                continue
-            p = paired_diffs([s for s, _ in pairs], [x for _, x in pairs])
-            diffs = ", ".join(f"{x:+.3f}" for x in p["diffs"])
-            ci = (f"mean {p['mean']:+.3f}, 95 % t [{p['lo']:+.3f}, {p['hi']:+.3f}]"
-                  if len(pairs) > 1 else f"{p['mean']:+.3f} (one seed: no interval)")
-            lines.append(f"- {a} − {b}, paired by seed ({diffs}): {ci}")
+            if pairs:
+                lines.append(paired_line(f"{a} − {b}", [s for s, _ in pairs],
+                                         [x for _, x in pairs]))
     curves = {arm: [horizon(r["rows"], args.horizon_bins, args.metric) for _, r in runs]
               for arm, runs in per_arm.items() if arm in ("best_sft", *RL_ARMS)
               and runs}

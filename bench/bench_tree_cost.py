@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.bench_learner_long_sequences import synthetic_episode_rows
 from bench.stats import fmt_ci, load_line
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,25 +37,10 @@ CONFIG = ROOT / "configs" / "world.yaml"
 
 def group_rows(args: argparse.Namespace, vocab: int, seed: int = 0) -> list[Any]:
     """The group's rows: one shared prompt, then each member's own turns."""
-    from agent_r1_async.learner.batching import Row
-
     rng = random.Random(seed)
-
-    def tokens(n: int) -> list[int]:
-        return [rng.randrange(3, vocab) for _ in range(n)]
-
-    prompt, rows = tokens(args.instruction), []
-    for m in range(args.members):
-        context = list(prompt)
-        for t in range(args.steps):
-            action = tokens(args.action)
-            rows.append(Row(context_ids=list(context), action_ids=action,
-                            behavior_logprobs=[-rng.random() * 3 for _ in action],
-                            token_versions=[0] * len(action), advantage=rng.gauss(0, 1),
-                            reward=0.0, sample_weight=1.0, group_index=0, episode_index=m,
-                            step_index=t, ids=("g0", f"e{m}")))
-            context += action + tokens(args.observation)
-    return rows
+    prompt = [rng.randrange(3, vocab) for _ in range(args.instruction)]
+    return [r for m in range(args.members)
+            for r in synthetic_episode_rows(args, vocab, m, args.observation, prompt)]
 
 
 def plan(rows: list[Any], budget: int, rho: float) -> tuple[list[Any], list[Any]]:

@@ -92,12 +92,12 @@ class EpisodeBuffer:
         self.version = 0
         self._clock = clock
         self.group_size = algo.group_size
-        self._zero_advantage_rule = ((algo.credit, algo.gamma) if algo.filter_groups
-                                     else None)
-        """(credit, γ) when `algorithm.filter_groups` drops groups that teach nothing."""
         """The run's group size (`algorithm.group_size`), the buffer's one number for it: the
         bound on an EpisodeEnd's `group_size` (`bounds.max_group_size`) and the size a group
         waits for when its own size was refused (buffers/assembly.py, "Group size")."""
+        self._zero_advantage_rule = ((algo.credit, algo.gamma) if algo.filter_groups
+                                     else None)
+        """(credit, γ) when `algorithm.filter_groups` drops groups that teach nothing."""
         self.bounds = replace(bounds or RecordBounds(), max_group_size=self.group_size)
         self._max_actors = self.bounds.max_actors or _DEFAULT_MAX_ACTORS
         self.admission = AdmissionControl(

@@ -152,9 +152,7 @@ class Supervisor:
         While it runs, every role's liveness is watched (liveness.py) and the buffer's stats
         checked for failures and stalls. None when `stop()` turns true first (the launch's
         wall-clock budget): the update is left running, for `shutdown` as after a Ctrl-C."""
-        refs = self.learner.submit("update")
-        self._update_started = time.monotonic()
-        self.ranks.start(self.learner.ranks)
+        refs = self._submit_update()
         while True:
             if stop is not None and stop():
                 return None
@@ -163,9 +161,7 @@ class Supervisor:
             if dead is not None:
                 self._restart_until_up(*dead)
                 self.ranks.forget()
-                refs = self.learner.submit("update")
-                self._update_started = time.monotonic()
-                self.ranks.start(self.learner.ranks)
+                refs = self._submit_update()
                 continue
             if len(ready) == len(refs):
                 return self._updated(self.ray.get(refs[0]))
@@ -177,6 +173,13 @@ class Supervisor:
             stats = self.poll_buffer()
             if stats is not None:  # with every episode failing no update comes
                 self.check_failures(stats)
+
+    def _submit_update(self) -> list[Any]:
+        """Start an update on every rank, its clock (`update_left_s`) and the ranks' watch."""
+        refs = self.learner.submit("update")
+        self._update_started = time.monotonic()
+        self.ranks.start(self.learner.ranks)
+        return refs
 
     def write_endpoints(self) -> None:
         """RUN_DIR/endpoints.json: the run's sockets now, for operators (rewritten when the
@@ -295,8 +298,8 @@ class Supervisor:
         snapshot, then the learner's checkpoint, then the buffer's stop (its final snapshot).
         Every step is bounded: the checkpoint by `launch.stop_timeout_s` beyond what the
         update in progress, which the checkpoint waits behind, may still need
-        (`update_left_s`), the others by fixed bounds. `unsaved` names, at any moment, what is not yet saved (the launch says it when
-        a second Ctrl-C forces the exit)."""
+        (`update_left_s`), the others by fixed bounds. `unsaved` names, at any moment, what is
+        not yet saved (the launch says it when a second Ctrl-C forces the exit)."""
         ray = self.ray
         path = None
         self.unsaved = ["the buffer snapshot", *(["the learner checkpoint"] if checkpoint else [])]
