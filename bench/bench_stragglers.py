@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agent_r1_async.buffers.lengths import bucket_of
 from agent_r1_async.run.output.metrics_file import read_records
 from bench.cli_runs import cli, run_logged, sets
 from bench.launch_pairs import steady_state
@@ -48,10 +49,10 @@ LONG_CONTEXT = ["env.max_turns=128", "model.max_model_len=8192",
 one such episode per micro-batch."""
 
 
-def _bucket_counts(record: dict[str, Any], series: str) -> dict[int, float]:
-    prefix = f"episodes/{series}/le_"
-    return {int(k[len(prefix):]): v for k, v in record.items()
-            if k.startswith(prefix) and k[len(prefix):].isdigit()}
+def _bucket_counts(record: dict[str, Any], prefix: str) -> dict[int, float]:
+    """{b: value} of the record's `<prefix>/le_<b>` keys."""
+    return {b: v for k, v in record.items()
+            if k.rpartition("/")[0] == prefix and (b := bucket_of(k)) is not None}
 
 
 def _quantile_bucket(counts: dict[int, float], q: float) -> int:
@@ -68,13 +69,12 @@ def _quantile_bucket(counts: dict[int, float], q: float) -> int:
 def lengths(record: dict[str, Any]) -> dict[str, Any]:
     """What the buffer's ledger in one metrics record says of generated and trained lengths
     (module docstring)."""
-    generated = _bucket_counts(record, "generated")
+    generated = _bucket_counts(record, "episodes/generated")
     if not sum(generated.values()):
         raise ValueError("no generated episodes in the record")
-    gen_steps = _bucket_counts(record, "generated_steps")
-    trained_steps = _bucket_counts(record, "trained_steps")
-    stale = {int(k.rpartition("le_")[2]): v for k, v in record.items()
-             if k.startswith("buffer/drops_by_len/stale/le_")}
+    gen_steps = _bucket_counts(record, "episodes/generated_steps")
+    trained_steps = _bucket_counts(record, "episodes/trained_steps")
+    stale = _bucket_counts(record, "buffer/drops_by_len/stale")
     return {
         "generated": sum(generated.values()),
         "p50_bucket": _quantile_bucket(generated, 0.5),

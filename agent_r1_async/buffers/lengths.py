@@ -62,7 +62,7 @@ def action_tokens(steps: Iterable[StepRecord]) -> int:
     return sum(len(s.action_ids) for s in steps)
 
 
-def _bucket_of(key: str) -> int | None:
+def bucket_of(key: str) -> int | None:
     """8 for a key ending in `/le_8`, else None."""
     _, _, last = key.rpartition("/")
     if last.startswith("le_") and last[3:].isdigit():
@@ -120,7 +120,7 @@ class LengthLedger:
     def wire(self) -> dict[str, int]:
         """The counts under `WIRE_PREFIX`, the generated and trained series with every bucket
         up to the top one (that of `max_steps`, else the largest seen) present, 0 or not."""
-        seen = [b for k in self.counts if (b := _bucket_of(k)) is not None]
+        seen = [b for k in self.counts if (b := bucket_of(k)) is not None]
         top = self.bucket(self.max_steps) if self.max_steps > 0 else max(seen, default=1)
         out = {f"{WIRE_PREFIX}{k}": v for k, v in self.counts.items() if v}
         b = 1
@@ -169,7 +169,7 @@ class Loss:
         """The inverse of `to_counts` (other keys are ignored; missing ones are 0)."""
         buckets: Counter[int] = Counter()
         for k, v in counts.items():
-            b = _bucket_of(k)
+            b = bucket_of(k)
             if b is not None and v:
                 buckets[b] += int(v)
         return cls(int(counts.get("discarded", 0)), int(counts.get("steps", 0)),
@@ -189,7 +189,7 @@ class Loss:
             if not key.startswith(WIRE_PREFIX):
                 continue
             name = key[len(WIRE_PREFIX):]
-            b = _bucket_of(name)
+            b = bucket_of(name)
             if name.startswith("dropped/") and b is not None:
                 n = grew(key)
                 loss.episodes += n
@@ -237,7 +237,7 @@ def length_metrics(drops: Mapping[str, int]) -> dict[str, float]:
             unsaved[name[len(UNSAVED):]] = v
             continue
         series, _, rest = name.partition("/")
-        b = _bucket_of(name)
+        b = bucket_of(name)
         if series in _SERIES and b is not None:
             out[f"episodes/{name}"] = v
             totals[series] += v
