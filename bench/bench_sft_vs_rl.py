@@ -15,9 +15,11 @@ already there, so a stage can be stopped and run again):
   it ties, `--tiebreak`, a finer metric such as the world's progress, decides) or
   `--max-epochs`. Under a constant lr without warmup each E after the first trains on from the
   previous E's checkpoint (`sft.resume_from`: the same weights one run of E epochs gives,
-  without training the first E/2 epochs again). Every evaluation is kept (OUT/sweep/dD-eE.json and .jsonl, one line per
-  episode). The best cell on dev (ties: fewer optimizer steps) is **best SFT**:
-  OUT/best.json.
+  without training the first E/2 epochs again). Every evaluation is kept (OUT/sweep.json,
+  and OUT/evals/sweep-dD-eE.jsonl, one line per episode). The best cell on dev (ties: fewer
+  optimizer steps) is **best SFT**: OUT/best.json. `--reevaluate dD-eE ...` evaluates cells
+  again from their checkpoints first (after a fix to the env's metrics or the evaluation),
+  replacing their evaluation and keeping their training.
 - **arms** (test), per `--seeds` seed s, each evaluated on the first `--test-tasks` tasks of
   `--split` (test) at sampling seed s:
   - `best_sft`: best SFT's D and E trained again on its own demonstration sample and order
@@ -151,6 +153,10 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
     per_step = cfg.sft.batch_episodes
     path = args.out / "sweep.json"
     cells = _load(path)
+    for key in args.reevaluate:
+        reevaluate(args, cfg, cells, key)
+        _save(path, cells)
+
     def score(cell: dict[str, Any]) -> tuple[float, float]:
         return cell["metric"], cell.get("tiebreak", 0.0)
 
@@ -186,6 +192,26 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
     _save(args.out / "best.json", best_cell)
     print(f"best SFT on dev: {best_cell}")
     return cells
+
+
+def reevaluate(args: argparse.Namespace, cfg: Any, cells: dict[str, Any], key: str) -> None:
+    """Evaluate sweep cell `key`'s checkpoint again, as the sweep did (the first `--dev-tasks`
+    tasks of `env.eval_split`, sampling seed 0), replacing its evaluation; its training stays.
+    For an evaluation the env or the harness got wrong: the cell keeps when it was trained
+    (`trained`) and the metric it had (`metric_before`)."""
+    cell = cells.get(key)
+    if cell is None or not Path(cell.get("checkpoint", "")).is_dir():
+        raise SystemExit(f"--reevaluate {key}: no sweep cell with its checkpoint on disk "
+                         f"(cells: {', '.join(sorted(cells)) or 'none'})")
+    res = evaluate(args, f"sweep-{key}", cell["checkpoint"], cfg.env.eval_split,
+                   args.dev_tasks, 0)
+    cell.update({"trained": cell.get("trained", cell["date"]),
+                 "metric_before": cell.get("metric_before", cell["metric"]), **res,
+                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                 "load": load_line()})
+    print(f"  {key} evaluated again: dev {args.metric} {cell['metric']:.3f} (before "
+          f"{cell['metric_before']:.3f})"
+          + (f", {args.tiebreak} {cell['tiebreak']:.3f}" if args.tiebreak else ""), flush=True)
 
 
 def arms(args: argparse.Namespace) -> dict[str, Any]:
@@ -354,6 +380,9 @@ def main() -> None:
                          "(the world: progress, when success is 0 everywhere)")
     ap.add_argument("--demos", type=int, nargs="+", default=[32, 64, 128])
     ap.add_argument("--max-epochs", type=int, default=8)
+    ap.add_argument("--reevaluate", nargs="+", default=[], metavar="dD-eE",
+                    help="sweep: evaluate these cells' checkpoints again first (their "
+                         "training kept), then go on with the sweep")
     ap.add_argument("--dev-tasks", type=int, default=50)
     ap.add_argument("--split", default="test")
     ap.add_argument("--test-tasks", type=int, default=100)

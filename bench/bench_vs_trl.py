@@ -415,6 +415,11 @@ TRL_FACTORS: dict[str, tuple[Any, ...]] = {
 `generation_batch_size`)."""
 
 
+SETUP_STEP_MINUTES = 10
+"""A setup-sweep run's time budget per optimizer step: far above any step measured here (39-122 s),
+so `--setup-steps` ends the run, while the wait for it stays bounded."""
+
+
 def trl_base_setup(savers: bool) -> dict[str, Any]:
     """The setup the bench gave TRL before any sweep: bf16 as `precision.py` resolves it for
     our learner (None), checkpointing with the memory savers, plain `generate`, one generation
@@ -476,7 +481,8 @@ def trl_setup_sweep(args: argparse.Namespace, root: str, start: str) -> dict[str
     def measure(setup: dict[str, Any]) -> None:
         load_before = os.getloadavg()[0]
         with PeakRSS() as mem:
-            r = run_trl_isolated(0, 10**6, root, start, setup, args.trl_vllm, args.setup_steps)
+            r = run_trl_isolated(0, SETUP_STEP_MINUTES * args.setup_steps, root, start, setup,
+                                 args.trl_vllm, args.setup_steps)
         step_s = seconds_per_step(r["step_ends"])
         rows.append({"setup": setup, "step_s": step_s, "step_ends": r["step_ends"],
                      "peak_rss_gb": mem.peak_gb, "load_before": load_before,

@@ -359,3 +359,38 @@ def test_tree_cost_bench_group_plans_by_hand() -> None:
     assert [t.tokens for t in trees] == [6070] and len(mbs) == 1
     trees, mbs = mod.plan(rows, 8192, 3.254e-4)
     assert [t.tokens for t in trees] == [1870] * 4
+
+
+def test_sft_vs_rl_reevaluates_a_sweep_cell_keeping_its_training(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+    import types
+
+    mod = load("bench_sft_vs_rl")
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    cells = {"d32-e1": {"demos": 32, "epochs": 1, "checkpoint": str(ckpt), "sft_s": 567.3,
+                        "metric": 0.0, "tiebreak": -0.02, "date": "2026-11-29 14:59 UTC"},
+             "d32-e2": {"demos": 32, "epochs": 2, "checkpoint": str(tmp_path / "gone"),
+                        "metric": 0.0, "date": "2026-11-30 02:16 UTC"}}
+    calls: list[tuple[str, str, str, int, int]] = []
+
+    def evaluate(args, name, model, split, tasks, seed):  # type: ignore[no-untyped-def]
+        calls.append((name, model, split, tasks, seed))
+        return {"metric": 0.1, "tiebreak": 0.3, "episodes": tasks, "split": split}
+
+    monkeypatch.setattr(mod, "evaluate", evaluate)
+    args = argparse.Namespace(dev_tasks=30, metric="success", tiebreak="progress")
+    cfg = types.SimpleNamespace(env=types.SimpleNamespace(eval_split="dev"))
+    mod.reevaluate(args, cfg, cells, "d32-e1")
+    assert calls == [("sweep-d32-e1", str(ckpt), "dev", 30, 0)]  # the sweep's own tasks, seed 0
+    cell = cells["d32-e1"]
+    assert (cell["metric"], cell["tiebreak"], cell["metric_before"]) == (0.1, 0.3, 0.0)
+    assert (cell["sft_s"], cell["trained"]) == (567.3, "2026-11-29 14:59 UTC")
+    assert cell["date"] != "2026-11-29 14:59 UTC"
+    mod.reevaluate(args, cfg, cells, "d32-e1")  # again: the first metric and date stay
+    assert (cell["metric_before"], cell["trained"]) == (0.0, "2026-11-29 14:59 UTC")
+    with pytest.raises(SystemExit, match="d32-e2: no sweep cell with its checkpoint"):
+        mod.reevaluate(args, cfg, cells, "d32-e2")  # its checkpoint is not on disk
+    with pytest.raises(SystemExit, match="cells: d32-e1, d32-e2"):
+        mod.reevaluate(args, cfg, cells, "d64-e1")
