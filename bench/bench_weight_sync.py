@@ -46,13 +46,13 @@ def _actor_main(backend: str, model_path: str, endpoints: dict[str, str], n: int
     import torch
 
     from agent_r1_async.actors.engines import make_engine
-    from agent_r1_async.config import EngineConfig, RunConfig, WeightsConfig
+    from agent_r1_async.config import WEIGHTS_BACKENDS, EngineConfig, RunConfig
     from agent_r1_async.weights.zmq import ZmqWeightReceiver
     from agent_r1_async.wire.zmq import ZmqTransport
 
     torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
     dtype = "bfloat16" if backend == "vllm" else "float32"
-    weights = WeightsConfig(backend="vllm_gloo" if "vllm_gloo" in endpoints else "zmq")
+    weights = WEIGHTS_BACKENDS["vllm_gloo" if "vllm_gloo" in endpoints else "zmq"]()
     cfg = RunConfig(engine=EngineConfig(backend=backend, dtype=dtype, max_new_tokens=1),
                     weights=weights)
     t0 = time.perf_counter()
@@ -118,6 +118,21 @@ def bench_clone(state: dict[str, Any], repeats: int) -> float:
     return statistics.median(times)
 
 
+def _get(q: Any, proc: Any, timeout: float) -> Any:
+    """The actor's next message, or an error as soon as the actor has died (its traceback is
+    on stderr) instead of waiting out `timeout`."""
+    import queue
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            return q.get(timeout=1.0)
+        except queue.Empty:
+            if not proc.is_alive():
+                raise RuntimeError(f"the actor process exited ({proc.exitcode})") from None
+    raise TimeoutError(f"no word from the actor in {timeout:.0f} s")
+
+
 def bench_engine(backend: str, state: dict[str, Any], n: int) -> dict[str, dict[str, float]]:
     """Median publish→serving latency per weight backend for one engine (started once)."""
     from agent_r1_async import models
@@ -138,7 +153,7 @@ def bench_engine(backend: str, state: dict[str, Any], n: int) -> dict[str, dict[
     rows: dict[str, list[tuple[float, ...]]] = {k: [] for k in senders}
     fails = (0, 0)
     try:
-        _, start_s = q.get(timeout=900)
+        _, start_s = _get(q, proc, 900)
         time.sleep(1.0)  # SUB joins late: let the subscription reach the PUB socket
         version = 0
         for _ in range(n):
@@ -147,7 +162,7 @@ def bench_engine(backend: str, state: dict[str, Any], n: int) -> dict[str, dict[
                 t0 = time.perf_counter()
                 sender.publish(version, state)
                 publish_s = time.perf_counter() - t0
-                _, got, published_at, t_serve, swap_s, *fails = q.get(timeout=600)
+                _, got, published_at, t_serve, swap_s, *fails = _get(q, proc, 600)
                 assert got == name, (got, name)
                 rows[name].append((t_serve - published_at, publish_s, swap_s))
         proc.join(120)
