@@ -416,8 +416,8 @@ TRL_FACTORS: dict[str, tuple[Any, ...]] = {
 
 
 SETUP_STEP_MINUTES = 10
-"""A setup-sweep run's time budget per optimizer step: far above any step measured here (39-122 s),
-so `--setup-steps` ends the run, while the wait for it stays bounded."""
+"""A setup-sweep run's time budget per optimizer step: above any step measured here (26-255 s
+in the setup sweep), so `--setup-steps` ends the run, while the wait for it stays bounded."""
 
 
 def trl_base_setup(savers: bool) -> dict[str, Any]:

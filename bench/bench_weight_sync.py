@@ -128,7 +128,7 @@ def _get(q: Any, proc: Any, timeout: float) -> Any:
         try:
             return q.get(timeout=1.0)
         except queue.Empty:
-            if not proc.is_alive():
+            if not proc.is_alive() and q.empty():  # a last message may still be in flight
                 raise RuntimeError(f"the actor process exited ({proc.exitcode})") from None
     raise TimeoutError(f"no word from the actor in {timeout:.0f} s")
 

@@ -36,9 +36,9 @@ suffixes only need P and themselves, so a row of L tokens costs L + ρ·L² toke
 members, P = 222, 60-token suffixes, as the default arithmetic group: 862 as one row, 2,463
 apart); long episodes after a shorter prompt stay apart (4 members, P = 470, 1,000-token
 suffixes, as a world group: 10,972 as one row, 8,693 apart). A member alone is its flat row;
-members that share no token (P = 0) stay flat rows. Each sub-tree is then one sequence to the micro-batch planner
-(batching.py), so no micro-batch exceeds the budget in padded tokens (save a single sequence
-over it, as without trees).
+members that share no token (P = 0) stay flat rows. Each sub-tree is then one sequence to the
+micro-batch planner (batching.py), so no micro-batch exceeds the budget in padded tokens (save
+a single sequence over it, as without trees).
 
 Tokens, by hand: 8 members with P = 100 tokens and suffixes of 10..17 tokens make one row of
 100 + 108 = 208 tokens; flat rows compute 8 × 100 + 108 = 908.
