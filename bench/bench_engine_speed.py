@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.bench_engines import MODEL, arithmetic_prompts
+from bench.children import next_message
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -134,7 +135,7 @@ def run_variant(engine: dict[str, Any], prompts: list[list[int]], rounds: int,
     proc = ctx.Process(target=_engine_main, args=(engine, prompts, rounds, q, learner_updates))
     proc.start()
     try:
-        start_s, timed, cores = q.get(timeout=1800)
+        start_s, timed, cores = next_message(q, proc, 1800, 'the engine process')
     finally:
         proc.join(120)
         if proc.is_alive():
@@ -177,7 +178,7 @@ def main() -> None:
     finally:
         if learner is not None:
             stop.set()
-            updates, secs = lq.get(timeout=600)
+            updates, secs = next_message(lq, learner, 600, 'the learner process')
             learner.join(60)
     beside = " beside a training learner (1 thread)" if args.beside_learner else " alone"
     print(f"\n## vLLM engine speed{beside}: SmolLM2-135M, {args.batch} concurrent arithmetic "

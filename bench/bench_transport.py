@@ -45,6 +45,7 @@ import zmq
 from agent_r1_async.actors.emitter import BatchEmitter
 from agent_r1_async.wire import messages as m  # light imports only: spawned children re-import
 from agent_r1_async.wire.zmq import ZmqTransport
+from bench.children import next_message
 from bench.stats import fmt_spread, load_line
 
 MODES = ("raw", "transport", "raw_coalesced")
@@ -145,7 +146,7 @@ def run(mode: str, n: int, ctx_t: int, act_t: int, in_flight: int,
     proc = mpc.Process(target=_sender, args=(mode, endpoint, n, ctx_t, act_t, in_flight,
                                              counts, q))
     proc.start()
-    q.get(timeout=60)
+    next_message(q, proc, 60, 'the sender process')
     if mode == "transport":
         # The service's loop: poll, then drain without blocking (`BufferService._drain_data`:
         # `ZmqPuller.recv(timeout_ms=0)`, `messages.unpack_data`), ~2,000 records a pass.
@@ -177,7 +178,7 @@ def run(mode: str, n: int, ctx_t: int, act_t: int, in_flight: int,
         for _ in range(len(sizes) - 1):
             nbytes += len(sock.recv())
     dt, cpu = time.perf_counter() - t0, time.process_time() - c0
-    send_cpu, sent_counts = q.get(timeout=60)
+    send_cpu, sent_counts = next_message(q, proc, 60, 'the sender process')
     proc.join(60)
     if mode == "transport":
         puller.close()

@@ -93,6 +93,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.children import next_message
 from bench.stats import PeakRSS, binomial_se, fmt_ci, load_line, mean_ci
 
 REPO = Path(__file__).resolve().parents[1]
@@ -394,7 +395,7 @@ def run_trl_isolated(seed: int, minutes: float, root: str, start: str,
                              max_steps))
     proc.start()
     try:
-        status, value = q.get(timeout=minutes * 60 + 3600)
+        status, value = next_message(q, proc, minutes * 60 + 3600, 'the TRL process')
     finally:
         proc.join(120)
     if status != "ok":

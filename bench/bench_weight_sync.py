@@ -37,6 +37,8 @@ import statistics
 import time
 from typing import Any
 
+from bench.children import next_message
+
 MODEL = "smollm2-135m-instruct"
 
 
@@ -118,21 +120,6 @@ def bench_clone(state: dict[str, Any], repeats: int) -> float:
     return statistics.median(times)
 
 
-def _get(q: Any, proc: Any, timeout: float) -> Any:
-    """The actor's next message, or an error as soon as the actor has died (its traceback is
-    on stderr) instead of waiting out `timeout`."""
-    import queue
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            return q.get(timeout=1.0)
-        except queue.Empty:
-            if not proc.is_alive() and q.empty():  # a last message may still be in flight
-                raise RuntimeError(f"the actor process exited ({proc.exitcode})") from None
-    raise TimeoutError(f"no word from the actor in {timeout:.0f} s")
-
-
 def bench_engine(backend: str, state: dict[str, Any], n: int) -> dict[str, dict[str, float]]:
     """Median publish→serving latency per weight backend for one engine (started once)."""
     from agent_r1_async import models
@@ -153,7 +140,7 @@ def bench_engine(backend: str, state: dict[str, Any], n: int) -> dict[str, dict[
     rows: dict[str, list[tuple[float, ...]]] = {k: [] for k in senders}
     fails = (0, 0)
     try:
-        _, start_s = _get(q, proc, 900)
+        _, start_s = next_message(q, proc, 900, "the actor process")
         time.sleep(1.0)  # SUB joins late: let the subscription reach the PUB socket
         version = 0
         for _ in range(n):
@@ -162,7 +149,7 @@ def bench_engine(backend: str, state: dict[str, Any], n: int) -> dict[str, dict[
                 t0 = time.perf_counter()
                 sender.publish(version, state)
                 publish_s = time.perf_counter() - t0
-                _, got, published_at, t_serve, swap_s, *fails = _get(q, proc, 600)
+                _, got, published_at, t_serve, swap_s, *fails = next_message(q, proc, 600, "the actor process")
                 assert got == name, (got, name)
                 rows[name].append((t_serve - published_at, publish_s, swap_s))
         proc.join(120)

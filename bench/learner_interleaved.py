@@ -8,6 +8,7 @@ import statistics
 import time
 from typing import Any
 
+from bench.children import next_message
 from bench.learner_common import bench_config, plain_step, rss_mb, synthetic_rows
 from bench.stats import fmt_spread
 
@@ -71,7 +72,7 @@ def run_interleaved(args: Any, model_path: str, bf16: bool,
     proc = ctx.Process(target=_run_interleaved, args=(bf16, args, model_path, q, overrides))
     proc.start()
     try:
-        r = q.get(timeout=3600)
+        r = next_message(q, proc, 3600, 'the learner process')
     finally:
         proc.join(60)
     tokens = r["tokens"]

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from bench.children import next_message
 from bench.learner_common import (
     DEFAULT_CONFIG,
     bench_config,
@@ -124,7 +125,7 @@ def run_config(mode: str, bf16: bool, args: Any, model_path: str,
     with _allocator_env(overrides):
         proc.start()
     try:
-        return q.get(timeout=1800)
+        return next_message(q, proc, 1800, 'the learner process')
     finally:
         proc.join(60)
 

@@ -9,6 +9,7 @@ import statistics
 import time
 from typing import Any
 
+from bench.children import next_message
 from bench.learner_common import rss_mb, synthetic_rows
 
 
@@ -90,7 +91,7 @@ def run_world_sizes(sizes: list[int], args: Any, model_path: str) -> None:
                  for r in range(ws)]
         for p in procs:
             p.start()
-        res = sorted((q.get(timeout=3600) for _ in procs), key=lambda r: r["rank"])
+        res = sorted((next_message(q, procs, 3600, 'the learner ranks') for _ in procs), key=lambda r: r["rank"])
         for p in procs:
             p.join(120)
         base = base or res[0]["state_mb"]
