@@ -57,7 +57,7 @@ from typing import Any
 from agent_r1_async.config import load_config
 from agent_r1_async.run.output.report import read_metrics
 from bench.cli_runs import ROOT, cli, run_logged, sets
-from bench.stats import load_line, mean_sd, paired_diffs
+from bench.stats import load_line, machine_line, mean_sd, paired_diffs
 
 RL_ARMS = {"rl_step": [], "rl_token": ["algorithm.credit=token"],
            "rl_filter": ["algorithm.filter_groups=true"]}
@@ -97,7 +97,14 @@ def evaluate(args: argparse.Namespace, name: str, model: str, split: str, tasks:
     return {"metric": metric_of(rows, args.metric),
             **({"tiebreak": metric_of(rows, args.tiebreak)} if args.tiebreak else {}),
             "episodes": len(rows), "split": split,
-            "mean_steps": statistics.fmean(r["steps"] for r in rows), "rows": str(rows_path)}
+            "mean_steps": statistics.fmean(r["steps"] for r in rows), "rows": _in_repo(rows_path)}
+
+
+def _in_repo(path: Path) -> str:
+    """`path` relative to the repository where it lies inside it (committed results name
+    their files so that any checkout reads them), else as given."""
+    p = path.resolve()
+    return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(path)
 
 
 def metric_of(rows: list[dict[str, Any]], name: str) -> float:
@@ -178,7 +185,7 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
                 cells[key] = {"demos": demos, "epochs": epochs, "checkpoint": ckpt,
                               "steps": epochs * -(-demos // per_step), **stats, **res,
                               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                              "load": load_line()}
+                              "load": load_line(), "machine": machine_line()}
                 _save(path, cells)
                 print(f"  {key}: dev {args.metric} {cells[key]['metric']:.3f}"
                       + (f", {args.tiebreak} {cells[key]['tiebreak']:.3f}" if args.tiebreak else ""),
@@ -227,7 +234,7 @@ def arms(args: argparse.Namespace) -> dict[str, Any]:
 
         def record(arm: str, result: dict[str, Any], runs: dict[str, Any] = runs,
                    seed: int = seed) -> None:
-            runs[arm] = {**result, "seed": seed, "load": load_line(),
+            runs[arm] = {**result, "seed": seed, "load": load_line(), "machine": machine_line(),
                          "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
             _save(path, done)
             print(f"  seed {seed} {arm}: test {args.metric} {result['metric']:.3f}", flush=True)
@@ -268,7 +275,7 @@ def arms(args: argparse.Namespace) -> dict[str, Any]:
 def horizon(rows_path: str, bins: list[int], name: str) -> list[dict[str, float]]:
     """Success by the optimal plan's length: one row per bucket (optimal_len ≤ bin) with the
     episodes in it and their mean `name`."""
-    rows = [json.loads(x) for x in Path(rows_path).read_text().splitlines()]
+    rows = [json.loads(x) for x in (ROOT / rows_path).read_text().splitlines()]
     out, lo = [], 0
     for b in bins:
         inside = [r for r in rows if lo < r["metrics"].get("optimal_len", -1) <= b]
@@ -302,11 +309,11 @@ def summarize(args: argparse.Namespace) -> str:
     lines = [f"# {args.config.stem}: best SFT vs RL ({args.metric})", ""]
     if cells:
         lines += ["## Warm-start sweep (dev)", "",
-                  f"| demos | epochs | steps | dev {args.metric} | episodes | SFT s |",
-                  "|---|---|---|---|---|---|"]
+                  f"| demos | epochs | steps | dev {args.metric} | episodes | SFT s | machine |",
+                  "|---|---|---|---|---|---|---|"]
         for c in sorted(cells.values(), key=lambda c: (c["demos"], c["epochs"])):
             lines.append(f"| {c['demos']} | {c['epochs']} | {c['steps']} | {c['metric']:.3f} | "
-                         f"{c['episodes']} | {c['sft_s']:.0f} |")
+                         f"{c['episodes']} | {c['sft_s']:.0f} | {_cpu_kind(c.get('machine', ''))} |")
         lines += ["", f"Best SFT: {best}", ""]
     per_arm = {a: [(int(s), r[a]) for s, r in sorted(done.items()) if a in r] for a in ARMS}
     if any(per_arm.values()):
@@ -340,6 +347,11 @@ def summarize(args: argparse.Namespace) -> str:
     (args.out / "table.md").write_text(text)
     print(text)
     return text
+
+
+def _cpu_kind(machine: str) -> str:
+    """`bench.stats.machine_line`'s text in short: the CPU's name and whether it has AMX."""
+    return f"{machine.split(' (')[0]}, {machine.rsplit(', ', 1)[-1]}" if machine else ""
 
 
 def plot_horizon(curves: dict[str, list[list[dict[str, float]]]], path: Path,

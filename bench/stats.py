@@ -90,6 +90,15 @@ def load_line() -> str:
     return f"load average {a:.2f} {b:.2f} {c:.2f} on {os.cpu_count()} cores"
 
 
+def machine_line() -> str:
+    """The CPU and whether it has AMX: bf16 speed, and so a time-budgeted run's work, differ
+    between CPUs with and without it."""
+    from agent_r1_async.bf16.hardware import cpu_flags, cpu_model
+
+    amx = "AMX" if "amx_bf16" in cpu_flags() else "no AMX"
+    return f"{cpu_model()}, {os.cpu_count()} cores, {amx}"
+
+
 class PeakRSS:
     """Peak summed RSS (GB) of this process and all its descendants, sampled every 2 s."""
 

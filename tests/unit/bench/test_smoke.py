@@ -17,7 +17,7 @@ MODULES = ["bench_async_vs_sync", "bench_transport", "bench_weight_sync", "bench
            "bench_tool_overhead", "bench_delta_records", "bench_sft_vs_rl",
            "bench_context_builders", "bench_learner_long_sequences", "bench_episode_sampler", "bench_staleness_bias",
            "bench_shared_prefix", "bench_busy_wait", "bench_engine_speed", "bench_stragglers",
-           "bench_tree_cost"]
+           "bench_tree_cost", "bench_precision_auto"]
 
 
 def load(name: str) -> ModuleType:
@@ -232,6 +232,29 @@ def test_sft_vs_rl_metric_and_horizon_buckets_by_hand(tmp_path: Path) -> None:
         {"le": 20, "episodes": 2, "metric": 0.5},
         {"le": 40, "episodes": 1, "metric": 1.0},
     ]
+
+
+def test_sft_vs_rl_names_committed_rows_from_the_repository(tmp_path: Path) -> None:
+    mod = load("bench_sft_vs_rl")
+    from bench.cli_runs import ROOT
+
+    inside = ROOT / "bench" / "results" / "x" / "evals" / "a.jsonl"
+    assert mod._in_repo(inside) == "bench/results/x/evals/a.jsonl"  # any checkout reads it
+    assert mod._in_repo(tmp_path / "a.jsonl") == str(tmp_path / "a.jsonl")
+    assert mod._cpu_kind("AMD EPYC (family 26 model 2 stepping 1), 2 cores, no AMX") == (
+        "AMD EPYC, no AMX")
+    assert mod._cpu_kind("Intel(R) Xeon(R) Processor (family 6 model 207 stepping 2), "
+                         "2 cores, AMX") == "Intel(R) Xeon(R) Processor, AMX"
+    assert mod._cpu_kind("") == ""
+
+
+def test_machine_line_says_whether_the_cpu_has_amx() -> None:
+    from bench.stats import machine_line
+
+    flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("flags")), "")
+    amx = "amx_bf16" in flags.split()
+    assert machine_line().endswith(", AMX" if amx else ", no AMX")
 
 
 def test_delta_records_bench_builds_an_episode_whose_deltas_add_up() -> None:
