@@ -76,7 +76,11 @@ The arms of one seed run one after the other, in an order rotated by seed (load 
 every arm). Prints per run, then per arm the mean ± a 95 % t interval over seeds and the
 per-seed ratios; one held-out evaluation of 100 tasks with one sample each has a standard
 error of ~0.05 on the success rate (printed per run), so seed-to-seed spread is reported,
-not hidden. Rows also go to <root>/results.jsonl as they finish.
+not hidden. Rows also go to <root>/results.jsonl as they finish, each with its machine (CPU,
+AMX or not) and date; run again with the same `--root`, the bench skips the runs that file holds
+and goes on, so the seeds of one table can run on different days (`--seeds 0`, then `--seeds 0
+1`, ...: the summary covers every seed named). The arms of one seed must share a machine (their
+ratios are paired within the seed): a seed begun on another CPU is refused.
 """
 
 from __future__ import annotations
@@ -94,7 +98,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.children import next_message
-from bench.stats import PeakRSS, binomial_se, fmt_ci, load_line, mean_ci
+from bench.stats import PeakRSS, binomial_se, fmt_ci, load_line, machine_line, mean_ci
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -579,7 +583,35 @@ def run_arm(arm: str, seed: int, args: argparse.Namespace, root: str,
     name = f"{arm}@trl-updates" if updates else arm
     return {"arm": name, "seed": seed, **r, "return": float(ev["mean_return"]),
             "success": float(ev.get("success", 0.0)), "peak_rss_gb": mem.peak_gb,
-            "load_before": load_before, "load_after": os.getloadavg()[0]}
+            "load_before": load_before, "load_after": os.getloadavg()[0],
+            "machine": machine_line(),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def done_rows(root: str, seeds: list[int], machine: str) -> list[dict[str, Any]]:
+    """The rows ROOT/results.jsonl holds already for `seeds` (a run stopped and started again
+    with the same `--root` goes on where it stopped). A seed's arms are compared with each
+    other, so they must all run on one machine: a seed begun on another CPU is refused."""
+    path = Path(root) / "results.jsonl"
+    if not path.exists():
+        return []
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    rows = [r for r in rows if r["seed"] in seeds]
+    for r in rows:
+        if r.get("machine", machine) != machine:
+            raise SystemExit(
+                f"{path}: seed {r['seed']} began on another machine ({r['machine']}; this one: "
+                f"{machine}); its arms must share one. Run it under another --root, or leave "
+                "that seed out of --seeds.")
+    return rows
+
+
+def print_row(r: dict[str, Any], eval_tasks: int, note: str = "") -> None:
+    print(f"{r['arm']:22} {r['seed']:>4} {r['rate']:>9.3f} {r['return']:>7.3f} "
+          f"{r['success']:>7.2f} {binomial_se(r['success'], eval_tasks):>6.3f} "
+          f"{r['updates']:>7.0f} {r.get('staleness', 0.0):>5.2f} "
+          f"{r.get('idle', 0.0):>5.2f} {r['wall_s']:>6.0f} {r['peak_rss_gb']:>7.1f} "
+          f"{r['load_before']:>4.1f}→{r['load_after']:<4.1f} {note}".rstrip(), flush=True)
 
 
 def main() -> None:
@@ -623,7 +655,7 @@ def main() -> None:
           f"to 3 turns), {args.minutes:g} min budget, seeds {args.seeds}, arms {arms}, held-out "
           f"{args.eval_tasks} dev tasks, memory savers {args.memory_savers} (whole-layer "
           f"recompute both sides), {precision_line()}; TRL: {setup_name(trl_setup(args))}; "
-          f"{load_line()}", flush=True)
+          f"{machine_line()}; {load_line()}", flush=True)
     if not args.skip_start_eval:
         ev = held_out(start, 0, args.eval_tasks)
         p = float(ev.get("success", 0.0))
@@ -632,25 +664,27 @@ def main() -> None:
     print(f"{'arm':22} {'seed':>4} {'samples/s':>9} {'return':>7} {'success':>7} {'SE':>6} "
           f"{'updates':>7} {'stale':>5} {'idle':>5} {'wall s':>6} {'peak GB':>7} {'load':>9}",
           flush=True)
-    rows: list[dict[str, Any]] = []
+    rows = done_rows(root, args.seeds, machine_line())
+    for r in rows:
+        print_row(r, args.eval_tasks, "(done before)")
     for i, seed in enumerate(args.seeds):
+        done = {r["arm"]: r for r in rows if r["seed"] == seed}
         runs: list[tuple[str, int | None]] = [(arm, None) for arm in arm_order(arms, i)]
         for arm, updates in runs:  # one at a time: they would share the 2 cores
-            try:
-                r = run_arm(arm, seed, args, root, start, updates)
-            except Exception as e:  # one failed run must not lose the others' numbers
-                print(f"{arm:22} {seed:>4} FAILED: {type(e).__name__}: {e}", flush=True)
-                continue
+            name = f"{arm}@trl-updates" if updates else arm
+            r = done.get(name)
+            if r is None:
+                try:
+                    r = run_arm(arm, seed, args, root, start, updates)
+                except Exception as e:  # one failed run must not lose the others' numbers
+                    print(f"{arm:22} {seed:>4} FAILED: {type(e).__name__}: {e}", flush=True)
+                    continue
+                rows.append(r)
+                with open(os.path.join(root, "results.jsonl"), "a") as f:
+                    f.write(json.dumps(r) + "\n")
+                print_row(r, args.eval_tasks)
             if arm == "trl" and args.equal_updates:
                 runs += [(a, int(r["updates"])) for a in arms if a != "trl"]
-            rows.append(r)
-            with open(os.path.join(root, "results.jsonl"), "a") as f:
-                f.write(json.dumps(r) + "\n")
-            print(f"{r['arm']:22} {seed:>4} {r['rate']:>9.3f} {r['return']:>7.3f} "
-                  f"{r['success']:>7.2f} {binomial_se(r['success'], args.eval_tasks):>6.3f} "
-                  f"{r['updates']:>7.0f} {r.get('staleness', 0.0):>5.2f} "
-                  f"{r.get('idle', 0.0):>5.2f} {r['wall_s']:>6.0f} {r['peak_rss_gb']:>7.1f} "
-                  f"{r['load_before']:>4.1f}→{r['load_after']:<4.1f}", flush=True)
     for line in summarize(rows):
         print(line)
     print(f"(runs under {root}; {load_line()})")

@@ -199,3 +199,51 @@ def test_trl_setup_reads_the_sweeps_fastest(bench, tmp_path) -> None:
     args = argparse.Namespace(trl_setup="", memory_savers=False)
     assert bench.trl_setup(args) == {"bf16": None, "gradient_checkpointing": False,
                                      "continuous_batching": False, "generation_batch_size": 16}
+
+
+def _row(arm: str, seed: int, machine: str) -> dict:
+    return {"arm": arm, "seed": seed, "rate": 0.5, "return": 0.8, "success": 0.7,
+            "updates": 10.0, "wall_s": 600.0, "peak_rss_gb": 5.0, "load_before": 1.0,
+            "load_after": 1.0, "machine": machine}
+
+
+def test_a_run_with_the_same_root_goes_on_where_it_stopped(bench, tmp_path, monkeypatch,
+                                                           capsys) -> None:
+    import json
+    import sys
+
+    from bench.stats import machine_line
+
+    here = machine_line()
+    (tmp_path / "results.jsonl").write_text(json.dumps(_row("ours", 0, here)) + "\n")
+    calls: list[tuple[str, int]] = []
+
+    def fake_run_arm(arm, seed, args, root, start, updates=None):
+        calls.append((arm, seed))
+        return _row(arm, seed, here)
+
+    monkeypatch.setattr(bench, "run_arm", fake_run_arm)
+    monkeypatch.setattr(bench, "shared_start", lambda: "start")
+    monkeypatch.setattr(bench, "precision_line", lambda: "bf16")
+    monkeypatch.setattr(sys, "argv", ["bench_vs_trl", "--arms", "ours", "ours-sync", "--seeds",
+                                      "0", "1", "--root", str(tmp_path), "--skip-start-eval"])
+    bench.main()
+    # seed 0 (order ours, ours-sync): ours was done; seed 1 rotates: ours-sync, then ours
+    assert calls == [("ours-sync", 0), ("ours-sync", 1), ("ours", 1)]
+    lines = (tmp_path / "results.jsonl").read_text().splitlines()
+    assert [(json.loads(x)["arm"], json.loads(x)["seed"]) for x in lines] == [("ours", 0), ("ours-sync", 0), ("ours-sync", 1), ("ours", 1)]
+    out = capsys.readouterr().out
+    assert "(done before)" in out
+    assert "ours / ours-sync: samples/s 1.00× ± 0.00 (per seed 1.00, 1.00)" in out
+
+
+def test_a_seed_begun_on_another_machine_is_refused(bench, tmp_path) -> None:
+    import json
+
+    (tmp_path / "results.jsonl").write_text(
+        json.dumps(_row("ours", 0, "AMD EPYC (family 26), 2 cores, no AMX")) + "\n"
+        + json.dumps(_row("ours", 1, "Intel Xeon (family 6), 2 cores, AMX")) + "\n")
+    assert [r["seed"] for r in bench.done_rows(str(tmp_path), [1], "Intel Xeon (family 6), "
+                                               "2 cores, AMX")] == [1]
+    with pytest.raises(SystemExit, match="seed 0 began on another machine"):
+        bench.done_rows(str(tmp_path), [0, 1], "Intel Xeon (family 6), 2 cores, AMX")
