@@ -79,7 +79,8 @@ error of ~0.05 on the success rate (printed per run), so seed-to-seed spread is 
 not hidden. Rows also go to <root>/results.jsonl as they finish, each with its machine (CPU,
 AMX or not) and date; run again with the same `--root`, the bench skips the runs that file holds
 and goes on, so the seeds of one table can run on different days (`--seeds 0`, then `--seeds 0
-1`, ...: the summary covers every seed named). The arms of one seed must share a machine (their
+1`, ...: the summary covers every seed named; on a fresh checkout, copy the committed
+results.jsonl into the new root first). The arms of one seed must share a machine (their
 ratios are paired within the seed): a seed begun on another CPU is refused.
 """
 
