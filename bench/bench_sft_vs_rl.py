@@ -95,7 +95,8 @@ def evaluate(args: argparse.Namespace, name: str, model: str, split: str, tasks:
                args.out / "logs" / f"eval-{name}.log")
     rows = [json.loads(x) for x in rows_path.read_text().splitlines()]
     return {"metric": metric_of(rows, args.metric),
-            **({"tiebreak": metric_of(rows, args.tiebreak)} if args.tiebreak else {}),
+            **({"tiebreak": metric_of(rows, args.tiebreak), "tiebreak_name": args.tiebreak}
+               if args.tiebreak else {}),
             "episodes": len(rows), "split": split,
             "mean_steps": statistics.fmean(r["steps"] for r in rows), "rows": _in_repo(rows_path)}
 
@@ -194,11 +195,17 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
                 break
             best = score(cells[key])
             epochs *= 2
-    top = max(cells.values(), key=lambda c: (*score(c), -c["steps"]))
-    best_cell = {k: top[k] for k in ("demos", "epochs", "steps", "metric")}
+    best_cell = best_of(cells)
     _save(args.out / "best.json", best_cell)
     print(f"best SFT on dev: {best_cell}")
     return cells
+
+
+def best_of(cells: dict[str, Any]) -> dict[str, Any]:
+    """The best sweep cell on dev: the highest metric, then tie-break metric, then the fewest
+    optimizer steps."""
+    top = max(cells.values(), key=lambda c: (c["metric"], c.get("tiebreak", 0.0), -c["steps"]))
+    return {k: top[k] for k in ("demos", "epochs", "steps", "metric")}
 
 
 def reevaluate(args: argparse.Namespace, cfg: Any, cells: dict[str, Any], key: str) -> None:
@@ -308,13 +315,22 @@ def summarize(args: argparse.Namespace) -> str:
     best = _load(args.out / "best.json")
     lines = [f"# {args.config.stem}: best SFT vs RL ({args.metric})", ""]
     if cells:
+        tie = next((c["tiebreak_name"] for c in cells.values() if "tiebreak_name" in c),
+                   args.tiebreak)
         lines += ["## Warm-start sweep (dev)", "",
-                  f"| demos | epochs | steps | dev {args.metric} | episodes | SFT s | machine |",
-                  "|---|---|---|---|---|---|---|"]
+                  f"| demos | epochs | steps | dev {args.metric} |"
+                  + (f" dev {tie} (tie-break) |" if tie else "")
+                  + " episodes | SFT s | machine |",
+                  "|---|---|---|---|" + ("---|" if tie else "") + "---|---|---|"]
         for c in sorted(cells.values(), key=lambda c: (c["demos"], c["epochs"])):
             lines.append(f"| {c['demos']} | {c['epochs']} | {c['steps']} | {c['metric']:.3f} | "
-                         f"{c['episodes']} | {c['sft_s']:.0f} | {_cpu_kind(c.get('machine', ''))} |")
-        lines += ["", f"Best SFT: {best}", ""]
+                         + (f"{c['tiebreak']:.3f} | " if tie and "tiebreak" in c else
+                            "– | " if tie else "")
+                         + f"{c['episodes']} | {c['sft_s']:.0f} | "
+                         f"{_cpu_kind(c.get('machine', ''))} |")
+        so_far = best_of(cells)
+        label = "Best SFT" if so_far == best else "Best so far (the sweep has not finished)"
+        lines += ["", f"{label}: {so_far}", ""]
     per_arm = {a: [(int(s), r[a]) for s, r in sorted(done.items()) if a in r] for a in ARMS}
     if any(per_arm.values()):
         lines += [f"## Arms ({args.split})", "",

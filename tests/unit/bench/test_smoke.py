@@ -248,6 +248,19 @@ def test_sft_vs_rl_names_committed_rows_from_the_repository(tmp_path: Path) -> N
     assert mod._cpu_kind("") == ""
 
 
+def test_sft_vs_rl_best_cell_by_metric_then_tiebreak_then_fewer_steps() -> None:
+    best_of = load("bench_sft_vs_rl").best_of
+    cells = {
+        "d32-e2": {"demos": 32, "epochs": 2, "steps": 8, "metric": 0.0, "tiebreak": 0.028},
+        "d32-e4": {"demos": 32, "epochs": 4, "steps": 16, "metric": 0.0, "tiebreak": 0.034},
+    }
+    assert best_of(cells)["epochs"] == 4  # success ties at 0: progress decides
+    cells["d64-e1"] = {"demos": 64, "epochs": 1, "steps": 8, "metric": 0.1, "tiebreak": 0.01}
+    assert best_of(cells) == {"demos": 64, "epochs": 1, "steps": 8, "metric": 0.1}
+    cells["d32-e8"] = {"demos": 32, "epochs": 8, "steps": 32, "metric": 0.1, "tiebreak": 0.01}
+    assert best_of(cells)["demos"] == 64  # a full tie: the fewer optimizer steps
+
+
 def test_machine_line_says_whether_the_cpu_has_amx() -> None:
     from bench.stats import machine_line
 
