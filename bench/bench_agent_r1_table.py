@@ -84,7 +84,7 @@ from bench.cli_runs import cli as _cli
 from bench.cli_runs import python_exe as _python
 from bench.cli_runs import run_logged as _run
 from bench.cli_runs import sets as _sets
-from bench.stats import mean_sd
+from bench.stats import mean_sd, utc_date
 from bench.stats import paired_diffs as paired_stats
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -467,7 +467,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {
         "command": " ".join(["python", *sys.argv]),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "date": utc_date(),
         "budget_s": args.budget_s, "split": setup["split"], "final_tasks": setup["final_tasks"],
         "corpus_version": setup["corpus_version"], "rag_k": k,
         "retrieval_recall": {str(k): setup["recall"]}, "rows": {}, "comparisons": []}

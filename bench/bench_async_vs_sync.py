@@ -279,7 +279,7 @@ def run_once(w: Workload, n_actors: int, max_staleness: int, spi_tol: float, war
     buf = ctx.Process(target=_buffer_main,
                       args=(w, max_staleness, spi_tol, sampling, q, stop))
     buf.start()
-    endpoints = next_message(q, buf, 60, 'the buffer process')
+    endpoints = next_message(q, buf, 60, "the buffer process")
     actors = ctx.Process(target=_actors_main, args=(n_actors, w, endpoints, poll_s, seed, stop, dead))
     actors.start()
     cfg = RunConfig(
@@ -299,7 +299,7 @@ def run_once(w: Workload, n_actors: int, max_staleness: int, spi_tol: float, war
         elapsed = time.monotonic() - t0
     finally:
         stop.set()
-        stats = m.decode_control(next_message(q, buf, 60, 'the buffer process'))
+        stats = m.decode_control(next_message(q, buf, 60, "the buffer process"))
         client.close()
         transport.close()
         actors.join(30)

@@ -135,7 +135,7 @@ def run_variant(engine: dict[str, Any], prompts: list[list[int]], rounds: int,
     proc = ctx.Process(target=_engine_main, args=(engine, prompts, rounds, q, learner_updates))
     proc.start()
     try:
-        start_s, timed, cores = next_message(q, proc, 1800, 'the engine process')
+        start_s, timed, cores = next_message(q, proc, 1800, "the engine process")
     finally:
         proc.join(120)
         if proc.is_alive():
@@ -178,7 +178,7 @@ def main() -> None:
     finally:
         if learner is not None:
             stop.set()
-            updates, secs = next_message(lq, learner, 600, 'the learner process')
+            updates, secs = next_message(lq, learner, 600, "the learner process")
             learner.join(60)
     beside = " beside a training learner (1 thread)" if args.beside_learner else " alone"
     print(f"\n## vLLM engine speed{beside}: SmolLM2-135M, {args.batch} concurrent arithmetic "

@@ -89,7 +89,7 @@ def bench(backend: str, dtype: str, prompts: list[list[int]], max_new: int,
     proc = ctx.Process(target=_engine_main, args=(backend, dtype, prompts, max_new, rounds, q))
     proc.start()
     try:
-        return next_message(q, proc, 1200, 'the engine process')
+        return next_message(q, proc, 1200, "the engine process")
     finally:
         proc.join(120)
         if proc.is_alive():

@@ -23,14 +23,13 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from bench.learner_common import DEFAULT_CONFIG
-from bench.stats import fmt_ci, fmt_spread, load_line, paired_diffs
+from bench.stats import cpu_and_amx, fmt_ci, fmt_spread, load_line, paired_diffs, utc_date
 
 
 class SyntheticSource:
@@ -83,16 +82,6 @@ class SyntheticSource:
 
     def set_version(self, version: int) -> None:
         self.version = version
-
-
-def _lscpu() -> tuple[str, bool]:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-    except OSError:
-        return "unknown", False
-    model = next((line.split(":", 1)[1].strip() for line in out.splitlines()
-                  if line.startswith("Model name")), "unknown")
-    return model, "amx" in out.lower()  # `lscpu | grep -o amx` non-empty
 
 
 def main() -> None:
@@ -149,9 +138,9 @@ def main() -> None:
     diffs = [on - off for on, off in zip(times["on"], times["off"], strict=True)]
     paired = paired_diffs(list(range(len(diffs))), diffs)
     noise = statistics.stdev(times["off"]) if len(times["off"]) > 1 else float("nan")
-    model, amx = _lscpu()
+    model, amx = cpu_and_amx()
     result = {
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t_start)),
+        "date": utc_date(t_start),
         "cpu": model, "amx": amx, "load_before": load_before, "load_after": load_line(),
         "args": vars(args), "update_time_s": times, "diff_on_minus_off_s": diffs,
         "diff_mean_s": paired["mean"], "diff_ci95_s": [paired["lo"], paired["hi"]],

@@ -31,10 +31,11 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 from pathlib import Path
+
+from bench.stats import cpu_and_amx
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "world.yaml"
@@ -148,14 +149,6 @@ def estimate(args: argparse.Namespace) -> tuple[dict[str, float], int]:
     return memory.learner_parts(cfg, dims), cfg.learner.micro_batch_tokens
 
 
-def cpu_model() -> tuple[str, bool]:
-    """lscpu's model name and whether the CPU has AMX."""
-    out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    name = next((ln.split(":", 1)[1].strip() for ln in out.splitlines()
-                 if ln.startswith("Model name")), platform.processor())
-    return name, "amx_bf16" in out
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=100, help="turns per episode")
@@ -187,7 +180,7 @@ def main() -> None:
     parts, budget = estimate(args)
     est = sum(parts.values())
     peak = measured["peak_bytes"]
-    cpu, amx = cpu_model()
+    cpu, amx = cpu_and_amx()
     result = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": " ".join([".venv/bin/python -m bench.bench_learner_long_sequences",

@@ -50,14 +50,13 @@ import argparse
 import json
 import math
 import statistics
-import time
 from pathlib import Path
 from typing import Any
 
 from agent_r1_async.config import load_config
 from agent_r1_async.run.output.report import read_metrics
 from bench.cli_runs import ROOT, cli, run_logged, sets
-from bench.stats import load_line, machine_line, mean_sd, paired_diffs
+from bench.stats import load_line, machine_kind, machine_line, mean_sd, paired_diffs, utc_date
 
 RL_ARMS = {"rl_step": [], "rl_token": ["algorithm.credit=token"],
            "rl_filter": ["algorithm.filter_groups=true"]}
@@ -165,9 +164,6 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
         reevaluate(args, cfg, cells, key)
         _save(path, cells)
 
-    def score(cell: dict[str, Any]) -> tuple[float, float]:
-        return cell["metric"], cell.get("tiebreak", 0.0)
-
     for demos in args.demos:
         best = (-math.inf, -math.inf)
         epochs = 1
@@ -185,7 +181,7 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
                 res = evaluate(args, f"sweep-{key}", ckpt, cfg.env.eval_split, args.dev_tasks, 0)
                 cells[key] = {"demos": demos, "epochs": epochs, "checkpoint": ckpt,
                               "steps": epochs * -(-demos // per_step), **stats, **res,
-                              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                              "date": utc_date(),
                               "load": load_line(), "machine": machine_line()}
                 _save(path, cells)
                 print(f"  {key}: dev {args.metric} {cells[key]['metric']:.3f}"
@@ -201,10 +197,14 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
     return cells
 
 
+def score(cell: dict[str, Any]) -> tuple[float, float]:
+    """A sweep cell's dev score: its metric, then its tie-break metric."""
+    return cell["metric"], cell.get("tiebreak", 0.0)
+
+
 def best_of(cells: dict[str, Any]) -> dict[str, Any]:
-    """The best sweep cell on dev: the highest metric, then tie-break metric, then the fewest
-    optimizer steps."""
-    top = max(cells.values(), key=lambda c: (c["metric"], c.get("tiebreak", 0.0), -c["steps"]))
+    """The best sweep cell on dev: the highest score, then the fewest optimizer steps."""
+    top = max(cells.values(), key=lambda c: (*score(c), -c["steps"]))
     return {k: top[k] for k in ("demos", "epochs", "steps", "metric")}
 
 
@@ -221,7 +221,7 @@ def reevaluate(args: argparse.Namespace, cfg: Any, cells: dict[str, Any], key: s
                    args.dev_tasks, 0)
     cell.update({"trained": cell.get("trained", cell["date"]),
                  "metric_before": cell.get("metric_before", cell["metric"]), **res,
-                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                 "date": utc_date(),
                  "load": load_line()})
     print(f"  {key} evaluated again: dev {args.metric} {cell['metric']:.3f} (before "
           f"{cell['metric_before']:.3f})"
@@ -242,7 +242,7 @@ def arms(args: argparse.Namespace) -> dict[str, Any]:
         def record(arm: str, result: dict[str, Any], runs: dict[str, Any] = runs,
                    seed: int = seed) -> None:
             runs[arm] = {**result, "seed": seed, "load": load_line(), "machine": machine_line(),
-                         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+                         "date": utc_date()}
             _save(path, done)
             print(f"  seed {seed} {arm}: test {args.metric} {result['metric']:.3f}", flush=True)
 
@@ -327,7 +327,7 @@ def summarize(args: argparse.Namespace) -> str:
                          + (f"{c['tiebreak']:.3f} | " if tie and "tiebreak" in c else
                             "– | " if tie else "")
                          + f"{c['episodes']} | {c['sft_s']:.0f} | "
-                         f"{_cpu_kind(c.get('machine', ''))} |")
+                         f"{machine_kind(c.get('machine', ''))} |")
         so_far = best_of(cells)
         label = "Best SFT" if so_far == best else "Best so far (the sweep has not finished)"
         lines += ["", f"{label}: {so_far}", ""]
@@ -363,11 +363,6 @@ def summarize(args: argparse.Namespace) -> str:
     (args.out / "table.md").write_text(text)
     print(text)
     return text
-
-
-def _cpu_kind(machine: str) -> str:
-    """`bench.stats.machine_line`'s text in short: the CPU's name and whether it has AMX."""
-    return f"{machine.split(' (')[0]}, {machine.rsplit(', ', 1)[-1]}" if machine else ""
 
 
 def plot_horizon(curves: dict[str, list[list[dict[str, float]]]], path: Path,
@@ -423,7 +418,7 @@ def main() -> None:
     args.config = args.config.resolve()
     args.out = (args.out or ROOT / "bench/results/sft_vs_rl" / args.config.stem).resolve()
     args.out.mkdir(parents=True, exist_ok=True)
-    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {load_line()}; out {args.out}")
+    print(f"# {utc_date()}; {load_line()}; out {args.out}")
     {"sweep": sweep, "arms": arms, "summarize": summarize}[args.stage](args)
     if args.stage != "summarize":
         summarize(args)

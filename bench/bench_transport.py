@@ -146,7 +146,7 @@ def run(mode: str, n: int, ctx_t: int, act_t: int, in_flight: int,
     proc = mpc.Process(target=_sender, args=(mode, endpoint, n, ctx_t, act_t, in_flight,
                                              counts, q))
     proc.start()
-    next_message(q, proc, 60, 'the sender process')
+    next_message(q, proc, 60, "the sender process")
     if mode == "transport":
         # The service's loop: poll, then drain without blocking (`BufferService._drain_data`:
         # `ZmqPuller.recv(timeout_ms=0)`, `messages.unpack_data`), ~2,000 records a pass.
@@ -178,7 +178,7 @@ def run(mode: str, n: int, ctx_t: int, act_t: int, in_flight: int,
         for _ in range(len(sizes) - 1):
             nbytes += len(sock.recv())
     dt, cpu = time.perf_counter() - t0, time.process_time() - c0
-    send_cpu, sent_counts = next_message(q, proc, 60, 'the sender process')
+    send_cpu, sent_counts = next_message(q, proc, 60, "the sender process")
     proc.join(60)
     if mode == "transport":
         puller.close()

@@ -99,7 +99,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.children import next_message
-from bench.stats import PeakRSS, binomial_se, fmt_ci, load_line, machine_line, mean_ci
+from bench.stats import PeakRSS, binomial_se, fmt_ci, load_line, machine_line, mean_ci, utc_date
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -400,7 +400,7 @@ def run_trl_isolated(seed: int, minutes: float, root: str, start: str,
                              max_steps))
     proc.start()
     try:
-        status, value = next_message(q, proc, minutes * 60 + 3600, 'the TRL process')
+        status, value = next_message(q, proc, minutes * 60 + 3600, "the TRL process")
     finally:
         proc.join(120)
     if status != "ok":
@@ -581,12 +581,17 @@ def run_arm(arm: str, seed: int, args: argparse.Namespace, root: str,
         else:
             r = run_ours(arm, seed, args.minutes, root, start, args.memory_savers, updates)
     ev = held_out(r["model_dir"], seed, args.eval_tasks)
-    name = f"{arm}@trl-updates" if updates else arm
-    return {"arm": name, "seed": seed, **r, "return": float(ev["mean_return"]),
+    return {"arm": arm_name(arm, updates), "seed": seed, **r, "return": float(ev["mean_return"]),
             "success": float(ev.get("success", 0.0)), "peak_rss_gb": mem.peak_gb,
             "load_before": load_before, "load_after": os.getloadavg()[0],
             "machine": machine_line(),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+            "date": utc_date()}
+
+
+def arm_name(arm: str, updates: int | None) -> str:
+    """A run's name in the rows: `ARM@trl-updates` for one of our arms run for TRL's update
+    count, else the arm."""
+    return f"{arm}@trl-updates" if updates else arm
 
 
 def done_rows(root: str, seeds: list[int], machine: str) -> list[dict[str, Any]]:
@@ -652,11 +657,12 @@ def main() -> None:
               f"step), seed 0, steps 2..{args.setup_steps} timed; {load_line()}", flush=True)
         trl_setup_sweep(args, root, start)
         return
+    here = machine_line()
     print(f"## vs TRL GRPOTrainer + ablations: warm-started SmolLM2-135M-Instruct, arithmetic (up "
           f"to 3 turns), {args.minutes:g} min budget, seeds {args.seeds}, arms {arms}, held-out "
           f"{args.eval_tasks} dev tasks, memory savers {args.memory_savers} (whole-layer "
           f"recompute both sides), {precision_line()}; TRL: {setup_name(trl_setup(args))}; "
-          f"{machine_line()}; {load_line()}", flush=True)
+          f"{here}; {load_line()}", flush=True)
     if not args.skip_start_eval:
         ev = held_out(start, 0, args.eval_tasks)
         p = float(ev.get("success", 0.0))
@@ -665,15 +671,14 @@ def main() -> None:
     print(f"{'arm':22} {'seed':>4} {'samples/s':>9} {'return':>7} {'success':>7} {'SE':>6} "
           f"{'updates':>7} {'stale':>5} {'idle':>5} {'wall s':>6} {'peak GB':>7} {'load':>9}",
           flush=True)
-    rows = done_rows(root, args.seeds, machine_line())
+    rows = done_rows(root, args.seeds, here)
     for r in rows:
         print_row(r, args.eval_tasks, "(done before)")
     for i, seed in enumerate(args.seeds):
         done = {r["arm"]: r for r in rows if r["seed"] == seed}
         runs: list[tuple[str, int | None]] = [(arm, None) for arm in arm_order(arms, i)]
         for arm, updates in runs:  # one at a time: they would share the 2 cores
-            name = f"{arm}@trl-updates" if updates else arm
-            r = done.get(name)
+            r = done.get(arm_name(arm, updates))
             if r is None:
                 try:
                     r = run_arm(arm, seed, args, root, start, updates)

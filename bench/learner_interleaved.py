@@ -72,7 +72,7 @@ def run_interleaved(args: Any, model_path: str, bf16: bool,
     proc = ctx.Process(target=_run_interleaved, args=(bf16, args, model_path, q, overrides))
     proc.start()
     try:
-        r = next_message(q, proc, 3600, 'the learner process')
+        r = next_message(q, proc, 3600, "the learner process")
     finally:
         proc.join(60)
     tokens = r["tokens"]

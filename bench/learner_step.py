@@ -125,7 +125,7 @@ def run_config(mode: str, bf16: bool, args: Any, model_path: str,
     with _allocator_env(overrides):
         proc.start()
     try:
-        return next_message(q, proc, 1800, 'the learner process')
+        return next_message(q, proc, 1800, "the learner process")
     finally:
         proc.join(60)
 

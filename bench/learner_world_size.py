@@ -91,7 +91,7 @@ def run_world_sizes(sizes: list[int], args: Any, model_path: str) -> None:
                  for r in range(ws)]
         for p in procs:
             p.start()
-        res = sorted((next_message(q, procs, 3600, 'the learner ranks') for _ in procs), key=lambda r: r["rank"])
+        res = sorted((next_message(q, procs, 3600, "the learner ranks") for _ in procs), key=lambda r: r["rank"])
         for p in procs:
             p.join(120)
         base = base or res[0]["state_mb"]

@@ -14,6 +14,7 @@ import math
 import os
 import statistics
 import threading
+import time
 from collections.abc import Sequence
 
 # two-sided 95 %: t_{0.975, df} for df = 1..30
@@ -90,13 +91,31 @@ def load_line() -> str:
     return f"load average {a:.2f} {b:.2f} {c:.2f} on {os.cpu_count()} cores"
 
 
-def machine_line() -> str:
-    """The CPU and whether it has AMX: bf16 speed, and so a time-budgeted run's work, differ
-    between CPUs with and without it."""
-    from agent_r1_async.bf16.hardware import cpu_flags, cpu_model
+def cpu_and_amx() -> tuple[str, bool]:
+    """The CPU's model name (as `lscpu` gives it) and whether it has AMX (`amx_bf16`): bf16
+    speed, and so a time-budgeted run's work, differ between CPUs with and without it."""
+    from agent_r1_async.bf16.hardware import cpu_flags, cpu_name
 
-    amx = "AMX" if "amx_bf16" in cpu_flags() else "no AMX"
+    return cpu_name(), "amx_bf16" in cpu_flags()
+
+
+def machine_line() -> str:
+    """The CPU (with family / model / stepping), its cores and whether it has AMX, for a
+    result's record."""
+    from agent_r1_async.bf16.hardware import cpu_model
+
+    amx = "AMX" if cpu_and_amx()[1] else "no AMX"
     return f"{cpu_model()}, {os.cpu_count()} cores, {amx}"
+
+
+def machine_kind(machine: str) -> str:
+    """`machine_line`'s text in short, for a table: the CPU's name and whether it has AMX."""
+    return f"{machine.split(' (')[0]}, {machine.rsplit(', ', 1)[-1]}" if machine else ""
+
+
+def utc_date(t: float | None = None) -> str:
+    """`t` (default now) as a result's date: `YYYY-MM-DD HH:MM UTC`."""
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t))
 
 
 class PeakRSS:

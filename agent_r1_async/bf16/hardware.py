@@ -5,7 +5,8 @@ newer). A CPU with neither AMX-BF16 nor AVX512-BF16 (the `amx_bf16` / `avx512_bf
 /proc/cpuinfo) gets fp32 without measuring: torch and vLLM would emulate bf16 through fp32.
 With either flag the micro-benchmark decides (bf16/verdicts.py), because the flag says that
 bf16 instructions exist, not that the kernels each side calls run faster with them.
-`cpu_model` names the CPU in the verdict cache's key.
+`cpu_model` names the CPU in the verdict cache's key; all three read the first CPU's
+/proc/cpuinfo fields once (`cpu_fields`).
 """
 
 from __future__ import annotations
@@ -24,20 +25,12 @@ BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
 @functools.cache
 def cpu_flags() -> frozenset[str]:
     """The first CPU's feature flags (empty where /proc/cpuinfo is not readable)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
+    return frozenset(cpu_fields().get("flags", "").split())
 
 
 @functools.cache
-def cpu_model() -> str:
-    """The first CPU's model name with its family / model / stepping (a VM may report only
-    "AMD EPYC"), for the cache key."""
+def cpu_fields() -> dict[str, str]:
+    """The first CPU's /proc/cpuinfo fields (empty where it is not readable)."""
     fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo") as f:
@@ -48,9 +41,20 @@ def cpu_model() -> str:
                 fields[key.strip()] = value.strip()
     except OSError:
         pass
-    name = fields.get("model name", "unknown CPU")
-    return (f"{name} (family {fields.get('cpu family', '?')} model {fields.get('model', '?')} "
-            f"stepping {fields.get('stepping', '?')})")
+    return fields
+
+
+def cpu_name() -> str:
+    """The first CPU's model name, as `lscpu` gives it (a VM may report only "AMD EPYC")."""
+    return cpu_fields().get("model name", "unknown CPU")
+
+
+@functools.cache
+def cpu_model() -> str:
+    """The first CPU's model name with its family / model / stepping, for the cache key."""
+    fields = cpu_fields()
+    return (f"{cpu_name()} (family {fields.get('cpu family', '?')} model "
+            f"{fields.get('model', '?')} stepping {fields.get('stepping', '?')})")
 
 
 def bf16_support(device: str | torch.device = "auto",

@@ -241,11 +241,6 @@ def test_sft_vs_rl_names_committed_rows_from_the_repository(tmp_path: Path) -> N
     inside = ROOT / "bench" / "results" / "x" / "evals" / "a.jsonl"
     assert mod._in_repo(inside) == "bench/results/x/evals/a.jsonl"  # any checkout reads it
     assert mod._in_repo(tmp_path / "a.jsonl") == str(tmp_path / "a.jsonl")
-    assert mod._cpu_kind("AMD EPYC (family 26 model 2 stepping 1), 2 cores, no AMX") == (
-        "AMD EPYC, no AMX")
-    assert mod._cpu_kind("Intel(R) Xeon(R) Processor (family 6 model 207 stepping 2), "
-                         "2 cores, AMX") == "Intel(R) Xeon(R) Processor, AMX"
-    assert mod._cpu_kind("") == ""
 
 
 def test_sft_vs_rl_best_cell_by_metric_then_tiebreak_then_fewer_steps() -> None:
@@ -262,12 +257,28 @@ def test_sft_vs_rl_best_cell_by_metric_then_tiebreak_then_fewer_steps() -> None:
 
 
 def test_machine_line_says_whether_the_cpu_has_amx() -> None:
-    from bench.stats import machine_line
+    from bench.stats import cpu_and_amx, machine_kind, machine_line
 
     flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines()
                   if line.startswith("flags")), "")
     amx = "amx_bf16" in flags.split()
     assert machine_line().endswith(", AMX" if amx else ", no AMX")
+    name = next(line.split(":", 1)[1].strip() for line in
+                Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
+    assert cpu_and_amx() == (name, amx)  # lscpu's "Model name" is this field
+    assert machine_kind(machine_line()) == f"{name}, {'AMX' if amx else 'no AMX'}"
+    assert machine_kind("AMD EPYC (family 26 model 2 stepping 1), 2 cores, no AMX") == (
+        "AMD EPYC, no AMX")
+    assert machine_kind("Intel(R) Xeon(R) Processor (family 6 model 207 stepping 2), "
+                        "2 cores, AMX") == "Intel(R) Xeon(R) Processor, AMX"
+    assert machine_kind("") == ""
+
+
+def test_utc_date_by_hand() -> None:
+    from bench.stats import utc_date
+
+    assert utc_date(0) == "1970-01-01 00:00 UTC"
+    assert utc_date(86400 + 3600 * 13 + 60 * 7 + 59) == "1970-01-02 13:07 UTC"
 
 
 def test_delta_records_bench_builds_an_episode_whose_deltas_add_up() -> None:
