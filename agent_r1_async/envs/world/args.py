@@ -36,7 +36,7 @@ HORIZONS: dict[str, Knobs] = {
 """The presets; docs/environments.md has each one's measured optimal-plan lengths."""
 SUGGESTED_MAX_TURNS = {"short": 24, "medium": 64, "long": 128, "xlong": 320}
 """`env.max_turns` for each preset: about 3x its median optimal plan, and above the longest
-plan measured."""
+plan measured and the explorer's longest (docs/environments.md)."""
 
 MAX_ROOMS = 40
 MAX_LOCKS = 6
@@ -82,6 +82,11 @@ class WorldArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Process reward of an action the world refuses or a malformed call."""
     success_reward: float = 1.0
     """Outcome reward when every goal object lies in the start room."""
+    demonstrator: Literal["explorer", "planner"] = "explorer"
+    """Who plays the warm start's demonstrations (`oracle(task)`): `explorer` acts only on what
+    the agent has read (explorer.py), so a policy can learn each of its moves from the
+    episode's history; `planner` is the optimal plan (planner.py), which walks straight to
+    objects the agent has not seen. The process reward uses the planner either way."""
 
     def __post_init__(self) -> None:
         if self.mix is not None:

@@ -39,6 +39,7 @@ from agent_r1_async.envs.toolenv import (
 )
 from agent_r1_async.envs.world import planner
 from agent_r1_async.envs.world.args import SUGGESTED_MAX_TURNS, WorldArgs
+from agent_r1_async.envs.world.explorer import explore
 from agent_r1_async.envs.world.layout import Layout
 from agent_r1_async.envs.world.state import (
     CARRIED,
@@ -275,7 +276,11 @@ class WorldEnv:
         return self._tasks[split]
 
     def oracle(self, task: Task) -> list[str]:
-        """An optimal plan from the start, one tool call per action."""
+        """The demonstrator's actions from the start, one tool call per action
+        (`env.args.demonstrator`: the explorer's, or the planner's optimal plan)."""
         layout = task.meta["layout"]
-        actions = planner.plan(layout, initial_state(layout)) or []
+        if self.args.demonstrator == "explorer":
+            actions = explore(layout) or []
+        else:
+            actions = planner.plan(layout, initial_state(layout)) or []
         return [tool_call_text(action_call(a)) for a in actions]

@@ -128,7 +128,8 @@ def test_a_world_episode_cut_by_its_context_keeps_the_env_s_metrics_so_far(token
     from agent_r1_async.envs.toolenv import ToolCall, tool_call_text
 
     spec = get_env_spec(EnvConfig(name="world", max_turns=50, args={
-        "horizon": "short", "num_train": 2, "num_dev": 2, "num_test": 2}))
+        "horizon": "short", "num_train": 2, "num_dev": 2, "num_test": 2,
+        "demonstrator": "planner"}))
     task = spec.tasks("dev")[0]
     look = tokenizer.encode(tool_call_text(ToolCall("look", {})), add_special_tokens=False)
     rollout = _rollout(tokenizer, FakeEngine.repeating([*look, tokenizer.eos_token_id]),

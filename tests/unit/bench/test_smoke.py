@@ -17,7 +17,7 @@ MODULES = ["bench_async_vs_sync", "bench_transport", "bench_weight_sync", "bench
            "bench_tool_overhead", "bench_delta_records", "bench_sft_vs_rl",
            "bench_context_builders", "bench_learner_long_sequences", "bench_episode_sampler", "bench_staleness_bias",
            "bench_shared_prefix", "bench_busy_wait", "bench_engine_speed", "bench_stragglers",
-           "bench_tree_cost", "bench_precision_auto"]
+           "bench_tree_cost", "bench_precision_auto", "bench_world_demonstrators"]
 
 
 def load(name: str) -> ModuleType:
@@ -272,6 +272,13 @@ def test_machine_line_says_whether_the_cpu_has_amx() -> None:
     assert machine_kind("Intel(R) Xeon(R) Processor (family 6 model 207 stepping 2), "
                         "2 cores, AMX") == "Intel(R) Xeon(R) Processor, AMX"
     assert machine_kind("") == ""
+
+
+def test_world_demonstrators_quantile_is_the_nearest_rank_by_hand() -> None:
+    q = load("bench_world_demonstrators").quantile
+    assert q(list(range(10, 0, -1)), 0.9) == 9  # rank ceil(9.0) = 9 of 1..10
+    assert q([1, 2, 3, 4], 0.5) == 2 and q([1, 2, 3, 4], 0.51) == 3
+    assert q([7], 0.9) == 7
 
 
 def test_utc_date_by_hand() -> None:

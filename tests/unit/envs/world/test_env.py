@@ -18,7 +18,8 @@ from agent_r1_async.envs.world.state import act, initial_state
 
 
 def _spec(max_turns: int = 400, **args):
-    sizes = {"num_train": 6, "num_dev": 3, "num_test": 3}
+    # The planner demonstrates: its plans are optimal, which the reward checks below count on.
+    sizes = {"num_train": 6, "num_dev": 3, "num_test": 3, "demonstrator": "planner"}
     return get_env_spec(EnvConfig(name="world", max_turns=max_turns, args={**sizes, **args}))
 
 

@@ -1,5 +1,5 @@
 """A long world episode through the actor's rollout (in process, a scripted engine): the
-oracle's 60+ actions play to success, every context stays within the truncate budget, and
+planner's 60+ actions play to success, every context stays within the truncate budget, and
 the recorded process rewards sum to 1."""
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ def _run(spec, task, actions: list[str], max_turns: int, budget: int):
 
 def test_a_long_oracle_episode_plays_to_success_within_the_context_budget():
     spec = get_env_spec(EnvConfig(name="world", max_turns=320, args={
-        "horizon": "xlong", "num_train": 1, "num_dev": 1, "num_test": 1}))
+        "horizon": "xlong", "num_train": 1, "num_dev": 1, "num_test": 1,
+        "demonstrator": "planner"}))
     task = spec.tasks("dev")[0]
     actions = spec.oracle(task)
     assert len(actions) >= 60
@@ -49,7 +50,8 @@ def test_a_long_oracle_episode_plays_to_success_within_the_context_budget():
 
 def test_the_turn_limit_ends_a_world_episode_as_truncated_with_its_metrics():
     spec = get_env_spec(EnvConfig(name="world", max_turns=5, args={
-        "horizon": "medium", "num_train": 1, "num_dev": 1, "num_test": 1}))
+        "horizon": "medium", "num_train": 1, "num_dev": 1, "num_test": 1,
+        "demonstrator": "planner"}))
     task = spec.tasks("dev")[0]
     actions = spec.oracle(task)
     n = len(actions)
