@@ -63,8 +63,12 @@ def _private_ray_dir(actor_pid: int) -> Path:
 
 
 def test_a_second_ctrl_c_during_a_hung_stop_exits_at_once_naming_what_is_unsaved(tmp_path: Path):
+    # No periodic buffer snapshot: the only manifest written after the first Ctrl-C is then the
+    # stop's own, so the second Ctrl-C goes in while the stop runs (a periodic snapshot at the
+    # moment of the first would send it before the stop began, merged with the first).
     proc = _start(tmp_path, "--set", "learner.total_updates=1000",
-                  "--set", "learner.checkpoint_every=1000", "--set", "launch.stop_timeout_s=300")
+                  "--set", "learner.checkpoint_every=1000", "--set", "launch.stop_timeout_s=300",
+                  "--set", "buffer.snapshot_interval_s=0")
     frozen = None
     try:
         run_dir = _await_updates(proc, tmp_path, 1).parent
