@@ -49,15 +49,14 @@ VARIANTS = {
     "bf16-eager-spin": {"dtype": "bfloat16", "enforce_eager": True, "ipc_busy_wait_s": 1.0},
     "bf16-eager-park": {"dtype": "bfloat16", "enforce_eager": True, "ipc_busy_wait_s": 0.0},
     "bf16-eager-park-all-cores": {"dtype": "bfloat16", "enforce_eager": True,
-                                  "ipc_busy_wait_s": 0.0,
-                                  "env": {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}},
+                                  "ipc_busy_wait_s": 0.0, "cpu_reserved_cores": 0},
 }
 """bf16-eager-spin: vLLM's own 1 s busy-wait between its engine core and worker, explicitly; the
 others run `engine.ipc_busy_wait_s` unset (the same 1 s) except `bf16-eager-park` (0;
 actors/engines/vllm_wait.py). vLLM's CPU worker leaves one core to its engine core (on 2 cores
 its OpenMP threads get one); `bf16-eager-park-all-cores` gives the worker every core
-(`VLLM_CPU_NUM_OF_RESERVED_CPU=0`, `env`: set in the variant's process before the engine
-starts) with the engine core parked, as a stand-alone evaluation could run it."""
+(`engine.cpu_reserved_cores: 0`, i.e. `VLLM_CPU_NUM_OF_RESERVED_CPU=0`) with the engine core
+parked, as a stand-alone evaluation can run it."""
 
 
 def _cpu_s(procs: list[Any]) -> list[float]:
@@ -77,8 +76,6 @@ def _cpu_s(procs: list[Any]) -> list[float]:
 def _engine_main(engine: dict[str, Any], prompts: list[list[int]], rounds: int, q: Any,
                  learner_updates: Any) -> None:
     os.dup2(2, 1)  # engine logs to stderr: stdout keeps the table
-    engine = dict(engine)
-    os.environ.update(engine.pop("env", {}))  # vLLM's processes inherit it
     import psutil
 
     from agent_r1_async.actors.engines import make_engine

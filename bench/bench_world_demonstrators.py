@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import time
 from pathlib import Path
@@ -27,13 +26,8 @@ from agent_r1_async.envs.world.explorer import explore
 from agent_r1_async.envs.world.planner import plan
 from agent_r1_async.envs.world.state import initial_state
 from agent_r1_async.envs.world.tasks import make_tasks
+from agent_r1_async.learner.episode_stats import percentile
 from bench.stats import utc_date
-
-
-def quantile(values: list[int], q: float) -> int:
-    """The nearest-rank quantile: the smallest value with at least q of them at or below."""
-    s = sorted(values)
-    return s[max(0, math.ceil(len(s) * q) - 1)]
 
 
 def measure(horizon: str, worlds: int, max_turns: int) -> dict[str, float]:
@@ -54,9 +48,9 @@ def measure(horizon: str, worlds: int, max_turns: int) -> dict[str, float]:
     limit = SUGGESTED_MAX_TURNS[horizon]
     return {
         "worlds": len(planner) + stuck, "stuck": stuck,
-        "planner_median": statistics.median(planner), "planner_p90": quantile(planner, 0.9),
+        "planner_median": statistics.median(planner), "planner_p90": percentile(planner, 90),
         "planner_max": max(planner),
-        "explorer_median": statistics.median(explorer), "explorer_p90": quantile(explorer, 0.9),
+        "explorer_median": statistics.median(explorer), "explorer_p90": percentile(explorer, 90),
         "explorer_max": max(explorer),
         "ratio_median": statistics.median(ratios), "ratio_max": max(ratios),
         "optimal_share": sum(e == p for e, p in zip(explorer, planner, strict=True))
@@ -84,8 +78,8 @@ def main() -> None:
     rows = {}
     for horizon in HORIZONS:
         r = rows[horizon] = measure(horizon, args.worlds, args.max_turns)
-        print(f"| `{horizon}` | {r['planner_median']:g} / {r['planner_p90']} / "
-              f"{r['planner_max']} | {r['explorer_median']:g} / {r['explorer_p90']} / "
+        print(f"| `{horizon}` | {r['planner_median']:g} / {r['planner_p90']:g} / "
+              f"{r['planner_max']} | {r['explorer_median']:g} / {r['explorer_p90']:g} / "
               f"{r['explorer_max']} | {r['ratio_median']:.2f} ({r['ratio_max']:.2f}) | "
               f"{r['optimal_share']:.0%} | {r['fits_suggested']:.0%} of "
               f"{r['suggested_max_turns']} | {r['fits_max_turns']:.0%} | {r['stuck']} |",

@@ -120,15 +120,15 @@ class Explorer:
         if keys:
             return "take", keys[0]
         needed = [t for t in left if t not in self.held]
+        routes = self._routes()
         if not needed or (self.limit and len(held) >= self.limit):
-            return self._toward(self.home)
+            return self._toward(self.home, routes)
         for item in needed:
             if item in room.items:
                 return "take", item
-        dist = self._distances()
         best: tuple[tuple[int, int, int, int], str, Action] | None = None
         for order, (name, seen) in enumerate(self.rooms.items()):
-            if name not in dist:
+            if name not in routes:
                 continue
             options: list[tuple[int, int, Action]] = [
                 (0, 0, ("take", t)) for t in needed if t in seen.items]
@@ -141,42 +141,32 @@ class Explorer:
                 elif color is None and way not in seen.through:
                     options.append((2, i, ("go", way)))
             for rank, i, action in options:
-                key = (rank, dist[name], order, i)
+                key = (rank, routes[name][0], order, i)
                 if best is None or key < best[0]:
                     best = (key, name, action)
         if best is None:
             return None
         _, name, action = best
-        return action if name == self.here else self._toward(name)
+        return action if name == self.here else self._toward(name, routes)
 
-    def _distances(self) -> dict[str, int]:
-        dist, queue = {self.here: 0}, deque([self.here])
+    def _routes(self) -> dict[str, tuple[int, str]]:
+        """Each room reachable over the exits walked: its distance from here and the first
+        move toward it ("" for here)."""
+        routes, queue = {self.here: (0, "")}, deque([self.here])
         while queue:
             at = queue.popleft()
-            for nxt in self.rooms[at].through.values():
-                if nxt not in dist:
-                    dist[nxt] = dist[at] + 1
-                    queue.append(nxt)
-        return dist
-
-    def _toward(self, goal: str) -> Action | None:
-        """The first move on the walked path from here to `goal`."""
-        if goal == self.here:
-            return None
-        back: dict[str, tuple[str, str]] = {}
-        queue = deque([self.here])
-        while queue:
-            at = queue.popleft()
+            dist, first = routes[at]
             for way, nxt in self.rooms[at].through.items():
-                if nxt not in back and nxt != self.here:
-                    back[nxt] = (at, way)
+                if nxt not in routes:
+                    routes[nxt] = (dist + 1, first or way)
                     queue.append(nxt)
-        if goal not in back:
-            return None
-        at = goal
-        while back[at][0] != self.here:
-            at = back[at][0]
-        return "go", back[at][1]
+        return routes
+
+    @staticmethod
+    def _toward(goal: str, routes: dict[str, tuple[int, str]]) -> Action | None:
+        """The first move on the walked path from here to `goal` (None: here or unreachable)."""
+        first = routes.get(goal, (0, ""))[1]
+        return ("go", first) if first else None
 
 
 def explore(layout: Layout, max_actions: int = 1000) -> list[Action] | None:

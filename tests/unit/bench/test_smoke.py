@@ -274,13 +274,6 @@ def test_machine_line_says_whether_the_cpu_has_amx() -> None:
     assert machine_kind("") == ""
 
 
-def test_world_demonstrators_quantile_is_the_nearest_rank_by_hand() -> None:
-    q = load("bench_world_demonstrators").quantile
-    assert q(list(range(10, 0, -1)), 0.9) == 9  # rank ceil(9.0) = 9 of 1..10
-    assert q([1, 2, 3, 4], 0.5) == 2 and q([1, 2, 3, 4], 0.51) == 3
-    assert q([7], 0.9) == 7
-
-
 def test_utc_date_by_hand() -> None:
     from bench.stats import utc_date
 
