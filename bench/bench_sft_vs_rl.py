@@ -11,9 +11,9 @@ already there, so a stage can be stopped and run again):
 - **sweep** (dev only). For each `--demos` count D, warm starts of E = 1, 2, 4, ... epochs
   (`sft.num_demos` D, `sft.epochs` E: D × E / `sft.batch_episodes` optimizer steps) from the
   config's base model, each evaluated on the first `--dev-tasks` tasks of `env.eval_split`
-  at sampling seed 0, until the metric stops rising (the next E scores no higher; where
-  it ties, `--tiebreak`, a finer metric such as the world's progress, decides) or
-  `--max-epochs`. Under a constant lr without warmup each E after the first trains on from the
+  at sampling seed 0, until the metric stops rising (`--patience` E in a row score no
+  higher than the best E so far; where they tie, `--tiebreak`, a finer metric such as the
+  world's progress, decides) or `--max-epochs`. Under a constant lr without warmup each E after the first trains on from the
   previous E's checkpoint (`sft.resume_from`: the same weights one run of E epochs gives,
   without training the first E/2 epochs again). Every evaluation is kept (OUT/sweep.json,
   and OUT/evals/sweep-dD-eE.jsonl, one line per episode). The best cell on dev (ties: fewer
@@ -168,6 +168,7 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
 
     for demos in args.demos:
         best = (-math.inf, -math.inf)
+        misses = 0  # cells in a row that scored no higher than `best`
         epochs = 1
         while epochs <= args.max_epochs:
             key = f"d{demos}-e{epochs}"
@@ -190,8 +191,11 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
                       + (f", {args.tiebreak} {cells[key]['tiebreak']:.3f}" if args.tiebreak else ""),
                       flush=True)
             if score(cells[key]) <= best:
-                break
-            best = score(cells[key])
+                misses += 1
+                if misses >= args.patience:
+                    break
+            else:
+                best, misses = score(cells[key]), 0
             epochs *= 2
     best_cell = best_of(cells)
     _save(args.out / "best.json", best_cell)
@@ -407,6 +411,10 @@ def main() -> None:
                          "(the world: progress, when success is 0 everywhere)")
     ap.add_argument("--demos", type=int, nargs="+", default=[32, 64, 128])
     ap.add_argument("--max-epochs", type=int, default=8)
+    ap.add_argument("--patience", type=int, default=1,
+                    help="sweep: stop a demonstration count after this many epoch doublings "
+                         "in a row that score no higher than its best (2 where one noisy "
+                         "evaluation should not end it)")
     ap.add_argument("--reevaluate", nargs="+", default=[], metavar="dD-eE",
                     help="sweep: evaluate these cells' checkpoints again first (their "
                          "training kept), then go on with the sweep")
@@ -419,6 +427,8 @@ def main() -> None:
     ap.add_argument("--max-fresh-demos", type=int, default=2048)
     ap.add_argument("--horizon-bins", type=int, nargs="+", default=[10, 20, 40, 80, 160])
     args = ap.parse_args()
+    if args.patience < 1:
+        ap.error("--patience: expected 1 or more")
     args.config = args.config.resolve()
     args.out = (args.out or ROOT / "bench/results/sft_vs_rl" / args.config.stem).resolve()
     args.out.mkdir(parents=True, exist_ok=True)

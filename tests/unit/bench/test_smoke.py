@@ -6,6 +6,7 @@ No timing is asserted here: this only keeps the bench scripts from silently rott
 from __future__ import annotations
 
 import importlib
+import json
 from pathlib import Path
 from types import ModuleType
 
@@ -441,3 +442,50 @@ def test_sft_vs_rl_reevaluates_a_sweep_cell_keeping_its_training(
         mod.reevaluate(args, cfg, cells, "d32-e2")  # its checkpoint is not on disk
     with pytest.raises(SystemExit, match="cells: d32-e1, d32-e2"):
         mod.reevaluate(args, cfg, cells, "d64-e1")
+
+
+@pytest.mark.parametrize(("patience", "visited", "best"), [
+    (1, ["d32-e1", "d32-e2", "d64-e1", "d64-e2"], "d64-e1"),
+    (2, ["d32-e1", "d32-e2", "d32-e4", "d32-e8", "d64-e1", "d64-e2", "d64-e4"], "d32-e4"),
+])
+def test_sft_vs_rl_sweep_stops_after_patience_cells_without_a_rise(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, patience: int,
+        visited: list[str], best: str) -> None:
+    import argparse
+
+    mod = load("bench_sft_vs_rl")
+    # (success, progress) per cell: d32 dips at e2, rises at e4 (the best of all), dips at
+    # e8; d64 peaks at e1 and then dips twice.
+    scores = {"d32-e1": (0.0, 0.026), "d32-e2": (0.0, 0.019), "d32-e4": (0.1, 0.30),
+              "d32-e8": (0.1, 0.25), "d64-e1": (0.0, 0.05), "d64-e2": (0.0, 0.01),
+              "d64-e4": (0.0, 0.0)}
+    trained: list[tuple[str, list[str]]] = []
+
+    def sft(args, name, overrides):  # type: ignore[no-untyped-def]
+        trained.append((name.removeprefix("sweep-"), overrides))
+        ckpt = tmp_path / name
+        ckpt.mkdir()
+        return str(ckpt), {"sft_steps": 4, "sft_s": 1.0}
+
+    def evaluate(args, name, model, split, tasks, seed):  # type: ignore[no-untyped-def]
+        metric, tiebreak = scores[name.removeprefix("sweep-")]
+        return {"metric": metric, "tiebreak": tiebreak, "episodes": tasks, "split": split}
+
+    monkeypatch.setattr(mod, "sft", sft)
+    monkeypatch.setattr(mod, "evaluate", evaluate)
+    args = argparse.Namespace(config=mod.ROOT / "configs/world.yaml", overrides=[],
+                              out=tmp_path / "out", reevaluate=[], demos=[32, 64],
+                              max_epochs=8, patience=patience, dev_tasks=30,
+                              metric="success", tiebreak="progress")
+    cells = mod.sweep(args)
+    assert [name for name, _ in trained] == visited
+    best_cell = json.loads((tmp_path / "out/best.json").read_text())
+    assert f"d{best_cell['demos']}-e{best_cell['epochs']}" == best
+    # each doubling trains on from the cell before it, one that scored lower included
+    resumes = {name: [o for o in overrides if o.startswith("sft.resume_from=")]
+               for name, overrides in trained}
+    assert resumes["d32-e1"] == []
+    assert resumes["d32-e2"] == [f"sft.resume_from={tmp_path / 'sweep-d32-e1'}"]
+    if patience == 2:
+        assert resumes["d32-e4"] == [f"sft.resume_from={tmp_path / 'sweep-d32-e2'}"]
+        assert cells["d32-e4"]["resumed_from"] == "d32-e2"
