@@ -75,6 +75,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from agent_r1_async.run.evaluate import evaluate, format_table
     from agent_r1_async.run.preflight.checks import env_preflight
 
+    if args.with_text and not args.episodes_out:
+        print("agent-r1-async: --with-text adds a field to --episodes-out rows: give "
+              "--episodes-out FILE too", file=sys.stderr)
+        return 2
     cfg = _load(args)
     split = args.split or cfg.env.eval_split
     env_preflight(cfg, "eval", split)
@@ -82,7 +86,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     errors: list[str] = []
     rows: list[dict] = []
     result = evaluate(cfg, split=split, num_tasks=num_tasks, model_path=args.model,
-                      baseline=args.baseline, rag_k=args.rag_k, errors=errors, episodes=rows)
+                      baseline=args.baseline, rag_k=args.rag_k, errors=errors, episodes=rows,
+                      with_text=args.with_text)
     print(format_table([{"model": args.baseline or "policy", **result}]))
     if args.episodes_out:
         import json
@@ -208,6 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--episodes-out", default="", metavar="FILE",
                    help="also write one JSON line per episode: task, status, outcome, return, "
                         "steps, the env's metrics")
+    p.add_argument("--with-text", action="store_true",
+                   help="--episodes-out rows also carry `text`: each episode's last context and "
+                        "action, decoded (what the model read and wrote)")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("sft", help="supervised warm start on demonstrations")

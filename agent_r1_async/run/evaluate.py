@@ -45,8 +45,12 @@ MAX_ERRORS = 8
 
 
 class _Tally:
-    def __init__(self, errors: list[str] | None = None) -> None:
+    def __init__(self, errors: list[str] | None = None, keep_last: bool = False) -> None:
         self.ends: list[EpisodeEnd] = []
+        self.keep_last = keep_last
+        self.last: dict[str, list[int]] = {}
+        """Episode -> its last step's context + action ids (`keep_last`; evaluation records
+        carry whole contexts)."""
         self.process: defaultdict[str, float] = defaultdict(float)
         self.action_tokens = 0
         self.actions = 0
@@ -58,6 +62,8 @@ class _Tally:
             self.action_tokens += len(msg.action_ids)
             self.actions += 1
             self.process[msg.episode_id] += msg.process_reward
+            if self.keep_last:
+                self.last[msg.episode_id] = [*msg.context_ids, *msg.action_ids]
         else:
             self.ends.append(msg)
             failed = msg.status not in TRAINABLE_STATUSES and msg.status != "aborted"
@@ -109,6 +115,7 @@ def evaluate(
     rag_k: int = 0,
     errors: list[str] | None = None,
     episodes: list[dict[str, Any]] | None = None,
+    with_text: bool = False,
 ) -> dict[str, float]:
     """Evaluate `model_path` (default `model.init_from`, else `model.name_or_path`) on `num_tasks` tasks of `split`.
 
@@ -117,14 +124,15 @@ def evaluate(
     `baseline`: one of BASELINES; `rag_k`: passages of naive_rag (0 = the env's top_k).
     `errors`: receives the distinct reasons of failed episodes ("env_error (task t3): ...",
     at most `MAX_ERRORS`), in the order first seen. `episodes`: receives one row per episode
-    (`episode_row`), in the order they ended.
+    (`episode_row`), in the order they ended; with `with_text` each row also has `text`: the
+    last step's context and action as the model saw and wrote them, decoded.
     """
     if num_tasks < 1:
         raise ValueError(f"num_tasks must be >= 1, got {num_tasks}")
     if baseline not in BASELINES:
         raise ValueError(f"baseline must be one of {BASELINES[1:]}, got {baseline!r}")
     return asyncio.run(_evaluate(cfg, split, num_tasks, model_path, engine, baseline, rag_k,
-                                 errors, episodes))
+                                 errors, episodes, with_text))
 
 
 def _model_and_env(cfg: RunConfig, spec: Any, model_path: str | None, baseline: str,
@@ -143,14 +151,15 @@ async def run_episodes(runner: Any, tasks: list[Any], samples_per_task: int,
                        progress: Callable[[int, int], None] | None = None,
                        errors: list[str] | None = None,
                        rows: list[dict[str, Any]] | None = None,
-                       concurrency: int = 0) -> dict[str, float]:
+                       concurrency: int = 0,
+                       decode: Callable[[list[int]], str] | None = None) -> dict[str, float]:
     """`samples_per_task` episodes of every task, played by `runner` (an episode runner:
     actors/runner.py), at most `concurrency` at once (0: all), summarized;
     `progress(done, total)` after each episode; `errors` as in `evaluate`; `rows` receives
-    one `episode_row` per episode."""
+    one `episode_row` per episode, with its last step decoded by `decode` when given."""
     from agent_r1_async.actors.rollout import EpisodeIds
 
-    tally = _Tally(errors)
+    tally = _Tally(errors, keep_last=decode is not None and rows is not None)
     k = samples_per_task
     total, done = len(tasks) * k, 0
     slots = asyncio.Semaphore(concurrency if concurrency > 0 else max(total, 1))
@@ -165,7 +174,9 @@ async def run_episodes(runner: Any, tasks: list[Any], samples_per_task: int,
 
     await asyncio.gather(*(episode(task) for task in tasks for _ in range(k)))
     if rows is not None:
-        rows.extend(episode_row(e, tally.process[e.episode_id]) for e in tally.ends)
+        rows.extend(episode_row(e, tally.process[e.episode_id],
+                                None if decode is None else decode(tally.last.get(e.episode_id, [])))
+                    for e in tally.ends)
     return tally.summary()
 
 
@@ -174,21 +185,27 @@ def eval_concurrency(cfg: RunConfig) -> int:
     return cfg.eval.concurrency or cfg.actors.groups_in_flight * cfg.algorithm.group_size
 
 
-def episode_row(end: EpisodeEnd, process_reward: float) -> dict[str, Any]:
+def episode_row(end: EpisodeEnd, process_reward: float, text: str | None = None,
+                ) -> dict[str, Any]:
     """One evaluated episode as a JSON-able row (`eval --episodes-out`): its task, how it
     ended, its outcome, return (outcome + process rewards; 0 when it failed), steps and the
-    env's metrics."""
+    env's metrics; `text` (`eval --with-text`) when given: its last step's context and action
+    ("" for an episode that ended before its first step)."""
     trainable = end.status in TRAINABLE_STATUSES
-    return {"task_id": end.task_id, "status": end.status, "steps": end.num_steps,
-            "outcome_reward": end.outcome_reward,
-            "return": end.outcome_reward + process_reward if trainable else 0.0,
-            "metrics": dict(end.metrics)}
+    row: dict[str, Any] = {
+        "task_id": end.task_id, "status": end.status, "steps": end.num_steps,
+        "outcome_reward": end.outcome_reward,
+        "return": end.outcome_reward + process_reward if trainable else 0.0,
+        "metrics": dict(end.metrics)}
+    if text is not None:
+        row["text"] = text
+    return row
 
 
 async def _evaluate(
     cfg: RunConfig, split: str, num_tasks: int, model_path: str | None, engine: Any,
     baseline: str = "", rag_k: int = 0, errors: list[str] | None = None,
-    rows: list[dict[str, Any]] | None = None,
+    rows: list[dict[str, Any]] | None = None, with_text: bool = False,
 ) -> dict[str, float]:
     from agent_r1_async.actors.engines import make_engine
     from agent_r1_async.actors.rollout import Rollout
@@ -215,7 +232,8 @@ async def _evaluate(
         # child.progress: the launch's progress bar, when the launch runs this evaluation
         return await run_episodes(runner, tasks, cfg.eval.samples_per_task,
                                   progress=child.progress, errors=errors, rows=rows,
-                                  concurrency=eval_concurrency(cfg))
+                                  concurrency=eval_concurrency(cfg),
+                                  decode=tokenizer.decode if with_text else None)
     finally:
         await runner.close()
         if owns:

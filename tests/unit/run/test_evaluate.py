@@ -96,3 +96,34 @@ def test_eval_concurrency_defaults_to_one_actors_training_load():
     assert eval_concurrency(cfg) == 32
     cfg = config_from_dict({"eval": {"concurrency": 5}})
     assert eval_concurrency(cfg) == 5
+
+
+def test_with_text_rows_carry_the_last_context_and_action_decoded(cfg):
+    tok = load_tokenizer(tiny_model_dir())
+    spec = get_env_spec(cfg.env)
+    tasks = spec.tasks("dev")[:2]
+    oracles = {t.prompt: spec.oracle(t) for t in tasks}
+    rows: list = []
+    evaluate(cfg, "dev", 2, engine=FakeEngine.by_turn(tok, oracles), episodes=rows,
+             with_text=True)
+    assert len(rows) == 4
+    for r in rows:
+        task = next(t for t in tasks if t.task_id == r["task_id"])
+        text = r["text"]
+        # the whole episode up to its last action: the task's question, then every oracle
+        # action in order, the last one (and the end token it sampled) at the very end
+        assert task.prompt in text
+        actions = oracles[task.prompt]
+        at = [text.index(a) for a in actions]
+        assert at == sorted(at)
+        assert text[text.rindex(actions[-1]):] == actions[-1] + tok.eos_token  # sampled ids
+    plain: list = []
+    evaluate(cfg, "dev", 1, engine=FakeEngine.by_turn(tok, oracles), episodes=plain)
+    assert all("text" not in r for r in plain)
+
+
+def test_eval_with_text_asks_for_the_rows_file_first(capsys):
+    from agent_r1_async.cli import main
+
+    assert main(["eval", "--with-text"]) == 2  # refused before any config or model loads
+    assert "give --episodes-out FILE too" in capsys.readouterr().err
