@@ -13,8 +13,8 @@ already there, so a stage can be stopped and run again):
   config's base model, each evaluated on the first `--dev-tasks` tasks of `env.eval_split`
   at sampling seed 0, until the metric stops rising (`--patience` E in a row score no
   higher than the best E so far; where they tie, `--tiebreak`, a finer metric such as the
-  world's progress, decides) or `--max-epochs`. Under a constant lr without warmup each E after the first trains on from the
-  previous E's checkpoint (`sft.resume_from`: the same weights one run of E epochs gives,
+  world's progress, decides) or `--max-epochs`. Under a constant lr without warmup each E
+  after the first trains on from the previous E's checkpoint (`sft.resume_from`: the same weights one run of E epochs gives,
   without training the first E/2 epochs again). Every evaluation is kept (OUT/sweep.json,
   and OUT/evals/sweep-dD-eE.jsonl, one line per episode). The best cell on dev (ties: fewer
   optimizer steps) is **best SFT**: OUT/best.json. `--reevaluate dD-eE ...` evaluates cells

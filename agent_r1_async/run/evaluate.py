@@ -48,9 +48,8 @@ class _Tally:
     def __init__(self, errors: list[str] | None = None, keep_last: bool = False) -> None:
         self.ends: list[EpisodeEnd] = []
         self.keep_last = keep_last
-        self.last: dict[str, list[int]] = {}
-        """Episode -> its last step's context + action ids (`keep_last`; evaluation records
-        carry whole contexts)."""
+        self.last: dict[str, StepRecord] = {}
+        """Episode -> its last step (`keep_last`; evaluation records carry whole contexts)."""
         self.process: defaultdict[str, float] = defaultdict(float)
         self.action_tokens = 0
         self.actions = 0
@@ -63,13 +62,18 @@ class _Tally:
             self.actions += 1
             self.process[msg.episode_id] += msg.process_reward
             if self.keep_last:
-                self.last[msg.episode_id] = [*msg.context_ids, *msg.action_ids]
+                self.last[msg.episode_id] = msg
         else:
             self.ends.append(msg)
             failed = msg.status not in TRAINABLE_STATUSES and msg.status != "aborted"
             if failed and msg.error not in self._seen and len(self.errors) < MAX_ERRORS:
                 self._seen.add(msg.error)
                 self.errors.append(f"{msg.status} (task {msg.task_id}): {msg.error}")
+
+    def last_ids(self, episode_id: str) -> list[int]:
+        """The last step's context + action ids of `episode_id` ([]: no step)."""
+        step = self.last.get(episode_id)
+        return [] if step is None else [*step.context_ids, *step.action_ids]
 
     def summary(self) -> dict[str, float]:
         n = len(self.ends)
@@ -175,7 +179,7 @@ async def run_episodes(runner: Any, tasks: list[Any], samples_per_task: int,
     await asyncio.gather(*(episode(task) for task in tasks for _ in range(k)))
     if rows is not None:
         rows.extend(episode_row(e, tally.process[e.episode_id],
-                                None if decode is None else decode(tally.last.get(e.episode_id, [])))
+                                None if decode is None else decode(tally.last_ids(e.episode_id)))
                     for e in tally.ends)
     return tally.summary()
 

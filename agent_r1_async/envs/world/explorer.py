@@ -120,12 +120,12 @@ class Explorer:
         if keys:
             return "take", keys[0]
         needed = [t for t in left if t not in self.held]
-        routes = self._routes()
         if not needed or (self.limit and len(held) >= self.limit):
-            return self._toward(self.home, routes)
+            return self._toward(self.home, self._routes())
         for item in needed:
             if item in room.items:
                 return "take", item
+        routes = self._routes()
         best: tuple[tuple[int, int, int, int], str, Action] | None = None
         for order, (name, seen) in enumerate(self.rooms.items()):
             if name not in routes:
