@@ -93,6 +93,14 @@ class EnvError(RuntimeError):
     """An env failed (its episode ends with status "env_error"; the actor goes on)."""
 
 
+class Untrained(str):
+    """An oracle action that a demonstration plays and shows but does not train on: a
+    deliberate mistake (one the env refuses) that the demonstration's next action recovers
+    from, so the warm start sees recoveries without learning the mistakes (sft/demos.py)."""
+
+    __slots__ = ()
+
+
 def demo_tasks(tasks: Sequence[Any], seed: int, offset: int) -> list[Any]:
     """The train tasks in the order a warm start draws its demonstrations (`sft.demo_seed`;
     -1: as given), the first `offset` of them skipped (`sft.demo_offset`). Here, below `sft`,

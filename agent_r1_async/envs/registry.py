@@ -14,6 +14,8 @@ directory importable (cli.py), so a module next to the config works everywhere:
         def make(self) -> Env: ...                  # a fresh env for one episode
         def tasks(self, split: str) -> list[Task]: ...
         def oracle(self, task: Task) -> list[str] | None: ...      # optional
+            # an `Untrained` action (base.py) is played and shown in a demonstration, not
+            # trained on: a deliberate mistake the next action recovers from
 
 The definition is built once per `EnvSpec` (a corpus index is loaded once per actor, not per
 episode); `make()` is cheap. `env.args` is validated against `Args`; errors name

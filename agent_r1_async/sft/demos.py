@@ -24,7 +24,10 @@ Two sources:
   (`spec.make()`, `reset`, `step`), so observations are the env's real answers. The env sees
   the decoded action ids (`skip_special_tokens=True`), as in a rollout. A replay whose
   episode does not end with a positive outcome exactly when the oracle's actions run out is
-  rejected (counted in `DemoStats`).
+  rejected (counted in `DemoStats`). An oracle action marked `Untrained` (envs/base.py: a
+  deliberate mistake the env refuses, the world's `demo_detours`) is played and stays in the
+  history, so the next steps' contexts show it and the env's answer, but it is no step of
+  its own: the warm start trains the recovery, never the mistake.
 - `jsonl_demos`: chat transcripts, one `{"messages": [...], "tools": [...]}` object per line
   (`tools` optional: the OpenAI-style schemas, shown with the instruction). Assistant
   messages are actions, every other message is observation. OpenAI-style assistant
@@ -44,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_r1_async.actors.context import CompactContext, ContextBuilder, History
-from agent_r1_async.envs.base import Message, Observation, StepResult, Task
+from agent_r1_async.envs.base import Message, Observation, StepResult, Task, Untrained
 from agent_r1_async.envs.toolenv import ToolCall, tool_call_text
 
 
@@ -115,11 +118,13 @@ class DemoRecorder:
     def observe(self, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> None:
         self.history.add_messages(messages, tools)
 
-    def act(self, text: str, summary: Callable[[], str] | None = None) -> str:
+    def act(self, text: str, summary: Callable[[], str] | None = None,
+            trained: bool = True) -> str:
         """Record `text` as the next action; returns the text the env sees (decoded ids).
 
         `summary` (the env's `state_summary`): under a `compact` builder, a summary step of
-        its text comes first when one is due."""
+        its text comes first when one is due. `trained=False`: the action joins the history
+        (later contexts show it) but is no step of its own, so no loss falls on it."""
         compact = self.builder if isinstance(self.builder, CompactContext) else None
         if compact is not None and summary is not None and compact.due(self.history):
             try:
@@ -127,10 +132,10 @@ class DemoRecorder:
             except Exception as e:
                 raise DemoError(f"env.state_summary: {type(e).__name__}: {e}") from None
             self.summarize(compact, text_of_summary)
-        context = self.builder.build(self.history)
         action = encode_action(self.tokenizer, text)
+        if trained:
+            self.steps.append(DemoStep(self.builder.build(self.history), action))
         self.history.add_action(action)
-        self.steps.append(DemoStep(context, action))
         return self.tokenizer.decode(action, skip_special_tokens=True)
 
     def summarize(self, compact: CompactContext, text: str) -> None:
@@ -180,7 +185,8 @@ async def replay_oracle(
                 )
             rec.observe(result.observation.messages)
         try:
-            action = rec.act(text, summary if callable(summary) else None)
+            action = rec.act(text, summary if callable(summary) else None,
+                             trained=not isinstance(text, Untrained))
         except DemoError as e:
             raise DemoError(f"{task.task_id}: {e}") from None
         result = await env.step(action)

@@ -82,6 +82,15 @@ class WorldArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Process reward of an action the world refuses or a malformed call."""
     success_reward: float = 1.0
     """Outcome reward when every goal object lies in the start room."""
+    end_after_repeats: int = 0
+    """End the episode (unsolved) when the agent sends the same action and the world gives the
+    same answer this many times in a row: the state did not change in between (a refused
+    action, `look`, `inventory`), so the agent is stuck. 0: never; the episode runs to
+    `env.max_turns`."""
+    demo_detours: float = 0.0
+    """Warm start: before each demonstrator action, with this probability, a mistake the world
+    refuses, shown in the demonstration but not trained on (detours.py), so the warm start
+    sees recoveries. 0: flawless demonstrations."""
     demonstrator: Literal["explorer", "planner"] = "explorer"
     """Who plays the warm start's demonstrations (`oracle(task)`): `explorer` acts only on what
     the agent has read (explorer.py), so a policy can learn each of its moves from the
@@ -113,6 +122,10 @@ class WorldArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
                 raise ValueError(f"{name}: must be in 0..{MAX_TASKS}")
         if self.progress_reward < 0:
             raise ValueError("progress_reward: must be >= 0")
+        if self.end_after_repeats < 0 or self.end_after_repeats == 1:
+            raise ValueError("end_after_repeats: expected 0 (never) or a count >= 2")
+        if not 0.0 <= self.demo_detours < 1.0:
+            raise ValueError("demo_detours: expected a probability in [0, 1)")
 
     def presets(self) -> dict[str, float]:
         """The presets worlds are drawn from, with their weights (`horizon` alone: weight 1)."""

@@ -4,7 +4,8 @@ Each episode is one world (tasks.py). The agent acts with one tool call per turn
 `take`, `drop`, `unlock`, `look`, `inventory`) and reads a short sentence back. The episode
 ends, successful, on the action that leaves every goal object in the start room; it ends
 unsuccessful after `env.max_turns` actions (a task of a horizon `mix`: after its preset's
-`SUGGESTED_MAX_TURNS`, if fewer), or on an action without a tool call.
+`SUGGESTED_MAX_TURNS`, if fewer), on an action without a tool call, or, with
+`end_after_repeats` K, on the K-th time in a row that one action gets one answer (stuck).
 
 Rewards:
 - process, potential-based: r_t = progress_reward * (d(s_{t-1}) - d(s_t)) / d(s_0), where d is
@@ -14,7 +15,8 @@ Rewards:
   malformed call, add `invalid_action_penalty`.
 - outcome: `success_reward` when solved, else 0.
 Episode metrics: success, optimal_len (d(s_0)), steps, horizon_bucket (the power of two at or
-above optimal_len), progress (1 - d(s_T) / d(s_0)), invalid_actions, novel.
+above optimal_len), progress (1 - d(s_T) / d(s_0)), invalid_actions, novel, stuck (1 when
+`end_after_repeats` ended it).
 
 Oracle summary (`state_summary`, for demonstrations under `context.builder: compact`): where
 the agent stands, in words it has read: its room and the way back to the start room, what it
@@ -27,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from agent_r1_async.config import EnvConfig
-from agent_r1_async.envs.base import EnvError, Observation, StepResult, Task, Tool
+from agent_r1_async.envs.base import EnvError, Observation, StepResult, Task, Tool, Untrained
 from agent_r1_async.envs.registry import register_env
 from agent_r1_async.envs.toolenv import (
     CallOutcome,
@@ -39,6 +41,7 @@ from agent_r1_async.envs.toolenv import (
 )
 from agent_r1_async.envs.world import planner
 from agent_r1_async.envs.world.args import SUGGESTED_MAX_TURNS, WorldArgs
+from agent_r1_async.envs.world.detours import with_detours
 from agent_r1_async.envs.world.explorer import explore
 from agent_r1_async.envs.world.layout import Layout
 from agent_r1_async.envs.world.state import (
@@ -126,6 +129,10 @@ class WorldDomain:
         self._pending = 0.0
         self.visited: set[int] = set()
         """Rooms the agent has been in (it has read their description)."""
+        self.last: tuple[str, str, str] | None = None
+        """The last action (tool, normalized argument) and the world's answer to it."""
+        self.repeats = 0
+        """How many times in a row `last` was sent and answered so."""
 
     def load(self, task: Task) -> None:
         layout = task.meta.get("layout")
@@ -137,6 +144,7 @@ class WorldDomain:
         self.invalid, self._pending = 0, 0.0
         self.novel = bool(task.meta.get("novel", False))
         self.visited = {self.state.room}
+        self.last, self.repeats = None, 0
 
     @property
     def solved(self) -> bool:
@@ -168,7 +176,17 @@ class WorldDomain:
             before, self.d = self.d, len(self.plan)
             reward += self.args.progress_reward * (before - self.d) / max(self.d0, 1)
         self._pending = reward
+        seen = (action[0], normalize(action[1]), outcome.text)
+        self.repeats = self.repeats + 1 if seen == self.last else 1
+        self.last = seen
         return outcome.text
+
+    @property
+    def stuck(self) -> bool:
+        """`end_after_repeats` reached: the same action got the same answer that many times
+        in a row."""
+        k = self.args.end_after_repeats
+        return k > 0 and self.repeats >= k
 
     def state_summary(self) -> str:
         """Where the episode stands in words (module `state_summary`)."""
@@ -192,6 +210,7 @@ class WorldDomain:
             "progress": 1.0 - self.d / self.d0 if self.d0 else 0.0,
             "invalid_actions": float(self.invalid),
             "novel": float(self.novel),
+            "stuck": float(self.stuck),
         }
 
     def score(self, task: Task, answer: str | None) -> Score:
@@ -200,8 +219,8 @@ class WorldDomain:
 
 class WorldToolEnv(ToolEnv):
     """A ToolEnv that loads the task's world at reset and ends the episode itself: on the
-    action that solves it, or after `max_turns` actions, or the task's own `turn_limit` if
-    fewer (the last one's call still runs)."""
+    action that solves it, on the action that makes it `stuck`, or after `max_turns`
+    actions, or the task's own `turn_limit` if fewer (the last one's call still runs)."""
 
     def __init__(self, domain: WorldDomain, *, max_turns: int, tool_timeout_s: float,
                  shaping: Shaping) -> None:
@@ -228,7 +247,7 @@ class WorldToolEnv(ToolEnv):
         if result.done:
             return result
         assert self.state is not None
-        if not self.world.solved and self.state.turn < self.turn_limit:
+        if not self.world.solved and not self.world.stuck and self.state.turn < self.turn_limit:
             # every step reports the metrics so far: an episode whose context outgrows
             # model.max_model_len ends before the env scores it, and keeps these
             result.metrics.update(self.world.metrics())
@@ -277,10 +296,16 @@ class WorldEnv:
 
     def oracle(self, task: Task) -> list[str]:
         """The demonstrator's actions from the start, one tool call per action
-        (`env.args.demonstrator`: the explorer's, or the planner's optimal plan)."""
+        (`env.args.demonstrator`: the explorer's, or the planner's optimal plan), with
+        `env.args.demo_detours`' mistakes among them as `Untrained` actions."""
         layout = task.meta["layout"]
         if self.args.demonstrator == "explorer":
             actions = explore(layout) or []
         else:
             actions = planner.plan(layout, initial_state(layout)) or []
-        return [tool_call_text(action_call(a)) for a in actions]
+        if not self.args.demo_detours:
+            return [tool_call_text(action_call(a)) for a in actions]
+        return [tool_call_text(action_call(a)) if trained
+                else Untrained(tool_call_text(action_call(a)))
+                for a, trained in with_detours(layout, actions, self.args.demo_detours,
+                                               task.task_id)]
