@@ -13,7 +13,6 @@ from agent_r1_async.actors.context import make_context_builder
 from agent_r1_async.config import ContextConfig, EnvConfig
 from agent_r1_async.envs.base import Untrained
 from agent_r1_async.envs.registry import get_env_spec
-from agent_r1_async.envs.toolenv import ToolCall, tool_call_text
 from agent_r1_async.envs.world.args import WorldArgs
 from agent_r1_async.envs.world.detours import draw_mistake, refused_actions, with_detours
 from agent_r1_async.envs.world.explorer import explore
@@ -22,6 +21,7 @@ from agent_r1_async.envs.world.state import CARRIED, WorldState, act, initial_st
 from agent_r1_async.models import load_tokenizer, tiny_model_dir
 from agent_r1_async.sft.demos import replay_oracle
 from agent_r1_async.sft.train import demo_pairs, sft_micro_batches
+from tests.unit.envs.world.test_env import _call, _play
 
 # hall(0) at (0, 0); kitchen(1) east of it behind the red door; pantry(2) west of it, where
 # the red key lies; the cup in the kitchen.
@@ -98,20 +98,6 @@ def test_the_rate_of_mistakes_over_generated_worlds():
     assert total > 800 and abs(mistakes / total - 0.2) < 0.045
 
 
-def _play(spec, task, actions):
-    async def run():
-        env = spec.make()
-        await env.reset(task)
-        out = []
-        for a in actions:
-            out.append(await env.step(a))
-            if out[-1].done:
-                break
-        return out
-
-    return asyncio.run(run())
-
-
 def test_a_demonstration_with_detours_solves_its_world_and_pays_each_refusal():
     spec = _spec(demo_detours=0.3, invalid_action_penalty=-0.01)
     for task in spec.tasks("train")[:6]:
@@ -149,10 +135,6 @@ def test_the_mistakes_are_in_the_context_and_out_of_the_loss():
     assert mbs[0].input_ids[0, :len(whole)].tolist() == whole
     assert mbs[0].num_action_tokens < sum(
         len(tok.encode(a, add_special_tokens=False)) + 1 for a in actions)
-
-
-def _call(tool: str, **arguments) -> str:
-    return tool_call_text(ToolCall(tool, arguments))
 
 
 def test_the_same_refused_action_three_times_ends_the_episode_as_stuck():
