@@ -14,12 +14,13 @@ already there, so a stage can be stopped and run again):
   at sampling seed 0, until the metric stops rising (`--patience` E in a row score no
   higher than the best E so far; where they tie, `--tiebreak`, a finer metric such as the
   world's progress, decides) or `--max-epochs`. Under a constant lr without warmup each E
-  after the first trains on from the previous E's checkpoint (`sft.resume_from`: the same weights one run of E epochs gives,
-  without training the first E/2 epochs again). Every evaluation is kept (OUT/sweep.json,
-  and OUT/evals/sweep-dD-eE.jsonl, one line per episode). The best cell on dev (ties: fewer
-  optimizer steps) is **best SFT**: OUT/best.json. `--reevaluate dD-eE ...` evaluates cells
-  again from their checkpoints first (after a fix to the env's metrics or the evaluation),
-  replacing their evaluation and keeping their training.
+  after the first trains on from the previous E's checkpoint (`sft.resume_from`: the same
+  weights one run of E epochs gives, without training the first E/2 epochs again). Every
+  evaluation is kept (OUT/sweep.json, and OUT/evals/sweep-dD-eE.jsonl, one line per
+  episode). The best cell on dev (ties: fewer optimizer steps) is **best SFT**:
+  OUT/best.json. `--reevaluate dD-eE ...` evaluates cells again from their checkpoints first
+  (after a fix to the env's metrics or the evaluation), replacing their evaluation and
+  keeping their training.
 - **arms** (test), per `--seeds` seed s, each evaluated on the first `--test-tasks` tasks of
   `--split` (test) at sampling seed s:
   - `best_sft`: best SFT's D and E trained again on its own demonstration sample and order
