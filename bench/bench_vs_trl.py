@@ -59,7 +59,8 @@ Same on both sides:
   each of `TRL_FACTORS` (bf16 or fp32; checkpointing on or off; transformers' continuous
   batching or plain `generate`; a generation batch of 16 or 32, the second feeding two
   optimizer steps) one at a time from the base, then the combination of the faster levels;
-  a table of seconds per step and peak memory, and ROOT/trl_setup.json with the fastest.
+  a table of seconds per step and peak memory, and ROOT/trl_setup.json with the fastest
+  (run again with the same `--root`, a stopped sweep skips the setups that file holds).
   (`use_cache` is not a factor: TRL turns checkpointing off while it generates, so
   generation always uses its KV cache.)
 - `--equal-updates`: after each seed's timed arms, each of our arms once more for exactly the
@@ -471,20 +472,45 @@ def combined_setup(base: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str
     return combined
 
 
+def done_setups(path: Path, machine: str) -> list[dict[str, Any]]:
+    """The setups a stopped sweep measured already (PATH's rows), so that a sweep run again
+    with the same `--root` goes on where it stopped. The setups are compared with each other,
+    so they must share a machine: rows from another CPU are refused (rows without a machine
+    are taken as this one's)."""
+    if not path.exists():
+        return []
+    rows: list[dict[str, Any]] = json.loads(path.read_text())["rows"]
+    for r in rows:
+        if r.get("machine", machine) != machine:
+            raise SystemExit(
+                f"{path}: {setup_name(r['setup'])} was measured on another machine "
+                f"({r['machine']}; this one: {machine}); a sweep's setups must share one. "
+                "Sweep under another --root.")
+    return rows
+
+
 def trl_setup_sweep(args: argparse.Namespace, root: str, start: str) -> dict[str, Any]:
     """TRL alone, `--setup-steps` optimizer steps per setup (seed 0): each factor one at a time
     from the base setup, then the combination of the faster levels; the fastest measured setup
-    by seconds per step. Written to ROOT/trl_setup.json as it goes."""
+    by seconds per step. Written to ROOT/trl_setup.json as it goes; a sweep stopped and run
+    again with the same `--root` skips the setups that file holds."""
     base = trl_base_setup(args.memory_savers)
     cfg = bench_config(0)
     from agent_r1_async.precision import learner_bf16
 
     base["bf16"] = learner_bf16(cfg.learner, model=cfg.model.name_or_path)  # what auto gave TRL
-    rows: list[dict[str, Any]] = []
     path = Path(root) / "trl_setup.json"
+    here = machine_line()
+    rows = done_setups(path, here)
     print(f"{'setup':72} {'s/step':>7} {'samples/s':>9} {'peak GB':>7} {'load':>9}", flush=True)
+    for r in rows:
+        print(f"{setup_name(r['setup']):72} {r['step_s']:>7.1f} "
+              f"{GROUP * PROMPTS_PER_STEP / r['step_s']:>9.3f} {r['peak_rss_gb']:>7.1f} "
+              f"{r['load_before']:>4.1f}→{r['load_after']:<4.1f} (done before)", flush=True)
 
     def measure(setup: dict[str, Any]) -> None:
+        if any(r["setup"] == setup for r in rows):
+            return
         load_before = os.getloadavg()[0]
         with PeakRSS() as mem:
             r = run_trl_isolated(0, SETUP_STEP_MINUTES * args.setup_steps, root, start, setup,
@@ -492,7 +518,7 @@ def trl_setup_sweep(args: argparse.Namespace, root: str, start: str) -> dict[str
         step_s = seconds_per_step(r["step_ends"])
         rows.append({"setup": setup, "step_s": step_s, "step_ends": r["step_ends"],
                      "peak_rss_gb": mem.peak_gb, "load_before": load_before,
-                     "load_after": os.getloadavg()[0]})
+                     "load_after": os.getloadavg()[0], "machine": here, "date": utc_date()})
         path.write_text(json.dumps({"rows": rows}, indent=1))
         print(f"{setup_name(setup):72} {step_s:>7.1f} {GROUP * PROMPTS_PER_STEP / step_s:>9.3f} "
               f"{mem.peak_gb:>7.1f} {load_before:>4.1f}→{os.getloadavg()[0]:<4.1f}", flush=True)
@@ -503,7 +529,7 @@ def trl_setup_sweep(args: argparse.Namespace, root: str, start: str) -> dict[str
     if all(r["setup"] != combined for r in rows):
         measure(combined)
     fastest = min(rows, key=lambda r: r["step_s"])
-    base_s = rows[0]["step_s"]
+    base_s = next(r["step_s"] for r in rows if r["setup"] == base)
     result = {"rows": rows, "fastest": fastest["setup"], "base": base,
               "speedup_vs_base": base_s / fastest["step_s"], "load": load_line()}
     path.write_text(json.dumps(result, indent=1))

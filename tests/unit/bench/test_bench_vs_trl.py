@@ -247,3 +247,45 @@ def test_a_seed_begun_on_another_machine_is_refused(bench, tmp_path) -> None:
                                                "2 cores, AMX")] == [1]
     with pytest.raises(SystemExit, match="seed 0 began on another machine"):
         bench.done_rows(str(tmp_path), [0, 1], "Intel Xeon (family 6), 2 cores, AMX")
+
+
+def test_a_setup_sweep_with_the_same_root_measures_only_what_it_lacks(bench, tmp_path,
+                                                                      monkeypatch) -> None:
+    import argparse
+    import json
+
+    from bench.stats import machine_line
+
+    base = bench.trl_base_setup(savers=True) | {"bf16": True}
+    setups = bench.one_factor_setups(base)  # base, fp32, checkpointing off, continuous, batch 32
+    here = machine_line()
+    done = [{"setup": s, "step_s": t, "step_ends": [], "peak_rss_gb": 5.0, "load_before": 1.0,
+             "load_after": 1.0} for s, t in zip(setups[:2], [50.0, 60.0], strict=True)]
+    (tmp_path / "trl_setup.json").write_text(json.dumps({"rows": done}))
+    step_s = {2: 40.0, 3: 55.0, 4: 45.0}  # checkpointing off, continuous batching, batch 32
+    measured: list[dict] = []
+
+    def fake_trl(seed, minutes, root, start, setup, vllm=False, max_steps=0):
+        measured.append(setup)
+        t = step_s[setups.index(setup)] if setup in setups else 30.0
+        return {"step_ends": [100.0 + t * i for i in range(max_steps)]}
+
+    monkeypatch.setattr(bench, "run_trl_isolated", fake_trl)
+    monkeypatch.setattr("agent_r1_async.precision.learner_bf16", lambda *a, **k: True)
+    args = argparse.Namespace(memory_savers=True, setup_steps=5, trl_vllm=False)
+    result = bench.trl_setup_sweep(args, str(tmp_path), "start")
+    combined = {"bf16": True, "gradient_checkpointing": False, "continuous_batching": False,
+                "generation_batch_size": 32}
+    # the base and fp32 were measured before; the rest, then the combination, once each
+    assert measured == [*setups[2:], combined]
+    assert [r["step_s"] for r in result["rows"]] == [50.0, 60.0, 40.0, 55.0, 45.0, 30.0]
+    assert result["fastest"] == combined and result["speedup_vs_base"] == 50.0 / 30.0
+    assert all(r["machine"] == here for r in result["rows"][2:])
+    again = bench.trl_setup_sweep(args, str(tmp_path), "start")  # nothing left to measure
+    assert len(measured) == 4 and again["fastest"] == combined
+
+    rows = json.loads((tmp_path / "trl_setup.json").read_text())["rows"]
+    rows[0]["machine"] = "AMD EPYC (family 26), 2 cores, no AMX"
+    (tmp_path / "trl_setup.json").write_text(json.dumps({"rows": rows}))
+    with pytest.raises(SystemExit, match="measured on another machine"):
+        bench.trl_setup_sweep(args, str(tmp_path), "start")
