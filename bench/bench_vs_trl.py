@@ -96,6 +96,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -480,12 +481,8 @@ def done_setups(path: Path, machine: str) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     rows: list[dict[str, Any]] = json.loads(path.read_text())["rows"]
-    for r in rows:
-        if r.get("machine", machine) != machine:
-            raise SystemExit(
-                f"{path}: {setup_name(r['setup'])} was measured on another machine "
-                f"({r['machine']}; this one: {machine}); a sweep's setups must share one. "
-                "Sweep under another --root.")
+    one_machine(path, rows, machine, lambda r: f"{setup_name(r['setup'])} was measured",
+                "a sweep's setups must share one. Sweep under another --root.")
     return rows
 
 
@@ -629,13 +626,20 @@ def done_rows(root: str, seeds: list[int], machine: str) -> list[dict[str, Any]]
         return []
     rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     rows = [r for r in rows if r["seed"] in seeds]
+    one_machine(path, rows, machine, lambda r: f"seed {r['seed']} began",
+                "its arms must share one. Run it under another --root, or leave that seed out "
+                "of --seeds.")
+    return rows
+
+
+def one_machine(path: Path, rows: list[dict[str, Any]], machine: str,
+                what: Callable[[dict[str, Any]], str], advice: str) -> None:
+    """Refuse rows of PATH from another machine than `machine` (rows without one are taken
+    as this machine's): rows compared with each other must share a CPU."""
     for r in rows:
         if r.get("machine", machine) != machine:
-            raise SystemExit(
-                f"{path}: seed {r['seed']} began on another machine ({r['machine']}; this one: "
-                f"{machine}); its arms must share one. Run it under another --root, or leave "
-                "that seed out of --seeds.")
-    return rows
+            raise SystemExit(f"{path}: {what(r)} on another machine ({r['machine']}; this one: "
+                             f"{machine}); {advice}")
 
 
 def print_row(r: dict[str, Any], eval_tasks: int, note: str = "") -> None:
