@@ -69,10 +69,10 @@ Same on both sides:
 - held-out: `evaluate()` of each final model on the first `--eval-tasks` dev tasks with the
   vLLM engine (T = 1, one sample per task): `mean_return`. The shared start is
   evaluated once (seed 0) for reference.
-- memory (`--memory-savers`, on by default): whole-layer activation checkpointing on both
-  sides alike (ours: `learner.gradient_checkpointing`, `learner.checkpoint_recompute=all`;
-  TRL's `gradient_checkpointing`) and our chunked LM head (`learner.head_chunk_tokens=512`),
-  so a run stays near 7 GB on the shared box.
+- memory (`--memory-savers`, on by default): our whole-layer activation checkpointing
+  (`learner.gradient_checkpointing`, `learner.checkpoint_recompute=all`) and chunked LM head
+  (`learner.head_chunk_tokens=512`), so a run stays near 7 GB on the shared box; TRL's
+  `gradient_checkpointing` as its setup says (the base setup: on with the memory savers).
 The arms of one seed run one after the other, in an order rotated by seed (load drifts hit
 every arm). Prints per run, then per arm the mean ± a 95 % t interval over seeds and the
 per-seed ratios; one held-out evaluation of 100 tasks with one sample each has a standard
@@ -690,8 +690,8 @@ def main() -> None:
     here = machine_line()
     print(f"## vs TRL GRPOTrainer + ablations: warm-started SmolLM2-135M-Instruct, arithmetic (up "
           f"to 3 turns), {args.minutes:g} min budget, seeds {args.seeds}, arms {arms}, held-out "
-          f"{args.eval_tasks} dev tasks, memory savers {args.memory_savers} (whole-layer "
-          f"recompute both sides), {precision_line()}; TRL: {setup_name(trl_setup(args))}; "
+          f"{args.eval_tasks} dev tasks, our memory savers {args.memory_savers} (whole-layer "
+          f"recompute), {precision_line()}; TRL: {setup_name(trl_setup(args))}; "
           f"{here}; {load_line()}", flush=True)
     if not args.skip_start_eval:
         ev = held_out(start, 0, args.eval_tasks)
