@@ -486,6 +486,12 @@ def done_setups(path: Path, machine: str) -> list[dict[str, Any]]:
     return rows
 
 
+def print_setup_row(r: dict[str, Any], note: str = "") -> None:
+    print(f"{setup_name(r['setup']):72} {r['step_s']:>7.1f} "
+          f"{GROUP * PROMPTS_PER_STEP / r['step_s']:>9.3f} {r['peak_rss_gb']:>7.1f} "
+          f"{r['load_before']:>4.1f}→{r['load_after']:<4.1f} {note}".rstrip(), flush=True)
+
+
 def trl_setup_sweep(args: argparse.Namespace, root: str, start: str) -> dict[str, Any]:
     """TRL alone, `--setup-steps` optimizer steps per setup (seed 0): each factor one at a time
     from the base setup, then the combination of the faster levels; the fastest measured setup
@@ -501,9 +507,7 @@ def trl_setup_sweep(args: argparse.Namespace, root: str, start: str) -> dict[str
     rows = done_setups(path, here)
     print(f"{'setup':72} {'s/step':>7} {'samples/s':>9} {'peak GB':>7} {'load':>9}", flush=True)
     for r in rows:
-        print(f"{setup_name(r['setup']):72} {r['step_s']:>7.1f} "
-              f"{GROUP * PROMPTS_PER_STEP / r['step_s']:>9.3f} {r['peak_rss_gb']:>7.1f} "
-              f"{r['load_before']:>4.1f}→{r['load_after']:<4.1f} (done before)", flush=True)
+        print_setup_row(r, "(done before)")
 
     def measure(setup: dict[str, Any]) -> None:
         if any(r["setup"] == setup for r in rows):
@@ -517,8 +521,7 @@ def trl_setup_sweep(args: argparse.Namespace, root: str, start: str) -> dict[str
                      "peak_rss_gb": mem.peak_gb, "load_before": load_before,
                      "load_after": os.getloadavg()[0], "machine": here, "date": utc_date()})
         path.write_text(json.dumps({"rows": rows}, indent=1))
-        print(f"{setup_name(setup):72} {step_s:>7.1f} {GROUP * PROMPTS_PER_STEP / step_s:>9.3f} "
-              f"{mem.peak_gb:>7.1f} {load_before:>4.1f}→{os.getloadavg()[0]:<4.1f}", flush=True)
+        print_setup_row(rows[-1])
 
     for setup in one_factor_setups(base):
         measure(setup)
