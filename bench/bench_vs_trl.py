@@ -525,9 +525,7 @@ def trl_setup_sweep(args: argparse.Namespace, root: str, start: str) -> dict[str
 
     for setup in one_factor_setups(base):
         measure(setup)
-    combined = combined_setup(base, rows)
-    if all(r["setup"] != combined for r in rows):
-        measure(combined)
+    measure(combined_setup(base, rows))
     fastest = min(rows, key=lambda r: r["step_s"])
     base_s = next(r["step_s"] for r in rows if r["setup"] == base)
     result = {"rows": rows, "fastest": fastest["setup"], "base": base,
