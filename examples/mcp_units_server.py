@@ -40,10 +40,10 @@ def convert_value(value: float, from_unit: str, to_unit: str) -> float:
 
 
 def tasks(split: str, n: int = 0, seed: int = 0) -> list[dict[str, Any]]:
-    """Conversion questions of a split (train 200, dev/test 100 unless `n`), disjoint splits.
+    """Conversion questions of a split (train 3,000, dev/test 100 unless `n`), disjoint splits.
 
     Each is {"id", "prompt", "answer", "oracle"}: the oracle calls `convert` and answers."""
-    n = n or {"train": 200, "dev": 100, "test": 100}[split]
+    n = n or {"train": 3000, "dev": 100, "test": 100}[split]
     rng = random.Random(zlib.crc32(f"{seed}/{split}/units".encode()))
     offset = {"train": 0, "dev": 1, "test": 2}[split]
     by_dim: dict[str, list[str]] = {}

@@ -111,7 +111,7 @@ def test_example_tasks_are_disjoint_and_the_oracle_is_right():
     from examples.mcp_units_server import convert_value, tasks
 
     splits = {s: tasks(s) for s in ("train", "dev", "test")}
-    assert [len(v) for v in splits.values()] == [200, 100, 100]
+    assert [len(v) for v in splits.values()] == [3000, 100, 100]
     prompts = [{t["prompt"] for t in v} for v in splits.values()]
     assert not (prompts[0] & prompts[1] or prompts[0] & prompts[2] or prompts[1] & prompts[2])
     assert convert_value(3, "km", "m") == 3000.0
