@@ -760,7 +760,7 @@ class SftConfig(_Section):
     warmup_steps: int = 0
     """Optimizer steps of linear lr warmup."""
     demo_seed: int = -1
-    """Which train tasks become demonstrations (oracle): -1, the split's first ones in order; a seed, a random order of the split drawn with it (one warm start per seed: its own sample and order)."""
+    """Which train tasks (oracle) or transcripts (jsonl) become demonstrations: -1, the first ones in order; a seed, a random order of them drawn with it (one warm start per seed: its own sample and order)."""
     demo_offset: int = 0
     """Skip this many tasks of that order first: demonstrations that no warm start of the same order and at most this many demos saw (SFT continued on fresh demonstrations)."""
     max_wall_time_s: float = 0.0

@@ -29,7 +29,9 @@ already there, so a stage can be stopped and run again):
     (`launch.max_wall_time_s`; GRPO with the config's step-level credit and process rewards);
   - `sft_continued`: best SFT trained on for the RL arm's wall time (its RL clock, from its
     first to its last update) on fresh demonstrations (`sft.demo_offset` D: tasks no best-SFT
-    warm start of that seed saw) at the warm start's rate: the equal-compute control;
+    warm start of that seed saw, or transcripts for `sft.demos_source: jsonl`) at the warm
+    start's rate, passing over them again where fewer remain than that time uses: the
+    equal-compute control;
   - `rl_token`: as `rl_step` with `algorithm.credit=token`;
   - `rl_filter`: as `rl_step` with `algorithm.filter_groups=true` (groups whose advantages
     are all zero are dropped at the buffer and replaced, not trained).
@@ -67,6 +69,9 @@ RL_ARMS = {"rl_step": [], "rl_token": ["algorithm.credit=token"],
 ARMS = ("best_sft", "rl_step", "sft_continued", "rl_token", "rl_filter")
 DEFAULT_ARMS = ARMS[:4]
 """The arms a run takes unless `--arms` names others (`rl_filter` is asked for by name)."""
+CONTINUED_EPOCHS = 8
+"""`sft.epochs` of `sft_continued`, whose time limit (the RL arm's time) ends it: passes beyond
+the first run only where the train split holds fewer fresh demonstrations than that time uses."""
 COMPARISONS = (("rl_step", "best_sft"), ("rl_step", "sft_continued"), ("rl_step", "rl_token"),
                ("rl_filter", "rl_step"))
 
@@ -82,8 +87,10 @@ def sft(args: argparse.Namespace, name: str, overrides: list[str]) -> tuple[str,
     ])), args.out / "logs" / f"{name}.log")
     line = next(x for x in stdout.splitlines() if "; checkpoint " in x)
     steps, seconds = line.split("[sft] ")[1].split(" steps in ")
+    loaded = next(x for x in stdout.splitlines() if " demonstrations from " in x)
     return line.split("; checkpoint ")[1].strip(), {
-        "sft_steps": int(steps), "sft_s": float(seconds.split(" s")[0])}
+        "sft_steps": int(steps), "sft_s": float(seconds.split(" s")[0]),
+        "sft_demos": int(loaded.split("[sft] ")[1].split()[0])}
 
 
 def evaluate(args: argparse.Namespace, name: str, model: str, split: str, tasks: int,
@@ -269,12 +276,14 @@ def arms(args: argparse.Namespace) -> dict[str, Any]:
         rl_s = runs.get("rl_step", {}).get("rl_s")
         if "sft_continued" not in runs and "sft_continued" in args.arms and rl_s and start:
             # as many fresh demonstrations as the RL arm's time could use at the warm start's
-            # pace (1.5x over), a pass over them at most: the time limit binds
+            # pace (1.5x over); the time limit binds, so a second pass over them happens only
+            # where the train split holds fewer fresh ones than that
             per_step_s = runs["best_sft"]["sft_s"] / max(runs["best_sft"]["sft_steps"], 1)
             demos = min(args.max_fresh_demos,
                         cfg.sft.batch_episodes * math.ceil(1.5 * rl_s / per_step_s))
             ckpt, stats = sft(args, f"sft_continued-s{seed}", [
-                f"model.init_from={start}", f"sft.num_demos={demos}", "sft.epochs=1",
+                f"model.init_from={start}", f"sft.num_demos={demos}",
+                f"sft.epochs={CONTINUED_EPOCHS}",
                 f"sft.demo_seed={seed}", f"sft.demo_offset={d}", f"learner.seed={seed}",
                 f"sft.max_wall_time_s={rl_s:.0f}"])
             res = evaluate(args, f"sft_continued-s{seed}", ckpt, args.split, args.test_tasks,

@@ -47,7 +47,14 @@ from pathlib import Path
 from typing import Any
 
 from agent_r1_async.actors.context import CompactContext, ContextBuilder, History
-from agent_r1_async.envs.base import Message, Observation, StepResult, Task, Untrained
+from agent_r1_async.envs.base import (
+    Message,
+    Observation,
+    StepResult,
+    Task,
+    Untrained,
+    demo_tasks,
+)
 from agent_r1_async.envs.toolenv import ToolCall, tool_call_text
 
 
@@ -369,11 +376,18 @@ def read_transcripts(path: str | Path) -> Iterable[tuple[str, Any, Any]]:
 def jsonl_demos(
     path: str | Path, tokenizer: Any, builder: ContextBuilder, max_model_len: int,
     limit: int = 0, stats: DemoStats | None = None, tool_as_user: bool = True,
+    seed: int = -1, offset: int = 0,
 ) -> list[Demonstration]:
-    """Demonstrations from a JSONL transcript file until `limit` are kept (0 = all)."""
+    """Demonstrations from a JSONL transcript file until `limit` are kept (0 = all), its lines
+    drawn in the order oracle demonstrations draw train tasks (`demo_tasks`: the file's order
+    at `seed` -1, else a random order drawn with `seed`; the first `offset` skipped)."""
     stats = stats if stats is not None else DemoStats()
     out: list[Demonstration] = []
-    for where, messages, tools in read_transcripts(path):
+    lines = demo_tasks(list(read_transcripts(path)), seed, offset)
+    if not lines:
+        raise DemoError(f"{path}: no transcripts after skipping the first {offset} "
+                        "(sft.demo_offset)")
+    for where, messages, tools in lines:
         if limit and len(out) >= limit:
             break
         demo = transcript_demo(messages, tokenizer, builder, where, tool_as_user, tools)

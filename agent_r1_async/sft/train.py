@@ -214,7 +214,8 @@ def load_demos(cfg: RunConfig, tokenizer: Any, stats: DemoStats) -> list[Demonst
     if s.demos_source == "jsonl":
         return jsonl_demos(s.jsonl_path, tokenizer, builder, cfg.model.max_model_len,
                            limit=s.num_demos, stats=stats,
-                           tool_as_user=not isinstance(spec.definition, AgentDefinition))
+                           tool_as_user=not isinstance(spec.definition, AgentDefinition),
+                           seed=s.demo_seed, offset=s.demo_offset)
     return oracle_demos(spec, demo_tasks(spec.tasks(cfg.env.train_split), s.demo_seed,
                                          s.demo_offset), tokenizer, builder,
                         cfg.model.max_model_len, limit=s.num_demos, stats=stats)

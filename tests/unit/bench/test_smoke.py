@@ -489,3 +489,20 @@ def test_sft_vs_rl_sweep_stops_after_patience_cells_without_a_rise(
     if patience == 2:
         assert resumes["d32-e4"] == [f"sft.resume_from={tmp_path / 'sweep-d32-e2'}"]
         assert cells["d32-e4"]["resumed_from"] == "d32-e2"
+
+
+def test_sft_vs_rl_reads_an_sft_runs_demonstrations_steps_and_checkpoint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    mod = load("bench_sft_vs_rl")
+    stdout = (  # what `agent-r1-async sft` prints (a run of sft_continued)
+        "[sft] run dir /r/sft_continued-s0; model /r/best-s0/checkpoints/step-16\n"
+        "[sft] 872 demonstrations from jsonl: 1744 steps, 624684 tokens (dropped: failed 0, "
+        "no oracle 0, too long 0)\n"
+        "[sft] 103 steps in 542.8 s; checkpoint /r/sft_continued-s0/checkpoints/step-103\n")
+    monkeypatch.setattr(mod, "run_logged", lambda cmd, log: stdout)
+    args = argparse.Namespace(config=Path("c.yaml"), overrides=[], out=tmp_path)
+    assert mod.sft(args, "sft_continued-s0", []) == (
+        "/r/sft_continued-s0/checkpoints/step-103",
+        {"sft_steps": 103, "sft_s": 542.8, "sft_demos": 872})

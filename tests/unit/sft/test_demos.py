@@ -238,3 +238,27 @@ def test_lr_schedule_by_hand():
     want = [1 / 3, 2 / 3, 1.0, 7 / 8, 6 / 8, 5 / 8, 4 / 8, 3 / 8, 2 / 8, 1 / 8]
     assert got == pytest.approx(want, abs=1e-12)
     assert [lr_factor(s, 4, 0, "constant") for s in range(4)] == [1.0] * 4
+
+
+def test_jsonl_demos_draw_in_the_seeded_order_and_skip_the_offset(tok, tmp_path):
+    """A JSONL file's transcripts follow `sft.demo_seed` and `sft.demo_offset` as oracle
+    demonstrations do: a seed's first D and the same seed's offset D never share a line."""
+    b = _builder(tok)
+    p = tmp_path / "demos.jsonl"
+    p.write_text("".join(json.dumps({"messages": [
+        {"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}]}) + "\n"
+        for i in range(1, 9)))
+
+    def lines(**kw):
+        return [int(d.source.rsplit(":", 1)[1])
+                for d in jsonl_demos(p, tok, b, max_model_len=2048, **kw)]
+
+    assert lines(limit=3) == [1, 2, 3]
+    assert lines(offset=6) == [7, 8]
+    first, rest = lines(seed=0, limit=3), lines(seed=0, offset=3)
+    assert len(first) == 3 and len(rest) == 5 and sorted(first + rest) == list(range(1, 9))
+    assert lines(seed=0) == first + rest  # one order, cut at the offset
+    assert lines(seed=0) != lines(seed=1) and lines(seed=0) != list(range(1, 9))
+    with pytest.raises(DemoError, match=r"no transcripts after skipping the first 8 "
+                                        r"\(sft.demo_offset\)"):
+        jsonl_demos(p, tok, b, max_model_len=2048, offset=8)
