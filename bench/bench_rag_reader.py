@@ -81,7 +81,7 @@ def reader(args: argparse.Namespace, seed: int, k: int) -> str:
                     "--seed", str(seed), "--k", str(k)], cwd=ROOT, check=True)
     ckpt, _ = sft(args, f"reader-s{seed}-k{k}", [
         "sft.demos_source=jsonl", f"sft.jsonl_path={demos}", f"sft.num_demos={args.demos}",
-        f"sft.epochs={args.epochs}", f"learner.seed={seed}", f"sft.demo_seed={seed}"])
+        f"sft.epochs={args.epochs}", f"learner.seed={seed}"])  # the file is in seed s's order
     return ckpt
 
 
