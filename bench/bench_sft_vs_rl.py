@@ -42,6 +42,13 @@ already there, so a stage can be stopped and run again):
   length (buckets `--horizon-bins`) for best SFT and both RL arms: OUT/horizon.json and
   OUT/success_vs_horizon.png.
 
+Disk: every checkpoint holds the weights and the optimizer's state (2.2 GB for
+SmolLM2-135M). Once nothing will read one again, the bench removes its run's `checkpoints/`
+(the run's logs and metrics stay): a sweep cell another cell trained on from, an RL arm's or
+SFT continued's after its evaluation. It keeps each sweep series' last cell (a longer
+`--max-epochs` trains on from it) and each seed's best SFT (the start of arms asked for
+later). `--keep-checkpoints` keeps them all.
+
 `--metric` (default `success`; multi-hop QA: `em`) is the env metric every decision and row
 uses; `--set k=v` overrides apply to every command, `--eval-set k=v` to the evaluations
 only (e.g. `--eval-set engine.cpu_reserved_cores=0 --eval-set engine.ipc_busy_wait_s=0`: an
@@ -54,6 +61,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import statistics
 from pathlib import Path
 from typing import Any
@@ -146,6 +154,17 @@ def rl(args: argparse.Namespace, name: str, seed: int, ckpt: str,
                         if updates else math.nan}
 
 
+def drop_checkpoints(args: argparse.Namespace, ckpt: str) -> bool:
+    """Remove the run's `checkpoints/` directory that holds checkpoint `ckpt` unless
+    `--keep-checkpoints`; whether it did. Nothing outside a directory of that name goes."""
+    where = Path(ckpt).parent
+    if getattr(args, "keep_checkpoints", False) or where.name != "checkpoints" \
+            or not where.is_dir():
+        return False
+    shutil.rmtree(where)
+    return True
+
+
 # --- stages -------------------------------------------------------------------------------
 
 
@@ -194,6 +213,8 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
                               "steps": epochs * -(-demos // per_step), **stats, **res,
                               "date": utc_date(),
                               "load": load_line(), "machine": machine_line()}
+                if resume and drop_checkpoints(args, prev["checkpoint"]):
+                    prev["checkpoint_removed"] = utc_date()  # `key` trained on from it
                 _save(path, cells)
                 print(f"  {key}: dev {args.metric} {cells[key]['metric']:.3f}"
                       + (f", {args.tiebreak} {cells[key]['tiebreak']:.3f}" if args.tiebreak else ""),
@@ -272,6 +293,7 @@ def arms(args: argparse.Namespace) -> dict[str, Any]:
                 continue
             final, stats = rl(args, f"{arm}-s{seed}", seed, start, extra)
             res = evaluate(args, f"{arm}-s{seed}", final, args.split, args.test_tasks, seed)
+            drop_checkpoints(args, final)
             record(arm, {"checkpoint": final, **stats, **res})
         rl_s = runs.get("rl_step", {}).get("rl_s")
         if "sft_continued" not in runs and "sft_continued" in args.arms and rl_s and start:
@@ -288,6 +310,7 @@ def arms(args: argparse.Namespace) -> dict[str, Any]:
                 f"sft.max_wall_time_s={rl_s:.0f}"])
             res = evaluate(args, f"sft_continued-s{seed}", ckpt, args.split, args.test_tasks,
                            seed)
+            drop_checkpoints(args, ckpt)
             record("sft_continued", {"checkpoint": ckpt, "fresh_demos": demos, **stats, **res})
     return done
 
@@ -436,6 +459,9 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=1800.0)
     ap.add_argument("--max-fresh-demos", type=int, default=2048)
     ap.add_argument("--horizon-bins", type=int, nargs="+", default=[10, 20, 40, 80, 160])
+    ap.add_argument("--keep-checkpoints", action="store_true",
+                    help="keep every run's checkpoints (by default those nothing reads again "
+                         "are removed)")
     args = ap.parse_args()
     if args.patience < 1:
         ap.error("--patience: expected 1 or more")

@@ -506,3 +506,45 @@ def test_sft_vs_rl_reads_an_sft_runs_demonstrations_steps_and_checkpoint(
     assert mod.sft(args, "sft_continued-s0", []) == (
         "/r/sft_continued-s0/checkpoints/step-103",
         {"sft_steps": 103, "sft_s": 542.8, "sft_demos": 872})
+
+
+def test_sft_vs_rl_sweep_removes_a_checkpoint_once_a_longer_cell_trained_on_from_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+    import json
+
+    mod = load("bench_sft_vs_rl")
+    trained: list[list[str]] = []
+
+    def fake_sft(args, name, overrides):  # a run directory with its checkpoints/ as sft makes
+        trained.append(overrides)
+        ckpt = tmp_path / "runs" / name / "checkpoints" / "step-1"
+        ckpt.mkdir(parents=True)
+        (ckpt.parent.parent / "metrics.jsonl").write_text("{}\n")
+        return str(ckpt), {"sft_steps": 1, "sft_s": 1.0, "sft_demos": 32}
+
+    dev = {"sweep-d32-e1": 0.5, "sweep-d32-e2": 0.7, "sweep-d32-e4": 0.6}  # e4 ends the series
+    monkeypatch.setattr(mod, "sft", fake_sft)
+    monkeypatch.setattr(mod, "evaluate", lambda args, name, *a: {"metric": dev[name]})
+    args = argparse.Namespace(config=Path("configs/default.yaml"), overrides=[], out=tmp_path,
+                              reevaluate=[], demos=[32], max_epochs=8, patience=1,
+                              dev_tasks=10, metric="success", tiebreak=None)
+    cells = mod.sweep(args)
+    run = {k: tmp_path / "runs" / f"sweep-{k}" for k in cells}
+    # e2 trained on from e1's checkpoint and e4 from e2's: those two go, their runs' files stay
+    assert [o[-1].split("/runs/")[-1] for o in trained[1:]] == [
+        "sweep-d32-e1/checkpoints/step-1", "sweep-d32-e2/checkpoints/step-1"]
+    assert [(run[k] / "checkpoints").is_dir() for k in ("d32-e1", "d32-e2", "d32-e4")] == [
+        False, False, True]
+    assert all((run[k] / "metrics.jsonl").is_file() for k in cells)
+    saved = json.loads((tmp_path / "sweep.json").read_text())
+    assert ["checkpoint_removed" in saved[k] for k in ("d32-e1", "d32-e2", "d32-e4")] == [
+        True, True, False]
+    assert json.loads((tmp_path / "best.json").read_text())["epochs"] == 2
+    # only a directory named checkpoints is ever removed, and --keep-checkpoints keeps it
+    other = tmp_path / "elsewhere" / "step-1"
+    other.mkdir(parents=True)
+    assert not mod.drop_checkpoints(args, str(other)) and other.is_dir()
+    kept = run["d32-e4"] / "checkpoints" / "step-1"
+    assert not mod.drop_checkpoints(argparse.Namespace(keep_checkpoints=True), str(kept))
+    assert mod.drop_checkpoints(args, str(kept)) and not kept.parent.exists()
