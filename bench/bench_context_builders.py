@@ -55,11 +55,13 @@ COMPACTION = ("context/compactions", "context/summary_tokens", "context/success_
 
 def builder_args(args: argparse.Namespace, builder: str, seed: int) -> argparse.Namespace:
     """bench_sft_vs_rl's arguments for one builder's cell at `seed`."""
-    return argparse.Namespace(
-        config=args.config, overrides=[*WINDOW, *BUILDERS[builder], *args.overrides],
-        out=args.out / builder, seeds=[seed], arms=["best_sft", "rl_step"], split="test",
-        test_tasks=args.test_tasks, metric=args.metric, tiebreak=None, budget_s=args.budget_s,
-        max_fresh_demos=0, horizon_bins=args.horizon_bins)
+    b = sft_vs_rl.parser().parse_args(["--config", str(args.config), "--stage", "arms"])
+    vars(b).update(
+        overrides=[*WINDOW, *BUILDERS[builder], *args.overrides], out=args.out / builder,
+        seeds=[seed], arms=["best_sft", "rl_step"], split="test", test_tasks=args.test_tasks,
+        metric=args.metric, tiebreak=None, budget_s=args.budget_s, max_fresh_demos=0,
+        horizon_bins=args.horizon_bins)
+    return b
 
 
 def run(args: argparse.Namespace) -> None:

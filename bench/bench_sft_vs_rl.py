@@ -281,6 +281,15 @@ def arms(args: argparse.Namespace) -> dict[str, Any]:
             _save(path, done)
             print(f"  seed {seed} {arm}: test {args.metric} {result['metric']:.3f}", flush=True)
 
+        pending = [a for a in (*RL_ARMS, "sft_continued") if a in args.arms and a not in runs]
+        lost = runs.get("best_sft", {}).get("checkpoint")
+        if lost and pending and not Path(lost).exists():
+            # the session that trained it ended and took its run directory (not committed):
+            # train it again (same demonstrations, order and seed) and evaluate that one, so
+            # the arms still to run start from a best SFT measured here; the first is kept
+            print(f"  seed {seed} best_sft: checkpoint {lost} is gone and {', '.join(pending)} "
+                  "still start from it: training it again", flush=True)
+            runs["best_sft_lost"] = runs.pop("best_sft")
         if "best_sft" not in runs and "best_sft" in args.arms:
             ckpt, stats = sft(args, f"best-s{seed}", [
                 f"sft.num_demos={d}", f"sft.epochs={e}", f"sft.demo_seed={seed}",
@@ -430,7 +439,9 @@ def plot_horizon(curves: dict[str, list[list[dict[str, float]]]], path: Path,
     plt.close(fig)
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line; another bench that runs a stage builds its arguments from it, so
+    they carry every option's default."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", type=Path, required=True)
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="K=V")
@@ -462,6 +473,11 @@ def main() -> None:
     ap.add_argument("--keep-checkpoints", action="store_true",
                     help="keep every run's checkpoints (by default those nothing reads again "
                          "are removed)")
+    return ap
+
+
+def main() -> None:
+    ap = parser()
     args = ap.parse_args()
     if args.patience < 1:
         ap.error("--patience: expected 1 or more")

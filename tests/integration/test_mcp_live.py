@@ -97,8 +97,10 @@ def _stop_servers() -> Iterator[None]:
 
 
 def spec_for(server: dict[str, Any], **env: Any):
-    s = {"name": "fx", "timeout_s": 1.0, "connect_timeout_s": 20.0, **server}
-    cfg = EnvConfig(name="mcp_tools", max_turns=8, tool_timeout_s=5.0, **env,
+    # Bounds generous enough for a loaded 2-core machine (a stdio server's start imports the
+    # SDK); the tests that exercise a timeout set their own.
+    s = {"name": "fx", "timeout_s": 30.0, "connect_timeout_s": 60.0, **server}
+    cfg = EnvConfig(name="mcp_tools", max_turns=8, tool_timeout_s=45.0, **env,
                     args={"servers": [s], "tasks": TASKS})
     spec = get_env_spec(cfg)
     _built.append(spec)
@@ -170,7 +172,7 @@ def test_auth_header_comes_from_the_environment(http_server, monkeypatch):
 
 
 def test_a_hung_call_is_cut_at_the_timeout_and_the_episode_goes_on():
-    spec = spec_for(stdio())
+    spec = spec_for(stdio(timeout_s=1.0))
     t0 = time.perf_counter()
     # The call sleeps an hour: the episode ends at all only because timeout_s=1 cut it (the
     # 120 s guard fails a hang instead of waiting for pytest's own timeout).

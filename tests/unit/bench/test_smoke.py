@@ -548,3 +548,92 @@ def test_sft_vs_rl_sweep_removes_a_checkpoint_once_a_longer_cell_trained_on_from
     kept = run["d32-e4"] / "checkpoints" / "step-1"
     assert not mod.drop_checkpoints(argparse.Namespace(keep_checkpoints=True), str(kept))
     assert mod.drop_checkpoints(args, str(kept)) and not kept.parent.exists()
+
+
+class FakeCli:
+    """`run_logged` for bench_sft_vs_rl's `sft` and `eval` commands: an sft makes a checkpoint
+    directory under `launch.run_root`/`launch.name` and prints what the CLI prints; an eval
+    writes one row per task to --episodes-out. Every command line is kept."""
+
+    def __init__(self) -> None:
+        self.cmds: list[list[str]] = []
+
+    def __call__(self, cmd: list[str], log: Path) -> str:
+        self.cmds.append(cmd)
+        sets = dict(cmd[i + 1].split("=", 1) for i, a in enumerate(cmd) if a == "--set")
+        if "sft" in cmd:
+            ckpt = Path(sets["launch.run_root"]) / sets["launch.name"] / "checkpoints/step-4"
+            ckpt.mkdir(parents=True)
+            return (f"[sft] 32 demonstrations from oracle: 64 steps\n"
+                    f"[sft] 4 steps in 12.5 s; checkpoint {ckpt}\n")
+        out = Path(cmd[cmd.index("--episodes-out") + 1])
+        tasks = int(cmd[cmd.index("--num-tasks") + 1])
+        out.write_text("".join(json.dumps({"steps": 3, "metrics": {"success": 1.0,
+                                                                     "progress": 0.5}}) + "\n"
+                               for _ in range(tasks)))
+        return ""
+
+
+def test_sft_vs_rl_trains_best_sft_again_when_its_checkpoint_is_gone_and_arms_remain(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mod = load("bench_sft_vs_rl")
+    fake = FakeCli()
+    started: list[tuple[str, str]] = []
+
+    def rl(args, name, seed, ckpt, extra):  # type: ignore[no-untyped-def]
+        started.append((name, ckpt))
+        return ckpt, {"updates": 3, "rl_s": 0.0}
+
+    monkeypatch.setattr(mod, "run_logged", fake)
+    monkeypatch.setattr(mod, "rl", rl)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "best.json").write_text(json.dumps({"demos": 32, "epochs": 2}))
+    gone = str(tmp_path / "a-session-ago/checkpoints/step-4")
+    first = {"checkpoint": gone, "metric": 0.9, "sft_s": 10.0, "sft_steps": 4}
+    (out / "arms.json").write_text(json.dumps({
+        "0": {"best_sft": first},                                  # rl_step still to run
+        "1": {"best_sft": first, "rl_step": {"metric": 0.8}}}))    # nothing left to run
+    args = mod.parser().parse_args(["--config", "configs/default.yaml", "--stage", "arms",
+                                    "--out", str(out), "--seeds", "0", "1", "--arms",
+                                    "best_sft", "rl_step", "--test-tasks", "5"])
+    done = mod.arms(args)
+    # seed 0: trained again (its own demonstrations, order and seed), evaluated, then RL
+    # started from the new checkpoint; the first record is kept beside it
+    [sft_cmd] = [c for c in fake.cmds if "sft" in c]
+    assert {"sft.num_demos=32", "sft.epochs=2", "sft.demo_seed=0", "learner.seed=0",
+            "launch.name=best-s0"} <= set(sft_cmd)
+    new = str(out / "runs/best-s0/checkpoints/step-4")
+    assert done["0"]["best_sft"]["checkpoint"] == new
+    assert (done["0"]["best_sft"]["metric"], done["0"]["best_sft"]["episodes"]) == (1.0, 5)
+    assert done["0"]["best_sft_lost"] == first
+    assert started == [("rl_step-s0", new)]
+    # seed 1: every arm done, so its missing checkpoint is left alone
+    assert done["1"] == {"best_sft": first, "rl_step": {"metric": 0.8}}
+    assert json.loads((out / "arms.json").read_text()) == done
+
+
+def test_context_builders_runs_each_builders_cell_through_the_arms_stage(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    mod = load("bench_context_builders")
+    fake = FakeCli()
+    monkeypatch.setattr(mod.sft_vs_rl, "run_logged", fake)
+    monkeypatch.setattr(mod.sft_vs_rl, "rl", lambda args, name, seed, ckpt, extra: (
+        ckpt, {"updates": 2, "rl_s": 60.0}))
+    args = argparse.Namespace(config=mod.ROOT / "configs/world.yaml", overrides=["sft.batch_episodes=4"],
+                              out=tmp_path, seeds=[1], demos=16, epochs=2, budget_s=60.0,
+                              test_tasks=3, metric="progress", horizon_bins=[10, 20])
+    mod.run(args)
+    evals = [c for c in fake.cmds if "eval" in c]
+    assert len(evals) == 3 * 2  # best_sft and rl_step per builder
+    for builder, keys in mod.BUILDERS.items():
+        done = json.loads((tmp_path / builder / "arms.json").read_text())
+        assert list(done) == ["1"] and sorted(done["1"]) == ["best_sft", "rl_step"]
+        assert done["1"]["rl_step"]["metric"] == 0.5  # progress, the bench's metric
+        assert json.loads((tmp_path / builder / "best.json").read_text()) == {
+            "demos": 16, "epochs": 2, "pinned": True}
+        ev = next(c for c in evals if f"{builder}/evals/rl_step-s1.jsonl" in " ".join(c))
+        assert {*mod.WINDOW, *keys, "sft.batch_episodes=4", "launch.seed=1"} <= set(ev)
+        assert ev[ev.index("--num-tasks") + 1] == "3" and ev[ev.index("--split") + 1] == "test"
