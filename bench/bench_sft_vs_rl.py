@@ -28,7 +28,7 @@ already there, so a stage can be stopped and run again):
   - `rl_step`: `agent-r1-async launch` from it for `--budget-s` seconds of RL
     (`launch.max_wall_time_s`; GRPO with the config's step-level credit and process rewards);
   - `sft_continued`: best SFT trained on for the RL arm's wall time (its RL clock, from its
-    first to its last update) on fresh demonstrations (`sft.demo_offset` D: tasks no best-SFT
+    processes being up to its final checkpoint: `rl_wall_s`) on fresh demonstrations (`sft.demo_offset` D: tasks no best-SFT
     warm start of that seed saw, or transcripts for `sft.demos_source: jsonl`) at the warm
     start's rate, passing over them again where fewer remain than that time uses: the
     equal-compute control;
@@ -147,11 +147,25 @@ def rl(args: argparse.Namespace, name: str, seed: int, ckpt: str,
     if final is None:
         raise SystemExit(f"{run_dir}: no checkpoint to evaluate")
     updates = [r for r in read_metrics(run_dir) if "learner/loss" in r]
-    rl_s = max(r["time"] for r in updates) - min(r["time"] for r in updates) if updates else 0.0
-    return str(final), {"run": str(run_dir), "updates": len(updates), "rl_s": rl_s,
+    return str(final), {"run": str(run_dir), "updates": len(updates),
+                        "rl_s": rl_wall_s(run_dir, Path(final), updates),
                         "steps_p50": statistics.median(
                             r.get("episodes/steps_p50", math.nan) for r in updates)
                         if updates else math.nan}
+
+
+def rl_wall_s(run_dir: Path, final: Path, updates: list[dict[str, Any]]) -> float:
+    """RL's wall time up to the checkpoint evaluated: from the launch's processes being up
+    (startup.json) to `final`'s manifest, written last. It counts the first batch's wait and
+    an update a stop let finish (its metrics record may be missing), so an arm of few long
+    updates gets the time it used, not the span between its first and last logged update;
+    without those files, that span."""
+    path, manifest = run_dir / "startup.json", final / "manifest.json"
+    phases = dict(json.loads(path.read_text()).get("phases", [])) if path.exists() else {}
+    if "processes" in phases and manifest.exists():
+        return manifest.stat().st_mtime - float(phases["processes"])
+    times = [float(r["time"]) for r in updates]
+    return max(times) - min(times) if times else 0.0
 
 
 def drop_checkpoints(args: argparse.Namespace, ckpt: str) -> bool:

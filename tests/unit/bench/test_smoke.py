@@ -244,6 +244,24 @@ def test_sft_vs_rl_names_committed_rows_from_the_repository(tmp_path: Path) -> N
     assert mod._in_repo(tmp_path / "a.jsonl") == str(tmp_path / "a.jsonl")
 
 
+def test_sft_vs_rl_rl_time_runs_from_the_processes_to_the_final_checkpoint(
+        tmp_path: Path) -> None:
+    import os
+
+    rl_wall_s = load("bench_sft_vs_rl").rl_wall_s
+    final = tmp_path / "checkpoints" / "step-3"
+    final.mkdir(parents=True)
+    updates = [{"time": 700.0}, {"time": 1500.0}]  # two logged updates; a third ran at the stop
+    assert rl_wall_s(tmp_path, final, []) == 0.0
+    assert rl_wall_s(tmp_path, final, updates) == 800.0  # no startup.json: first to last update
+    (tmp_path / "startup.json").write_text(json.dumps(
+        {"started": 1000.0, "phases": [["preflight", 1010.0], ["processes", 1070.0]]}))
+    assert rl_wall_s(tmp_path, final, updates) == 800.0  # no manifest yet: the same
+    (final / "manifest.json").write_text("{}")
+    os.utime(final / "manifest.json", (3020.0, 3020.0))
+    assert rl_wall_s(tmp_path, final, updates) == 3020.0 - 1070.0
+
+
 def test_sft_vs_rl_best_cell_by_metric_then_tiebreak_then_fewer_steps() -> None:
     best_of = load("bench_sft_vs_rl").best_of
     cells = {
