@@ -28,10 +28,10 @@ already there, so a stage can be stopped and run again):
   - `rl_step`: `agent-r1-async launch` from it for `--budget-s` seconds of RL
     (`launch.max_wall_time_s`; GRPO with the config's step-level credit and process rewards);
   - `sft_continued`: best SFT trained on for the RL arm's wall time (its RL clock, from its
-    processes being up to its final checkpoint: `rl_wall_s`) on fresh demonstrations (`sft.demo_offset` D: tasks no best-SFT
-    warm start of that seed saw, or transcripts for `sft.demos_source: jsonl`) at the warm
-    start's rate, passing over them again where fewer remain than that time uses: the
-    equal-compute control;
+    processes being up to its final checkpoint: `rl_wall_s`) on fresh demonstrations
+    (`sft.demo_offset` D: tasks no best-SFT warm start of that seed saw, or transcripts for
+    `sft.demos_source: jsonl`) at the warm start's rate, passing over them again where fewer
+    remain than that time uses: the equal-compute control;
   - `rl_token`: as `rl_step` with `algorithm.credit=token`;
   - `rl_filter`: as `rl_step` with `algorithm.filter_groups=true` (groups whose advantages
     are all zero are dropped at the buffer and replaced, not trained).
@@ -67,6 +67,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_r1_async.config import load_config
+from agent_r1_async.learner.checkpoint_files import MANIFEST
 from agent_r1_async.run.output.report import read_metrics
 from bench.cli_runs import ROOT, cli, run_logged, sets
 from bench.stats import load_line, machine_kind, machine_line, mean_sd, paired_diffs, utc_date
@@ -160,7 +161,7 @@ def rl_wall_s(run_dir: Path, final: Path, updates: list[dict[str, Any]]) -> floa
     an update a stop let finish (its metrics record may be missing), so an arm of few long
     updates gets the time it used, not the span between its first and last logged update;
     without those files, that span."""
-    path, manifest = run_dir / "startup.json", final / "manifest.json"
+    path, manifest = run_dir / "startup.json", final / MANIFEST
     phases = dict(json.loads(path.read_text()).get("phases", [])) if path.exists() else {}
     if "processes" in phases and manifest.exists():
         return manifest.stat().st_mtime - float(phases["processes"])
