@@ -4,6 +4,7 @@ fp32) measured in the same run, fp32 vs bf16, with the update's time broken down
     .venv/bin/python -m bench.bench_learner_mfu                          # default config, ~4 min
     .venv/bin/python -m bench.bench_learner_mfu --config configs/multihop.yaml --context 560 --action 30
     .venv/bin/python -m bench.bench_learner_mfu --threads 2 --steps 3
+    .venv/bin/python -m bench.bench_learner_mfu --arms fp32 bf16 --steps 1   # bf16 emulated: slow
 
 Method (one process, `--threads` torch threads; a launch's learner runs on 1, the default):
 - peak: the best of 5 one-second runs of 2048 × 2048 matmuls, bf16 and fp32 (2·n³ FLOPs each);
@@ -133,6 +134,11 @@ class Arm:
                 for i in range(len(self.seconds["forward"]))]
 
 
+ARMS = ("fp32", "bf16", "autocast", "compiled")
+PAIRS = (("fp32", "bf16"), ("autocast", "bf16"), ("bf16", "compiled"), ("autocast", "compiled"))
+"""The speed-ups printed: (slower, faster) arm names, each where both ran."""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default=str(ROOT / "configs" / "default.yaml"))
@@ -142,6 +148,9 @@ def main() -> None:
     ap.add_argument("--action", type=int, default=40)
     ap.add_argument("--steps", type=int, default=4, help="timed updates per arm after 1 warm-up")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS),
+                    help="the arms to run (where bf16 is emulated, as without AMX-BF16 or "
+                         "AVX512-BF16, its three arms take ~8x fp32's time)")
     args = ap.parse_args()
 
     import torch
@@ -153,9 +162,14 @@ def main() -> None:
     peak_bf16 = matmul_peak(torch.bfloat16)
     peak_fp32 = matmul_peak(torch.float32)
     peak, peak_name = max((peak_bf16, "bf16"), (peak_fp32, "fp32"))
-    arms = [Arm("fp32", False, args, model_path), Arm("bf16", True, args, model_path),
-            Arm("autocast", True, args, model_path, ("learner.bf16_copy=false",)),
-            Arm("compiled", True, args, model_path, ("learner.compile=true",))]
+    built = {"fp32": lambda: Arm("fp32", False, args, model_path),
+             "bf16": lambda: Arm("bf16", True, args, model_path),
+             "autocast": lambda: Arm("autocast", True, args, model_path,
+                                     ("learner.bf16_copy=false",)),
+             "compiled": lambda: Arm("compiled", True, args, model_path,
+                                     ("learner.compile=true",))}
+    arms = [built[name]() for name in ARMS if name in args.arms]
+    named = {arm.name: arm for arm in arms}
     lm = arms[0].trainer._causal_lm()
     rows = synthetic_rows(args.rows, args.context, args.action, lm.config.vocab_size)
     n_all = flops_params(lm)
@@ -179,9 +193,11 @@ def main() -> None:
         print(f"{arm.name:8} " + " ".join(f"{arm.median(p):11.3f}" for p in PHASES)
               + f" {flops / fb / 1e9:12.0f} {flops / fb / peak:6.1%} "
               f"{flops / upd / peak:10.1%}")
-    for slow, fast in ((0, 1), (2, 1), (1, 3), (2, 3)):
-        ratios = [a / b for a, b in zip(arms[slow].fb(), arms[fast].fb(), strict=True)]
-        print(f"speed-up, forward+backward ({arms[slow].name} s / {arms[fast].name} s per step): "
+    for slow, fast in PAIRS:
+        if slow not in named or fast not in named:
+            continue
+        ratios = [a / b for a, b in zip(named[slow].fb(), named[fast].fb(), strict=True)]
+        print(f"speed-up, forward+backward ({slow} s / {fast} s per step): "
               f"{fmt_spread(ratios, unit='×')}")
     for arm in arms:
         print(f"{arm.name} forward+backward seconds: {fmt_spread(arm.fb())}")
