@@ -143,6 +143,21 @@ def _train(cfg: RunConfig, sup: Supervisor, logger: MetricsLogger, console: Cons
     return version, "done"
 
 
+def log_checkpointed_update(logger: MetricsLogger, run_dir: Path, console: Console,
+                            why: str) -> int | None:
+    """Log the newest checkpoint's own record of its update when metrics.jsonl lacks it
+    (`MetricsLogger.log_checkpointed`), saying so with `why`; the update logged, or None.
+
+    Two moments need it: opening a resumed run whose launcher was killed between the
+    learner's checkpoint and the update's record, and the stop, whose final checkpoint waits
+    behind an update in progress (the wall-clock budget ran out during it): that update's
+    weights are in the checkpoint, and its record would otherwise be missing."""
+    done = logger.log_checkpointed(checkpointed_update(run_dir / "checkpoints"))
+    if done is not None:
+        console.say(f"update {done}: logged from its checkpoint ({why})")
+    return done
+
+
 def _report(run_dir: Path, console: Console) -> None:
     try:
         from agent_r1_async.run.output.report import write_report
@@ -243,10 +258,7 @@ def _launch(cfg: RunConfig, run_dir: Path, console: Console, address: str | None
     console.say(f"learner attention: {attn} ({why})")
     console.say(describe_precision(cfg.engine, cfg.learner, model=cfg.model.name_or_path))
     logger = MetricsLogger(cfg, run_dir, resume_id=_wandb_id(run_dir, resume))
-    recovered = logger.log_checkpointed(checkpointed_update(run_dir / "checkpoints"))
-    if recovered:
-        console.say(f"update {recovered}: logged from its checkpoint (the launcher "
-                    "stopped before logging it)")
+    log_checkpointed_update(logger, run_dir, console, "the launcher stopped before logging it")
     events = Events(console, run_dir, cfg.actors.num_actors, cfg.buffer.max_staleness)
     sup: Supervisor | None = None
     evals: PeriodicEval | None = None
@@ -304,6 +316,9 @@ def _launch(cfg: RunConfig, run_dir: Path, console: Console, address: str | None
         try:
             wait_s = 600.0 if stop_reason in ("done", "max_wall_time_s") else 10.0
             ckpt = _stop(sup, evals, wait_s, logger, version, console, run_dir)
+            if ckpt:  # an update the stop waited for is in it, and not yet logged
+                version = log_checkpointed_update(logger, run_dir, console,
+                                                  "it finished during the stop") or version
             if sup is not None and sup.checkpoint_error and not failure:
                 failure = lost_final_checkpoint(sup.checkpoint_error, run_dir)
         finally:

@@ -247,3 +247,25 @@ def test_nothing_is_recovered_when_the_checkpoint_gives_no_new_record(tmp_path, 
     assert _recover(logger, tmp_path) is None
     logger.close()
     assert [json.loads(x)["update"] for x in _lines(tmp_path / "metrics.jsonl")] == list(logged)
+
+
+def test_the_update_a_stop_waited_for_is_logged_once_from_the_final_checkpoint(tmp_path, capsys):
+    """The wall-clock budget ran out while update 3 computed: the launch stopped waiting for
+    it, and its final checkpoint (step-3) waited behind it. The launch logs update 3 from that
+    checkpoint, once, and goes on at version 3 (the held-out evaluation's step)."""
+    from agent_r1_async.run.launch import log_checkpointed_update
+    from agent_r1_async.run.output.console import Console
+
+    _logged(tmp_path, 1, 2)
+    _checkpoint(tmp_path, 3, {"metrics": {"version": 3.0, "loss": 0.25},
+                              "staleness_hist": {"1": 16.0}})
+    logger, console = _logger(tmp_path), Console(None, live=False)
+    why = "it finished during the stop"
+    assert log_checkpointed_update(logger, tmp_path, console, why) == 3
+    assert log_checkpointed_update(logger, tmp_path, console, why) is None
+    logger.close()
+    records = [json.loads(x) for x in _lines(tmp_path / "metrics.jsonl")]
+    assert [(r["update"], r.get("learner/loss")) for r in records] == [
+        (1, None), (2, None), (3, 0.25)]
+    assert capsys.readouterr().out.splitlines() == [
+        "[launch] update 3: logged from its checkpoint (it finished during the stop)"]
