@@ -26,7 +26,10 @@ already there, so a stage can be stopped and run again):
   - `best_sft`: best SFT's D and E trained again on its own demonstration sample and order
     (`sft.demo_seed` s, `learner.seed` s), so the intervals carry the warm start's variance;
   - `rl_step`: `agent-r1-async launch` from it for `--budget-s` seconds of RL
-    (`launch.max_wall_time_s`; GRPO with the config's step-level credit and process rewards);
+    (`launch.max_wall_time_s`; GRPO with the config's step-level credit and process rewards),
+    or for `--budget-updates` updates (`learner.total_updates`; `--budget-s` then only caps
+    it): the same RL on any machine, where updates are long (a first update that outlasts a
+    wall-clock budget leaves the final checkpoint waiting behind it);
   - `sft_continued`: best SFT trained on for the RL arm's wall time (its RL clock, from its
     processes being up to its final checkpoint: `rl_wall_s`) on fresh demonstrations
     (`sft.demo_offset` D: tasks no best-SFT warm start of that seed saw, or transcripts for
@@ -133,14 +136,16 @@ def metric_of(rows: list[dict[str, Any]], name: str) -> float:
 
 def rl(args: argparse.Namespace, name: str, seed: int, ckpt: str,
        extra: list[str]) -> tuple[str, dict[str, Any]]:
-    """One launch from `ckpt` for `--budget-s` of RL; (final checkpoint, its run stats)."""
+    """One launch from `ckpt` for `--budget-s` of RL, or `--budget-updates` updates within it;
+    (final checkpoint, its run stats)."""
     from agent_r1_async.learner.checkpoint import latest_checkpoint
 
     stdout = run_logged(cli("launch", "--config", str(args.config), *sets([
         *args.overrides, f"model.init_from={ckpt}", "launch.warm_start=false",
         f"launch.name={name}", f"launch.seed={seed}", f"actors.seed={seed}",
         f"buffer.seed={seed}", f"learner.seed={seed}",
-        f"launch.max_wall_time_s={args.budget_s}", "learner.total_updates=100000",
+        f"launch.max_wall_time_s={args.budget_s}",
+        f"learner.total_updates={args.budget_updates or 100000}",
         "eval.in_launch=false", f"launch.run_root={args.out / 'runs'}", *extra,
     ])), args.out / "logs" / f"{name}.log")
     run_dir = Path(stdout.split("[launch] run directory: ")[-1].splitlines()[0].strip())
@@ -158,9 +163,8 @@ def rl(args: argparse.Namespace, name: str, seed: int, ckpt: str,
 def rl_wall_s(run_dir: Path, final: Path, updates: list[dict[str, Any]]) -> float:
     """RL's wall time up to the checkpoint evaluated: from the launch's processes being up
     (startup.json) to `final`'s manifest, written last. It counts the first batch's wait and
-    an update a stop let finish (its metrics record may be missing), so an arm of few long
-    updates gets the time it used, not the span between its first and last logged update;
-    without those files, that span."""
+    an update a stop let finish, so an arm of few long updates gets the time it used, not the
+    span between its first and last logged update; without those files, that span."""
     path, manifest = run_dir / "startup.json", final / MANIFEST
     phases = dict(json.loads(path.read_text()).get("phases", [])) if path.exists() else {}
     if "processes" in phases and manifest.exists():
@@ -483,6 +487,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), choices=ARMS)
     ap.add_argument("--budget-s", type=float, default=1800.0)
+    ap.add_argument("--budget-updates", type=int, default=0,
+                    help="RL arms stop after this many updates (0: at --budget-s only)")
     ap.add_argument("--max-fresh-demos", type=int, default=2048)
     ap.add_argument("--horizon-bins", type=int, nargs="+", default=[10, 20, 40, 80, 160])
     ap.add_argument("--keep-checkpoints", action="store_true",

@@ -399,8 +399,7 @@ def test_context_builders_bench_configs_load_and_the_table_pairs_compact_by_hand
             arms[str(seed)] = {"rl_step": {"rows": str(path), "metric": 0.0}}
         (tmp_path / builder).mkdir()
         (tmp_path / builder / "arms.json").write_text(json.dumps(arms))
-    args = argparse.Namespace(out=tmp_path, metric="progress", demos=16, epochs=2,
-                              budget_s=1200.0)
+    args = argparse.Namespace(out=tmp_path, metric="progress", demos=16, epochs=2, updates=2)
     text = mod.summarize(args)
     # compact: progress 0.4 and 0.4 (sd 0), success 0.25, steps 85, compactions 7.25
     assert ("| compact | rl_step | s0 0.400, s1 0.400 | 0.400 ± 0.000 | 0.25 | 85.00 | 7.25 | "
@@ -569,9 +568,10 @@ def test_sft_vs_rl_sweep_removes_a_checkpoint_once_a_longer_cell_trained_on_from
 
 
 class FakeCli:
-    """`run_logged` for bench_sft_vs_rl's `sft` and `eval` commands: an sft makes a checkpoint
-    directory under `launch.run_root`/`launch.name` and prints what the CLI prints; an eval
-    writes one row per task to --episodes-out. Every command line is kept."""
+    """`run_logged` for bench_sft_vs_rl's `sft`, `launch` and `eval` commands: an sft or a
+    launch makes a checkpoint directory under `launch.run_root`/`launch.name` and prints what
+    the CLI prints; an eval writes one row per task to --episodes-out. Every command line is
+    kept."""
 
     def __init__(self) -> None:
         self.cmds: list[list[str]] = []
@@ -584,6 +584,14 @@ class FakeCli:
             ckpt.mkdir(parents=True)
             return (f"[sft] 32 demonstrations from oracle: 64 steps\n"
                     f"[sft] 4 steps in 12.5 s; checkpoint {ckpt}\n")
+        if "launch" in cmd:
+            run = Path(sets["launch.run_root"]) / sets["launch.name"]
+            (run / "checkpoints/step-2/dcp").mkdir(parents=True)  # usable without a manifest
+            (run / "checkpoints/step-2/learner_state.json").write_text('{"version": 2}')
+            (run / "metrics.jsonl").write_text("".join(json.dumps(
+                {"update": u, "time": 100.0 * u, "learner/loss": 0.1, "episodes/steps_p50": 90})
+                + "\n" for u in (1, 2)))
+            return f"[launch] run directory: {run}\n"
         out = Path(cmd[cmd.index("--episodes-out") + 1])
         tasks = int(cmd[cmd.index("--num-tasks") + 1])
         out.write_text("".join(json.dumps({"steps": 3, "metrics": {"success": 1.0,
@@ -638,10 +646,8 @@ def test_context_builders_runs_each_builders_cell_through_the_arms_stage(
     mod = load("bench_context_builders")
     fake = FakeCli()
     monkeypatch.setattr(mod.sft_vs_rl, "run_logged", fake)
-    monkeypatch.setattr(mod.sft_vs_rl, "rl", lambda args, name, seed, ckpt, extra: (
-        ckpt, {"updates": 2, "rl_s": 60.0}))
     args = argparse.Namespace(config=mod.ROOT / "configs/world.yaml", overrides=["sft.batch_episodes=4"],
-                              out=tmp_path, seeds=[1], demos=16, epochs=2, budget_s=60.0,
+                              out=tmp_path, seeds=[1], demos=16, epochs=2, budget_s=60.0, updates=2,
                               test_tasks=3, metric="progress", horizon_bins=[10, 20])
     mod.run(args)
     evals = [c for c in fake.cmds if "eval" in c]
@@ -650,6 +656,11 @@ def test_context_builders_runs_each_builders_cell_through_the_arms_stage(
         done = json.loads((tmp_path / builder / "arms.json").read_text())
         assert list(done) == ["1"] and sorted(done["1"]) == ["best_sft", "rl_step"]
         assert done["1"]["rl_step"]["metric"] == 0.5  # progress, the bench's metric
+        launch = next(c for c in fake.cmds if "launch" in c and f"launch.run_root={tmp_path / builder}/runs" in c)
+        assert (done["1"]["rl_step"]["updates"], done["1"]["rl_step"]["rl_s"]) == (2, 100.0)
+        # the same RL on any machine: 2 updates of one group of 4, the wall clock a cap
+        assert {"learner.total_updates=2", "launch.max_wall_time_s=60.0",
+                "algorithm.group_size=4", "algorithm.batch_groups=1"} <= set(launch)
         assert json.loads((tmp_path / builder / "best.json").read_text()) == {
             "demos": 16, "epochs": 2, "pinned": True}
         ev = next(c for c in evals if f"{builder}/evals/rl_step-s1.jsonl" in " ".join(c))
