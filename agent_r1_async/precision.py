@@ -2,9 +2,10 @@
 
 `engine.dtype: auto` and `learner.bf16: auto` (the defaults) resolve here:
 - CUDA: bf16 when the device supports it (bf16/hardware.py);
-- CPU: by measurement. Without a bf16 flag (AMX-BF16 or AVX512-BF16) fp32, unmeasured; with
-  one a micro-benchmark of each side's own op at the model's shapes (bf16/probe.py) decides:
-  bf16 at 1.1x fp32's speed or better, the verdict cached per machine (bf16/verdicts.py).
+- CPU: by measurement. Without a bf16 flag (AMX-BF16 or AVX512-BF16) fp32 without a probe
+  (bf16 is emulated there: 0.10-0.15x fp32 on both sides on an AVX2-only CPU); with one a
+  micro-benchmark of each side's own op at the model's shapes (bf16/probe.py) decides: bf16
+  at 1.1x fp32's speed or better, the verdict cached per machine (bf16/verdicts.py).
   AMX CPUs run bf16 matmuls several times faster than fp32; with AVX512-BF16 alone the gain
   depends on the core and on each library's kernels, down to none (BENCHMARKS.md, "bf16 vs
   fp32 by machine").

@@ -27,8 +27,8 @@ rendered and batched as the warm start batches them, in token-equivalents (token
 attention's pairs), and the hours at a forward+backward rate (`--tokens-per-s`, from
 bench_learner_mfu on the machine). A builder whose contexts do not extend each other (last_k,
 truncate) trains every step's ~900-token context on its own: ~1,000 token-equivalents a step
-against compact's ~290, whose segments pack. BENCHMARKS.md ("Context builders: what a cell
-costs") has the table and the rates measured by machine.
+against compact's ~290, whose segments pack. BENCHMARKS.md ("Context builders in a small
+window: what a cell costs") has the table and the rates measured by machine.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     import torch
 
 BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
-"""/proc/cpuinfo flags of bf16 matmul instructions, best first: without one, fp32 unmeasured."""
+"""/proc/cpuinfo flags of bf16 matmul instructions, best first: without one, fp32 without a
+probe (an AVX2-only CPU ran bf16 at 0.10-0.15x fp32 on both sides: BENCHMARKS.md)."""
 
 
 @functools.cache
@@ -76,7 +77,7 @@ def bf16_support(device: str | torch.device = "auto",
     if found:
         return True, f"the CPU has {found[0].upper().replace('_', '-')}"
     return False, ("the CPU has neither AMX-BF16 nor AVX512-BF16, so bf16 matmuls would be "
-                   "emulated in fp32 (no faster)")
+                   "emulated through fp32 (several times slower)")
 
 
 def resolve_device(device: str | torch.device) -> str:
