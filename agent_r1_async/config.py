@@ -645,7 +645,7 @@ class LaunchConfig(_Section):
     stop_after_stall_s: float = 600.0
     """Stop the run, naming the latest failure, when no group has become ready for this long while actors end episodes and most of them fail (a shared cause, though some succeed: too few of a group's episodes complete); 0 = never."""
     stop_timeout_s: float = 300.0
-    """Longest the learner's final checkpoint may take when the run stops, beyond what the update in progress (which it waits behind) may still need: 1.5 × the longest update's compute so far, less its time so far. Past it the launch ends without that checkpoint and says so (the last periodic one stands). A second Ctrl-C ends the stop at once, naming what is left unsaved."""
+    """Longest the learner's final checkpoint may take when the run stops, beyond what the update in progress (which it waits behind) may still need (`Supervisor.update_left_s`). Past it the launch ends without that checkpoint and says so (the last periodic one stands). A second Ctrl-C ends the stop at once, naming what is left unsaved."""
     unresponsive_s: float = 120.0
     """Seconds without progress after which a process is named on the console; an actor is also replaced (its credits reclaimed, its process killed for Ray to restart), the buffer and the learner only named. Above env.step_timeout_s + actors.stats_interval_s; 0 = never (docs/reliability.md, "Hung processes")."""
     warm_start: bool = False

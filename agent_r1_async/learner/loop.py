@@ -43,7 +43,7 @@ from agent_r1_async.learner.episode_sample import EpisodeSampler
 from agent_r1_async.learner.episode_stats import episode_stats, staleness_histogram
 from agent_r1_async.learner.is_weights import weight_edges, weight_histogram
 from agent_r1_async.learner.protocols import SampleSource
-from agent_r1_async.learner.trainer import PolicyTrainer
+from agent_r1_async.learner.trainer import FORWARD_WORK, TRAIN_WORK, PolicyTrainer
 from agent_r1_async.weights.seam import WeightSender
 from agent_r1_async.wire import messages
 
@@ -81,8 +81,10 @@ class Learner:
         """Policy version of the current weights (the actors' data is stamped with it)."""
         self.updates = 0
         self.samples_drawn = 0
-        self._stop_waiting = threading.Event()
         """Data cursor: batches drawn from the source so far."""
+        self._stop_waiting = threading.Event()
+        self._computing: tuple[float, int] | None = None
+        """While an update computes: (its compute's start, its work in forward passes)."""
         self._last_publish = float("-inf")
         self.last_staleness_hist: dict[int, int] = {}
         """Token-weighted staleness histogram of the last update's batch."""
@@ -126,12 +128,19 @@ class Learner:
         batch = self._sample(self.episodes.failed if sampled else 0)
         t_data = time.monotonic()
         rows, mbs = self._prepare(batch)
-        if self.trainer.needs_proximal_pass(self.cfg.learner.ppo_epochs):
-            self.trainer.proximal_pass(mbs)
-        if self.cfg.algorithm.name == "ppo":
-            fill_gae(rows, mbs, self.cfg.algorithm)
-        metrics = epoch_mean([self.trainer.optimize(mbs, self.version)
-                              for _ in range(self.cfg.learner.ppo_epochs)])
+        proximal = self.trainer.needs_proximal_pass(self.cfg.learner.ppo_epochs)
+        self._computing = (time.monotonic(), len(mbs) * (
+            FORWARD_WORK * proximal + TRAIN_WORK * self.cfg.learner.ppo_epochs))
+        self.trainer.work_done = 0
+        try:
+            if proximal:
+                self.trainer.proximal_pass(mbs)
+            if self.cfg.algorithm.name == "ppo":
+                fill_gae(rows, mbs, self.cfg.algorithm)
+            metrics = epoch_mean([self.trainer.optimize(mbs, self.version)
+                                  for _ in range(self.cfg.learner.ppo_epochs)])
+        finally:
+            self._computing = None
         c_max = self.cfg.algorithm.c_max
         self.last_is_weight_hist = {"edges": weight_edges(c_max),
                                     "counts": weight_histogram(mbs, c_max)}
@@ -161,6 +170,19 @@ class Learner:
             "metrics": {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))},
             "staleness_hist": {str(k): float(n) for k, n in self.last_staleness_hist.items()}}
         return metrics
+
+    def compute_progress(self) -> dict[str, float]:
+        """From another thread: the update in progress's compute since its batch came,
+        {"work_done", "work_total" (in forward passes over its micro-batches, trainer.py
+        `FORWARD_WORK`), "computing_s"}; {} while no update computes (it waits for data, or
+        none runs). The launcher's stop judges from it how long a first update may still
+        take (run/processes/supervisor.py `update_left_s`)."""
+        computing = self._computing
+        if computing is None:
+            return {}
+        started, total = computing
+        return {"work_done": float(getattr(self.trainer, "work_done", 0)),
+                "work_total": float(total), "computing_s": time.monotonic() - started}
 
     def stop_waiting(self) -> None:
         """From another thread: an update waiting for data gives up at its next poll (within

@@ -93,11 +93,21 @@ class StepClock:
         return {f"time_{k}_s": v for k, v in self.seconds.items()}
 
 
+FORWARD_WORK = 1
+"""A micro-batch's forward-only pass (the proximal pass), as the unit of an update's work."""
+TRAIN_WORK = 3
+"""A micro-batch's training pass: its forward and its backward, which costs about two more
+(the recomputed layers' forward included), in `FORWARD_WORK` units."""
+
+
 class PolicyTrainer:
     """Model, optional value head and reference, optimizer; forward/backward per micro-batch."""
 
     def __init__(self, cfg: config.RunConfig, model_path: str) -> None:
         self.cfg = cfg
+        self.work_done = 0
+        """Micro-batch passes begun since the learner's update reset it, in forward passes
+        (`FORWARD_WORK`, `TRAIN_WORK`): the update's progress, read from another thread."""
         self.lcfg = cfg.learner
         self.algo = cfg.algorithm
         self.device = resolve_device(self.lcfg.device)
@@ -260,6 +270,7 @@ class PolicyTrainer:
     def proximal_pass(self, mbs: list[MicroBatch]) -> None:
         """Record proximal log-probs (+ old values, reference log-probs) on every micro-batch."""
         for mb, real in self._lockstep(mbs):
+            self.work_done += FORWARD_WORK
             out = self.forward(mb, values=self.value_head is not None)
             ref = self._reference_logprobs(mb) if self.algo.kl_coef > 0 else None
             if real:
@@ -294,6 +305,7 @@ class PolicyTrainer:
         w_max = 0.0
         mismatch = MismatchMeter(self.algo, version)
         for mb, real in self._lockstep(mbs):
+            self.work_done += TRAIN_WORK
             clock.lap("sync")
             out = self.forward(mb, values=self.value_head is not None,
                                entropy=self.algo.entropy_coef > 0)

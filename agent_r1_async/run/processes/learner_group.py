@@ -98,12 +98,16 @@ class LearnerHost(Host):
             self._doing = ("idle", time.monotonic())
 
     def progress(self) -> dict[str, Any]:
-        """What this rank's worker thread runs and for how long: {"doing": ..., "for_s": ...}.
-        Answered on Ray's second thread, so a rank that answers is alive however long its
-        update or checkpoint takes (the launcher's liveness, liveness.py);
-        a stopped process, or one holding the GIL for good, does not answer."""
+        """What this rank's worker thread runs and for how long: {"doing": ..., "for_s": ...},
+        and while an update computes its progress (`Learner.compute_progress`). Answered on
+        Ray's second thread, so a rank that answers is alive however long its update or
+        checkpoint takes (the launcher's liveness, liveness.py); a stopped process, or one
+        holding the GIL for good, does not answer."""
         doing, since = self._doing
-        return {"doing": doing, "for_s": time.monotonic() - since}
+        out: dict[str, Any] = {"doing": doing, "for_s": time.monotonic() - since}
+        if self.learner is not None:
+            out.update(self.learner.compute_progress())
+        return out
 
     def connect(self, control_endpoint: str) -> None:
         """Rank 0: the buffer client and the bound weight sender, before the model loads, so

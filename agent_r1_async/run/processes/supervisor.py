@@ -286,12 +286,31 @@ class Supervisor:
                 return stats
 
     def update_left_s(self) -> float:
-        """What the update in progress may still need: 1.5 × the longest update's compute so
-        far (its time less its wait for data, which the stop ends) less its time so far; 0
-        with none in progress or none finished to go by."""
+        """What the update in progress may still need (`_update_need`)."""
+        return self._update_need()[0]
+
+    def _update_need(self) -> tuple[float, str]:
+        """(What the update in progress may still need in seconds, what that is judged by):
+        1.5 × the longest update's compute so far (its time less its wait for data, which
+        the stop ends) less its time so far; before any update has finished (a long-horizon
+        run's first update can outlast the wall-clock budget), 1.5 × its whole compute as
+        the share of its work done so far extrapolates it (rank 0's `progress`), less its
+        compute so far; 0 with none in progress or nothing to go by."""
         if self._update_started is None:
-            return 0.0
-        return max(0.0, 1.5 * self._longest_update_s - (time.monotonic() - self._update_started))
+            return 0.0, ""
+        if self._longest_update_s > 0:
+            left = 1.5 * self._longest_update_s - (time.monotonic() - self._update_started)
+            return max(0.0, left), f"the longest so far computed for {self._longest_update_s:.0f} s"
+        try:
+            seen = self.ray.get(self.learner.leader.progress.remote(), timeout=10)
+        except Exception:  # a rank that does not answer: nothing to go by
+            return 0.0, ""
+        done, total = float(seen.get("work_done", 0)), float(seen.get("work_total", 0))
+        spent = float(seen.get("computing_s", 0.0))
+        if done <= 0 or total <= 0:
+            return 0.0, ""
+        return (max(0.0, 1.5 * spent * total / done - spent),
+                f"the first, {done / total:.0%} of its work done in {spent:.0f} s")
 
     def shutdown(self, checkpoint: bool) -> str | None:
         """Actors first (their aborted-episode records reach the buffer), then a buffer
@@ -316,13 +335,12 @@ class Supervisor:
                 # (learner_group.py LearnerHost) until learner.sample_timeout_s: end its wait
                 # first.
                 self.learner.call("stop_waiting", timeout_s=min(30.0, self.cfg.launch.stop_timeout_s))
-                left = self.update_left_s()
+                left, judged_by = self._update_need()
                 bound = self.cfg.launch.stop_timeout_s + left
                 if left:
                     self.events.console.say(
-                        f"stopping: the update in progress (the longest so far computed for "
-                        f"{self._longest_update_s:.0f} s) ends before the checkpoint; waiting "
-                        f"up to {bound:.0f} s")
+                        f"stopping: the update in progress ({judged_by}) ends before the "
+                        f"checkpoint; waiting up to {bound:.0f} s")
                 path = self.learner.call("save_checkpoint", timeout_s=bound)
                 self.unsaved.remove("the learner checkpoint")
             except Exception as e:  # a dead rank: the last periodic checkpoint stands

@@ -5,7 +5,8 @@ final checkpoint (queued on the learner's one worker thread, run/processes/learn
 is not held up to `learner.sample_timeout_s` by an update that no data will come for (every
 env failing).
 
-`Learner.update` reports the mean of its PPO epochs' optimizer metrics (`epoch_mean`).
+`Learner.update` reports the mean of its PPO epochs' optimizer metrics (`epoch_mean`), and
+while it computes, its progress in forward passes (`compute_progress`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 from agent_r1_async.config import config_from_dict
 from agent_r1_async.learner.loop import Learner, SamplingStopped, epoch_mean
 from agent_r1_async.wire import messages
+from tests.unit.learner.test_shared_prefix import model_dir  # noqa: F401  (a fixture)
 
 
 class _NeverReady:
@@ -90,3 +92,33 @@ def test_epoch_mean_averages_and_keeps_the_max_weight():
     assert out == pytest.approx({"loss": 0.2, "grad_norm": 1.0, "clip_frac_low": 0.5,
                                  "is_weight_max": 1.5})
     assert epoch_mean([first]) == first
+
+
+def test_an_update_reports_its_compute_progress_in_forward_passes(model_dir):  # noqa: F811
+    """`compute_progress` while an update computes (the launcher's stop extrapolates a first
+    update from it): 2 PPO epochs over n micro-batches are a proximal pass (1 forward pass
+    each) and two training passes (3 each), 7n in all; at the first epoch the proximal pass's
+    n are done, at the second n + 3n; nothing is reported outside the compute."""
+    from agent_r1_async.learner.trainer import FORWARD_WORK, TRAIN_WORK
+    from tests.fakes.learner import FakeSource
+    from tests.unit.learner.test_shared_prefix import VOCAB, _cfg, _trainer
+
+    cfg = _cfg(model_dir, ppo_epochs=2)
+    learner = Learner(cfg, FakeSource(vocab=VOCAB, group_size=2), None, None,
+                      trainer=_trainer(cfg, model_dir))
+    seen: list[tuple[int, dict[str, float]]] = []
+    optimize = learner.trainer.optimize
+
+    def watched(mbs, version=None):  # type: ignore[no-untyped-def]
+        seen.append((len(mbs), learner.compute_progress()))
+        return optimize(mbs, version)
+
+    learner.trainer.optimize = watched  # type: ignore[method-assign]
+    assert learner.compute_progress() == {}
+    learner.update()
+    assert learner.compute_progress() == {}
+    n = seen[0][0]
+    assert (FORWARD_WORK, TRAIN_WORK) == (1, 3) and n >= 1
+    assert [(p["work_done"], p["work_total"]) for _, p in seen] == [(n, 7 * n), (4 * n, 7 * n)]
+    assert 0.0 <= seen[0][1]["computing_s"] <= seen[1][1]["computing_s"]
+    assert learner.trainer.work_done == 7 * n

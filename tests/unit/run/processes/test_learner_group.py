@@ -6,6 +6,7 @@ liveness watch about its worker thread."""
 from __future__ import annotations
 
 import threading
+import types
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -109,6 +110,9 @@ def test_a_learner_rank_says_what_its_worker_runs_while_it_runs():
     host = LearnerHost.__new__(LearnerHost)  # no model, no Ray: the worker thread only
     host._worker = ThreadPoolExecutor(1)
     host._doing = ("idle", 0.0)
+    computing = {"work_done": 3.0, "work_total": 12.0, "computing_s": 4.0}
+    host.learner = types.SimpleNamespace(  # its update's compute, as `Learner.compute_progress`
+        compute_progress=lambda: dict(computing) if not release.is_set() else {})
     inside, release = threading.Event(), threading.Event()
     seen: list[dict] = []
 
@@ -126,4 +130,6 @@ def test_a_learner_rank_says_what_its_worker_runs_while_it_runs():
     after = host.progress()
     host._worker.shutdown()
     assert during["doing"] == "an update" and during["for_s"] >= 0.0
+    assert {k: during[k] for k in computing} == computing
     assert seen == [{"result": "updated"}] and after["doing"] == "idle"
+    assert set(after) == {"doing", "for_s"}

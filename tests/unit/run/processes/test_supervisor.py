@@ -351,3 +351,50 @@ def test_the_final_checkpoint_waits_for_the_update_in_progress_beyond_the_bound(
     assert bounds == [30.0, pytest.approx(300.0 + 540.0)]
     assert ("[launch] stopping: the update in progress (the longest so far computed for 760 s) "
             "ends before the checkpoint; waiting up to 840 s") in capsys.readouterr().out
+
+
+def test_a_first_update_still_computing_gets_the_time_its_progress_extrapolates(
+        capsys, tmp_path, monkeypatch):
+    """No update has finished to go by (a long-horizon run's first can outlast the whole
+    wall-clock budget): rank 0 reports 12 of its 48 forward passes of work done in 200 s, so
+    the whole compute extrapolates to 800 s and the stop may wait 1.5 × 800 − 200 = 1,000 s
+    beyond the 300 s bound. Where rank 0 does not answer, nothing is added."""
+    from agent_r1_async.config import config_from_dict
+    from agent_r1_async.run.processes import supervisor as sup_mod
+
+    bounds: list[float | None] = []
+    answer: list[dict | None] = [{"doing": "an update", "for_s": 900.0, "work_done": 12.0,
+                                  "work_total": 48.0, "computing_s": 200.0}]
+
+    def progress():  # the reference: OrderRay.get calls it
+        if answer[0] is None:
+            raise TimeoutError("no answer")
+        return answer[0]
+
+    class _Learner:
+        leader = types.SimpleNamespace(progress=types.SimpleNamespace(remote=lambda: progress))
+
+        def call(self, method, timeout_s=None):
+            bounds.append(timeout_s)
+            return "/r/checkpoints/step-1" if method == "save_checkpoint" else None
+
+    monkeypatch.setattr(sup_mod.time, "monotonic", lambda: 5000.0)
+    sup = Supervisor.__new__(Supervisor)
+    sup.cfg = config_from_dict({"launch": {"stop_timeout_s": 300}})
+    sup.ray = OrderRay()
+    sup.actors = bare_actor_group(sup.ray, _MAX_RESTARTS_3, [], None, None, None, {}, None,
+                                  tmp_path)
+    sup.learner = _Learner()
+    sup.buffers = types.SimpleNamespace(handle=Handle("buffer", [], {}))
+    sup.run_dir = tmp_path
+    sup.events = Events(Console(None, live=False), tmp_path, 1, 1000)
+    sup._update_started = 4100.0  # the first update, 900 s ago (700 of them waiting for data)
+    assert sup.update_left_s() == pytest.approx(1000.0)
+    assert sup.shutdown(checkpoint=True) == "/r/checkpoints/step-1"
+    assert bounds == [30.0, pytest.approx(1300.0)]
+    assert ("[launch] stopping: the update in progress (the first, 25% of its work done in "
+            "200 s) ends before the checkpoint; waiting up to 1300 s") in capsys.readouterr().out
+    answer[0] = {"doing": "an update", "for_s": 900.0}  # waiting for data: no compute yet
+    assert sup.update_left_s() == 0.0
+    answer[0] = None
+    assert sup.update_left_s() == 0.0
