@@ -315,13 +315,29 @@ def test_episodes_failing_with_no_group_ready_stop_the_run_after_the_bound(tmp_p
     never.check_failures({"actors": {}})
 
 
+def _stopping_supervisor(tmp_path, learner) -> Supervisor:
+    """A supervisor with only what `shutdown` and `update_left_s` touch: a 300 s
+    `launch.stop_timeout_s`, no actors, `learner` as its learner group."""
+    from agent_r1_async.config import config_from_dict
+
+    sup = Supervisor.__new__(Supervisor)
+    sup.cfg = config_from_dict({"launch": {"stop_timeout_s": 300}})
+    sup.ray = OrderRay()
+    sup.actors = bare_actor_group(sup.ray, _MAX_RESTARTS_3, [], None, None, None, {}, None,
+                                  tmp_path)
+    sup.learner = learner
+    sup.buffers = types.SimpleNamespace(handle=Handle("buffer", [], {}))
+    sup.run_dir = tmp_path
+    sup.events = Events(Console(None, live=False), tmp_path, 1, 1000)
+    return sup
+
+
 def test_the_final_checkpoint_waits_for_the_update_in_progress_beyond_the_bound(
         capsys, tmp_path, monkeypatch):
     """A world launch stopped at its wall clock while an update that computes for ~770 s ran
     lost its final checkpoint to the 300 s bound (the checkpoint queues behind the update).
     The bound now adds what the update may still need: 1.5 × the longest compute so far
     (800 s of update less 40 s of data wait = 760 s: 1,140 s) less its 600 s so far."""
-    from agent_r1_async.config import config_from_dict
     from agent_r1_async.run.processes import supervisor as sup_mod
 
     bounds: list[float | None] = []
@@ -333,15 +349,7 @@ def test_the_final_checkpoint_waits_for_the_update_in_progress_beyond_the_bound(
 
     now = [1000.0]
     monkeypatch.setattr(sup_mod.time, "monotonic", lambda: now[0])
-    sup = Supervisor.__new__(Supervisor)
-    sup.cfg = config_from_dict({"launch": {"stop_timeout_s": 300}})
-    sup.ray = OrderRay()
-    sup.actors = bare_actor_group(sup.ray, _MAX_RESTARTS_3, [], None, None, None, {}, None,
-                                  tmp_path)
-    sup.learner = _Learner()
-    sup.buffers = types.SimpleNamespace(handle=Handle("buffer", [], {}))
-    sup.run_dir = tmp_path
-    sup.events = Events(Console(None, live=False), tmp_path, 1, 1000)
+    sup = _stopping_supervisor(tmp_path, _Learner())
     assert sup.update_left_s() == 0.0  # no update in progress
     sup._updated({"metrics": {"version": 2, "update_time_s": 800.0, "data_wait_s": 40.0}})
     sup._update_started = now[0]  # the next update starts
@@ -359,7 +367,6 @@ def test_a_first_update_still_computing_gets_the_time_its_progress_extrapolates(
     wall-clock budget): rank 0 reports 12 of its 48 forward passes of work done in 200 s, so
     the whole compute extrapolates to 800 s and the stop may wait 1.5 × 800 − 200 = 1,000 s
     beyond the 300 s bound. Where rank 0 does not answer, nothing is added."""
-    from agent_r1_async.config import config_from_dict
     from agent_r1_async.run.processes import supervisor as sup_mod
 
     bounds: list[float | None] = []
@@ -379,15 +386,7 @@ def test_a_first_update_still_computing_gets_the_time_its_progress_extrapolates(
             return "/r/checkpoints/step-1" if method == "save_checkpoint" else None
 
     monkeypatch.setattr(sup_mod.time, "monotonic", lambda: 5000.0)
-    sup = Supervisor.__new__(Supervisor)
-    sup.cfg = config_from_dict({"launch": {"stop_timeout_s": 300}})
-    sup.ray = OrderRay()
-    sup.actors = bare_actor_group(sup.ray, _MAX_RESTARTS_3, [], None, None, None, {}, None,
-                                  tmp_path)
-    sup.learner = _Learner()
-    sup.buffers = types.SimpleNamespace(handle=Handle("buffer", [], {}))
-    sup.run_dir = tmp_path
-    sup.events = Events(Console(None, live=False), tmp_path, 1, 1000)
+    sup = _stopping_supervisor(tmp_path, _Learner())
     sup._update_started = 4100.0  # the first update, 900 s ago (700 of them waiting for data)
     assert sup.update_left_s() == pytest.approx(1000.0)
     assert sup.shutdown(checkpoint=True) == "/r/checkpoints/step-1"
