@@ -16,8 +16,8 @@ recipe for every builder, not a sweep per builder): `best_sft`, the warm start o
 demonstrations rendered by B (its own sample and order per seed), and `rl_step`,
 `--updates` GRPO updates from it (`RL`: groups of 4, one group per update; `--budget-s` only
 caps the launch), the same RL for every builder on any machine; each evaluated on the first
-`--test-tasks` test tasks at sampling seed s. The summary (OUT/table.md, OUT/results.json) gives per builder and seed `--metric`
-(default `progress`: the share of the optimal plan's distance the episode closed; `success`
+`--test-tasks` test tasks at sampling seed s. The summary (OUT/table.md, OUT/results.json)
+gives per builder and seed `--metric` (default `progress`: the share of the optimal plan's distance the episode closed; `success`
 beside it), the mean steps, and for `compact` the summaries per episode, their mean length and
 success after a compaction (from the evaluation rows), with paired 95 % t intervals of
 compact − last_k and compact − truncate after RL and after the warm start.
@@ -88,18 +88,25 @@ def run(args: argparse.Namespace) -> None:
 
 def plan(args: argparse.Namespace) -> str:
     """What a cell asks of the learner, per builder, without training: best SFT's
-    demonstrations (the first `--demos` in the config's order) rendered by the builder and batched
-    as the warm start batches them (step packing, prefix trees, `learner.micro_batch_tokens`),
+    demonstrations (the first `--demos` in the config's order) rendered by the builder and
+    batched as the warm start batches them (step packing, prefix trees, `learner.micro_batch_tokens`),
     in token-equivalents (tokens + ρ × each row's attention pairs, learner/prefix_tree.py).
     An RL update trains `algorithm.group_size` × `batch_groups` episodes at about the same
     cost per step; its episodes run from the demonstrations' length up to `env.max_turns`.
     `--tokens-per-s`: the learner's forward+backward rate on this machine (bench_learner_mfu's
     fwd+bwd tokens per second) turns token-equivalents into hours."""
+    from transformers import AutoModelForCausalLM
+
     from agent_r1_async.config import load_config
-    from agent_r1_async.learner.prefix_tree import attention_cost, row_cost
+    from agent_r1_async.learner.prefix_tree import row_cost
+    from agent_r1_async.learner.trainer import model_attention_cost
     from agent_r1_async.models import load_tokenizer, resolve_model
     from agent_r1_async.sft.demos import DemoStats
     from agent_r1_async.sft.train import chain_pairs, demo_pairs, load_demos, sft_micro_batches
+
+    path = resolve_model(load_config(args.config, args.overrides).model.name_or_path)
+    tok = load_tokenizer(path)
+    rho = model_attention_cost(AutoModelForCausalLM.from_pretrained(path))  # as the trainer's
 
     lines = [f"# What a cell trains, per builder ({args.demos} demonstrations in the config's order; "
              f"{', '.join(WINDOW)})", "",
@@ -109,16 +116,6 @@ def plan(args: argparse.Namespace) -> str:
     for builder in BUILDERS:
         cfg = load_config(args.config, [*WINDOW, *BUILDERS[builder], *RL,
                                         f"sft.num_demos={args.demos}", *args.overrides])
-        path = resolve_model(cfg.model.name_or_path)
-        tok = load_tokenizer(path)
-        from transformers import AutoModelForCausalLM
-
-        lm = AutoModelForCausalLM.from_pretrained(path)  # ρ as the trainer computes it
-        c = lm.config
-        rho = attention_cost(c.num_attention_heads * (getattr(c, "head_dim", None)
-                                                      or c.hidden_size // c.num_attention_heads),
-                             c.num_hidden_layers,
-                             sum(p.numel() for p in lm.get_decoder().layers.parameters()))
         demos = load_demos(cfg, tok, DemoStats())
         lc, b = cfg.learner, cfg.sft.batch_episodes
         cost = 0.0

@@ -134,7 +134,10 @@ class Arm:
                 for i in range(len(self.seconds["forward"]))]
 
 
-ARMS = ("fp32", "bf16", "autocast", "compiled")
+ARMS: dict[str, tuple[bool, tuple[str, ...]]] = {
+    "fp32": (False, ()), "bf16": (True, ()), "autocast": (True, ("learner.bf16_copy=false",)),
+    "compiled": (True, ("learner.compile=true",))}
+"""Each arm's `learner.bf16` and its other overrides."""
 PAIRS = (("fp32", "bf16"), ("autocast", "bf16"), ("bf16", "compiled"), ("autocast", "compiled"))
 """The speed-ups printed: (slower, faster) arm names, each where both ran."""
 
@@ -162,13 +165,8 @@ def main() -> None:
     peak_bf16 = matmul_peak(torch.bfloat16)
     peak_fp32 = matmul_peak(torch.float32)
     peak, peak_name = max((peak_bf16, "bf16"), (peak_fp32, "fp32"))
-    built = {"fp32": lambda: Arm("fp32", False, args, model_path),
-             "bf16": lambda: Arm("bf16", True, args, model_path),
-             "autocast": lambda: Arm("autocast", True, args, model_path,
-                                     ("learner.bf16_copy=false",)),
-             "compiled": lambda: Arm("compiled", True, args, model_path,
-                                     ("learner.compile=true",))}
-    arms = [built[name]() for name in ARMS if name in args.arms]
+    arms = [Arm(name, bf16, args, model_path, extra)
+            for name, (bf16, extra) in ARMS.items() if name in args.arms]
     named = {arm.name: arm for arm in arms}
     lm = arms[0].trainer._causal_lm()
     rows = synthetic_rows(args.rows, args.context, args.action, lm.config.vocab_size)

@@ -93,6 +93,16 @@ class StepClock:
         return {f"time_{k}_s": v for k, v in self.seconds.items()}
 
 
+def model_attention_cost(lm: Any) -> float:
+    """ρ of the prefix-tree planner (learner/prefix_tree.py `attention_cost`) for a causal LM:
+    its query width, layer count and decoder-layer parameters."""
+    c = lm.config
+    heads = c.num_attention_heads
+    return prefix_tree.attention_cost(
+        heads * (getattr(c, "head_dim", None) or c.hidden_size // heads), c.num_hidden_layers,
+        sum(p.numel() for p in lm.get_decoder().layers.parameters()))
+
+
 FORWARD_WORK = 1
 """A micro-batch's forward-only pass (the proximal pass), as the unit of an update's work."""
 TRAIN_WORK = 3
@@ -139,18 +149,12 @@ class PolicyTrainer:
         stay = self.lcfg.cpu_offload or dist_util.active()
         self.model = model if stay else model.to(self.device)
         self.model.train()
-        lm_cfg = self._causal_lm().config
-        hidden = lm_cfg.hidden_size
-        heads = lm_cfg.num_attention_heads
-        self.attention_cost = prefix_tree.attention_cost(
-            heads * (getattr(lm_cfg, "head_dim", None) or hidden // heads),
-            lm_cfg.num_hidden_layers,
-            sum(p.numel() for p in self._causal_lm().get_decoder().layers.parameters()))
+        self.attention_cost = model_attention_cost(self._causal_lm())
         """ρ of the prefix-tree planner (learner/prefix_tree.py): one query-key pair's FLOPs
         over one token's through the decoder layers' weights."""
         self.value_head: nn.Linear | None = None
         if self.algo.name == "ppo":
-            self.value_head = nn.Linear(hidden, 1).to(self.device)
+            self.value_head = nn.Linear(self._causal_lm().config.hidden_size, 1).to(self.device)
             nn.init.zeros_(self.value_head.weight)  # V ≡ bias = 0 at start: no random critic
             nn.init.zeros_(self.value_head.bias)
         self.reference: PolicyNet | None = None
