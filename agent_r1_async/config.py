@@ -168,6 +168,8 @@ class ContextConfig(_Section):
     """Turns kept by `last_k` (the instruction is always kept)."""
     max_tokens: int = 1536
     """Token budget: `truncate` keeps the newest turns within it (oldest dropped first, the instruction kept); `compact` asks the agent for a summary when the next context would exceed it."""
+    truncate_to: int = 0
+    """`truncate`: a cut drops the oldest turns until the context fits this many tokens; later steps keep that first turn until `max_tokens` is exceeded again, so contexts between cuts extend one another (prefix cache, delta records, step packing apply). 0 = `max_tokens`: a cut at every step."""
     summary_max_tokens: int = 256
     """`compact`: the most tokens a summary may have (the engine's budget for the summary step)."""
     summary_prompt: str = SUMMARY_PROMPT
@@ -176,6 +178,8 @@ class ContextConfig(_Section):
     def __post_init__(self) -> None:
         _require(self.last_k >= 1, "context.last_k", "must be >= 1")
         _require(self.max_tokens >= 16, "context.max_tokens", "must be >= 16")
+        _require(0 <= self.truncate_to <= self.max_tokens, "context.truncate_to",
+                 f"must be between 0 (= context.max_tokens) and context.max_tokens ({self.max_tokens})")
         _require(self.summary_max_tokens >= 1, "context.summary_max_tokens", "must be >= 1")
         _require(bool(self.summary_prompt.strip()), "context.summary_prompt",
                  "must not be empty (it asks the agent for its summary)")

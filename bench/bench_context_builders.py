@@ -54,6 +54,12 @@ BUILDERS: dict[str, list[str]] = {
 """Each builder's keys: every context and action fits 1,024 tokens (a ~470-token instruction,
 ~60-token turns, 48-token actions; a summary of at most 160 tokens after an 800-token context
 and the request)."""
+COSTED: dict[str, list[str]] = {
+    "truncate to 720": ["context.builder=truncate", "context.max_tokens=960",
+                        "context.truncate_to=720"],
+}
+"""Builders `--plan` costs beside the table's: `truncate` cutting to 720 tokens (about half
+the turns the window holds), so that the steps between cuts extend one another."""
 RL = ["algorithm.group_size=4", "algorithm.batch_groups=1"]
 """An update of 4 episodes: one of 16 at 100 steps would ask ~1.7 M token-equivalents of a
 last_k learner (`--plan`), hours on a 2-core CPU."""
@@ -113,8 +119,8 @@ def plan(args: argparse.Namespace) -> str:
              "| builder | steps / demo | sequences / demo | SFT token-eq / epoch | per step | "
              f"RL update token-eq (demo length … max_turns) | SFT + {args.updates} updates, h |",
              "|---|---|---|---|---|---|---|"]
-    for builder in BUILDERS:
-        cfg = load_config(args.config, [*WINDOW, *BUILDERS[builder], *RL,
+    for builder, keys in {**BUILDERS, **COSTED}.items():
+        cfg = load_config(args.config, [*WINDOW, *keys, *RL,
                                         f"sft.num_demos={args.demos}", *args.overrides])
         demos = load_demos(cfg, tok, DemoStats())
         lc, b = cfg.learner, cfg.sft.batch_episodes

@@ -21,7 +21,8 @@ Invariants:
   generation stopped at the length limit).
 
 Builders: `full` (everything), `last_k` (instruction + last k turns), `truncate` (instruction +
-as many of the newest turns as fit `max_tokens`, counting the generation prompt), `compact`
+as many of the newest turns as fit `max_tokens`, counting the generation prompt; with
+`truncate_to`, cut lower so that the next contexts extend each other until the next cut), `compact`
 (everything until the next context would exceed `max_tokens`; then the agent writes a summary
 and later contexts are the instruction, the summary and the turns since: `CompactContext`).
 """
@@ -276,22 +277,43 @@ class LastKContext:
 class TruncateContext:
     """The instruction plus the newest turns that fit `max_tokens` (oldest dropped first).
 
+    With `truncate_to` below `max_tokens`, a cut drops the oldest turns until the context fits
+    `truncate_to`, and the next steps keep that first turn until their context exceeds
+    `max_tokens` again: between two cuts each context extends the previous one plus its action,
+    so the engine reuses its prefix cache, the records are deltas and the learner packs the
+    steps into one sequence. The first kept turn is a function of the turns' lengths alone
+    (`first_kept`, replayed from the first turn), so a demonstration rendered afterwards sees
+    the contexts the episode saw. When the instruction and the newest turn alone exceed
+    `truncate_to`, that cut keeps what fits `max_tokens`. `truncate_to` 0 or equal to
+    `max_tokens` cuts to fit at every step.
+
     The instruction is always kept, even when it alone exceeds the budget (the engine then
     refuses the context and the actor ends the episode); a turn is kept whole or not at all.
     """
 
-    def __init__(self, max_tokens: int) -> None:
+    def __init__(self, max_tokens: int, truncate_to: int = 0) -> None:
+        if not 0 <= truncate_to <= max_tokens:
+            raise ValueError(f"truncate_to must be in [0, {max_tokens}], got {truncate_to}")
         self.max_tokens = max_tokens
+        self.truncate_to = truncate_to or max_tokens
+
+    def first_kept(self, history: History) -> int:
+        """Index of the oldest turn in the context built after every turn of `history`."""
+        fixed = len(history.instruction_ids) + len(history.generation_prompt)
+        lengths = [len(t) for t in history.turns]
+        first, used = 0, fixed
+        for n, length in enumerate(lengths):
+            used += length
+            if used <= self.max_tokens:
+                continue
+            target = self.truncate_to if fixed + length <= self.truncate_to else self.max_tokens
+            while first <= n and used > target:
+                used -= lengths[first]
+                first += 1
+        return first
 
     def build(self, history: History) -> list[int]:
-        budget = self.max_tokens - len(history.instruction_ids) - len(history.generation_prompt)
-        kept = 0
-        for t in reversed(history.turns):
-            if len(t) > budget:
-                break
-            budget -= len(t)
-            kept += 1
-        return _assemble(history, history.turns[len(history.turns) - kept:])
+        return _assemble(history, history.turns[self.first_kept(history):])
 
 
 class CompactContext:
@@ -376,7 +398,7 @@ def make_context_builder(cfg: ContextConfig, tokenizer: Any = None) -> ContextBu
     if cfg.builder == "last_k":
         return LastKContext(cfg.last_k)
     if cfg.builder == "truncate":
-        return TruncateContext(cfg.max_tokens)
+        return TruncateContext(cfg.max_tokens, cfg.truncate_to)
     if cfg.builder == "compact":
         return CompactContext(cfg.max_tokens, cfg.summary_prompt, cfg.summary_max_tokens)
     raise ValueError(

@@ -37,6 +37,8 @@ before they existed keeps its key."""
 _CONTEXT_COMPACT_KEYS = ("summary_max_tokens", "summary_prompt")
 """Context settings in the key only under `context.builder: compact` (the only builder they
 change), so that a warm start cached before they existed keeps its key."""
+_CONTEXT_TRUNCATE_KEYS = ("truncate_to",)
+"""Context settings in the key only under `context.builder: truncate` and when set, likewise."""
 
 
 def warm_start_key(cfg: RunConfig) -> str:
@@ -52,7 +54,9 @@ def warm_start_key(cfg: RunConfig) -> str:
         "model": [cfg.model.name_or_path, cfg.model.dtype, cfg.model.max_model_len],
         "env": msgspec.to_builtins(cfg.env),
         "context": {k: v for k, v in msgspec.to_builtins(cfg.context).items()
-                    if k not in _CONTEXT_COMPACT_KEYS or cfg.context.builder == "compact"},
+                    if (k not in _CONTEXT_COMPACT_KEYS or cfg.context.builder == "compact")
+                    and (k not in _CONTEXT_TRUNCATE_KEYS
+                         or (cfg.context.builder == "truncate" and v))},
         "sft": {k: v for k, v in sft.items() if k not in _SFT_IGNORED
                 and not (k in _SFT_KEYED_WHEN_SET and v == _SFT_KEYED_WHEN_SET[k])},
         "learner": {k: learner[k] for k in _LEARNER_KEYS},

@@ -237,6 +237,9 @@ def test_launch_seed_seeds_the_sections_that_do_not_set_their_own() -> None:
 BAD_CONFIGS: list[tuple[str, dict, str]] = [
     # (what is wrong, config, the error it gives: a substring of the message)
     ("typo in a key", {"env": {"max_turn": 3}}, "unknown config key `env.max_turn`"),
+    ("a cut above the budget", {"context": {"builder": "truncate", "max_tokens": 900,
+                                             "truncate_to": 1000}},
+     "context.truncate_to: must be between 0 (= context.max_tokens) and context.max_tokens (900)"),
     ("batch as episodes", {"algorithm": {"batch_size": 6}},
      "unknown config key `algorithm.batch_size`"),
     ("string for an int", {"actors": {"num_actors": "two"}},

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import itertools
 import json
+import random
 
 import pytest
 
@@ -13,6 +15,8 @@ from agent_r1_async.actors.context import (
     History,
     LastKContext,
     TruncateContext,
+    Turn,
+    _assemble,
     make_context_builder,
 )
 from agent_r1_async.config import ContextConfig, EnvConfig
@@ -151,6 +155,60 @@ def test_truncate_drops_oldest_whole_turns_within_budget(tok):
     assert TruncateContext(fixed + len(t[0]) + len(t[1])).build(h) == FullContext().build(h)
     assert TruncateContext(fixed - 1).build(h) == h.instruction_ids + h.generation_prompt
 
+
+
+def _sized_history(tok, lengths: list[int]) -> History:
+    """A history whose instruction has 10 ids and whose turns have `lengths` ids each."""
+    h = History(tok)
+    h.instruction_ids = [7] * 10
+    h.turns = [Turn([], [100 + i] * n, []) for i, n in enumerate(lengths)]
+    return h
+
+
+def test_truncate_to_cuts_lower_so_the_contexts_until_the_next_cut_extend_each_other(tok):
+    fixed = 10 + len(History(tok).generation_prompt)
+    lengths = [8] * 7
+    # max_tokens fits 3 turns, truncate_to 1: a cut at the 4th turn keeps it alone, the 5th and
+    # 6th extend that context, the 7th cuts again (by hand: first kept 0,0,0,3,3,3,6)
+    builder = TruncateContext(fixed + 24, truncate_to=fixed + 10)
+    every_step = TruncateContext(fixed + 24)
+    firsts, contexts = [], []
+    for n in range(1, 8):
+        h = _sized_history(tok, lengths[:n])
+        firsts.append(builder.first_kept(h))
+        contexts.append(builder.build(h))
+        assert len(contexts[-1]) <= fixed + 24
+        assert contexts[-1] == _assemble(h, h.turns[firsts[-1]:])
+    assert firsts == [0, 0, 0, 3, 3, 3, 6]
+    assert [every_step.first_kept(_sized_history(tok, lengths[:n])) for n in range(1, 8)] == [
+        0, 0, 0, 1, 2, 3, 4]
+    prompt = len(History(tok).generation_prompt)
+    extends = [cur[:len(prev) - prompt] == prev[:-prompt]
+               for prev, cur in itertools.pairwise(contexts)]
+    assert extends == [True, True, False, True, True, False]
+    # a newest turn too long for truncate_to: the cut keeps what fits max_tokens (turns 1, 2);
+    # one too long for max_tokens: only the instruction is left
+    assert TruncateContext(fixed + 30, fixed + 10).first_kept(_sized_history(tok, [8, 8, 20])) == 1
+    assert TruncateContext(fixed + 30, fixed + 10).first_kept(_sized_history(tok, [8, 40])) == 2
+    assert make_context_builder(ContextConfig(builder="truncate", max_tokens=900, truncate_to=500),
+                                tok).truncate_to == 500
+    with pytest.raises(ValueError, match="truncate_to must be in"):
+        TruncateContext(100, 101)
+
+
+def test_truncate_to_zero_keeps_the_longest_suffix_that_fits_at_every_step(tok):
+    """truncate_to 0 is the plain cut: the newest turns that fit, found from the newest back."""
+    rng = random.Random(5)
+    for _ in range(200):
+        lengths = [rng.randint(1, 30) for _ in range(rng.randint(0, 12))]
+        h = _sized_history(tok, lengths)
+        budget = len(h.instruction_ids) + len(h.generation_prompt) + rng.randint(-5, 80)
+        room, kept = budget - len(h.instruction_ids) - len(h.generation_prompt), 0
+        for n in reversed(lengths):
+            if n > room:
+                break
+            room, kept = room - n, kept + 1
+        assert TruncateContext(budget).first_kept(h) == len(lengths) - kept
 
 def test_qwen_style_tool_role_template_is_consistent(tok):
     qtok = copy.copy(tok)  # shares the vocabulary, own chat template

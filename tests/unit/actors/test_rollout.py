@@ -140,3 +140,28 @@ def test_a_world_episode_cut_by_its_context_keeps_the_env_s_metrics_so_far(token
     d0 = len(spec.oracle(task))
     assert end.metrics["optimal_len"] == d0 and end.metrics["progress"] == 0.0
     assert end.metrics["success"] == 0.0 and end.metrics["invalid_actions"] == 0.0
+
+
+def test_truncate_to_sends_deltas_between_cuts(tokenizer):
+    """By hand: the instruction and generation prompt are 37 ids and a turn 15 (prompt 3, action
+    2, close 1, answer 9), so the context after n turns is 37 + 15n. With max_tokens 120 the 7th
+    step (n = 6, 127) is the first cut: truncate_to 80 keeps 2 turns (67) and the 8th step
+    extends it (82), where cutting to fit at every step sends both whole (112)."""
+    from agent_r1_async.actors.context import TruncateContext
+    from agent_r1_async.wire.delta import WHOLE, resolve_contexts
+
+    hello = tokenizer.encode("hello", add_special_tokens=False)
+
+    def steps(builder: TruncateContext, delta: bool = True) -> list[StepRecord]:
+        engine = FakeEngine.repeating([*hello, tokenizer.eos_token_id])
+        rollout = _rollout(tokenizer, engine, builder=builder, max_turns=10, delta_records=delta)
+        return [m for m in _run(rollout, ScriptedEnv(turns=8))[1] if isinstance(m, StepRecord)]
+
+    low = steps(TruncateContext(120, truncate_to=80))
+    assert [len(c) for c in resolve_contexts(low)] == [37, 52, 67, 82, 97, 112, 67, 82]
+    assert [i for i, s in enumerate(low) if s.context_from == WHOLE] == [0, 6]
+    assert [list(c) for c in resolve_contexts(low)] == [
+        list(s.context_ids) for s in steps(TruncateContext(120, truncate_to=80), delta=False)]
+    every = steps(TruncateContext(120))
+    assert [len(c) for c in resolve_contexts(every)][5:] == [112, 112, 112]
+    assert [i for i, s in enumerate(every) if s.context_from == WHOLE] == [0, 6, 7]

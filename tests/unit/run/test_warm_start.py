@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from agent_r1_async import precision
-from agent_r1_async.config import RunConfig, load_config
+from agent_r1_async.config import RunConfig, config_from_dict, load_config
 from agent_r1_async.run import warm_start as ws
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -126,8 +126,8 @@ def test_a_cached_warm_start_is_found_without_a_child_process(tmp_path, monkeypa
 
 
 def test_the_key_of_a_config_without_the_newer_sft_settings_is_unchanged():
-    """demo_seed / demo_offset / max_wall_time_s / resume_from at their defaults, and the compact builder's
-    context settings under another builder, leave the key as it was before they existed: the
+    """demo_seed / demo_offset / max_wall_time_s / resume_from at their defaults, and the compact
+    and truncate builders' context settings under another builder, leave the key as it was before they existed: the
     key of a config whose sections lack them (by hand: the same hash of the same parts)."""
     import hashlib
     import json
@@ -144,7 +144,8 @@ def test_the_key_of_a_config_without_the_newer_sft_settings_is_unchanged():
         "model": [cfg.model.name_or_path, cfg.model.dtype, cfg.model.max_model_len],
         "env": msgspec.to_builtins(cfg.env),
         "context": {k: v for k, v in msgspec.to_builtins(cfg.context).items()
-                    if k not in ("summary_max_tokens", "summary_prompt")},  # not compact
+                    if k not in ("summary_max_tokens", "summary_prompt",  # not compact
+                                 "truncate_to")},  # not truncate
         "sft": sft, "learner": {k: learner[k] for k in ws._LEARNER_KEYS},
         "prompt_layout": PROMPT_LAYOUT,
     }
@@ -178,3 +179,13 @@ def test_each_training_step_line_reaches_the_launch_console(tmp_path, monkeypatc
         "[launch] warm start: step 1/2 | epoch 0.50 | loss 0.5000 | grad 1.00 | 300 tok/s | 4.0 s/step",
         "[launch] warm start: step 2/2 | epoch 1.00 | loss 0.2500 | grad 1.00 | 300 tok/s | 4.0 s/step",
     ]
+
+
+def test_truncate_to_keys_the_warm_start_only_when_set_under_truncate():
+    def key(*overrides: str) -> str:
+        return ws.warm_start_key(config_from_dict({}, ["learner.bf16=false", *overrides]))
+
+    truncate = ("context.builder=truncate", "context.max_tokens=900")
+    assert key("context.truncate_to=500") == key()
+    assert key(*truncate, "context.truncate_to=0") == key(*truncate)
+    assert key(*truncate, "context.truncate_to=500") not in {key(*truncate), key()}
