@@ -38,6 +38,12 @@ already there, so a stage can be stopped and run again):
   - `rl_token`: as `rl_step` with `algorithm.credit=token`;
   - `rl_filter`: as `rl_step` with `algorithm.filter_groups=true` (groups whose advantages
     are all zero are dropped at the buffer and replaced, not trained).
+  A seed's arms run at one precision: the first command of a seed records `learner.bf16` and
+  `engine.dtype` as this machine resolves them (arms.json, "precision") and every command of
+  that seed passes them, so a seed resumed in another session, whose `auto` verdict may
+  differ (bf16/probe.py measures it per machine), trains and evaluates as it began. A seed
+  whose best SFT checkpoint is gone (run directories do not outlive a session) trains it
+  again first, at that precision, where arms still start from it.
 - **summarize**: OUT/table.md (each arm per seed, mean ± sd; paired 95 % t intervals for
   rl_step − best_sft, rl_step − sft_continued, rl_step − rl_token, rl_filter − rl_step),
   OUT/results.json, and,
@@ -84,6 +90,8 @@ DEFAULT_ARMS = ARMS[:4]
 CONTINUED_EPOCHS = 8
 """`sft.epochs` of `sft_continued`, whose time limit (the RL arm's time) ends it: passes beyond
 the first run only where the train split holds fewer fresh demonstrations than that time uses."""
+PRECISION = "precision"
+"""arms.json's key, per seed, for the precision its arms run at (not an arm)."""
 COMPARISONS = (("rl_step", "best_sft"), ("rl_step", "sft_continued"), ("rl_step", "rl_token"),
                ("rl_filter", "rl_step"))
 
@@ -182,6 +190,25 @@ def drop_checkpoints(args: argparse.Namespace, ckpt: str) -> bool:
         return False
     shutil.rmtree(where)
     return True
+
+
+def seed_precision(cfg: Any) -> dict[str, Any]:
+    """`learner.bf16` and `engine.dtype` as `cfg` resolves them on this machine (`auto`: the
+    cached bf16 verdict, agent_r1_async/precision.py)."""
+    from agent_r1_async import precision
+
+    model = cfg.model.name_or_path
+    return {"learner_bf16": precision.learner_bf16(cfg.learner, model=model),
+            "engine_dtype": precision.engine_dtype(cfg.engine, model=model)}
+
+
+def pinned(args: argparse.Namespace, pin: dict[str, Any]) -> argparse.Namespace:
+    """`args` whose commands run at the seed's recorded precision, whatever `auto` would
+    resolve to now: a seed resumed in another session (whose bf16 verdict may differ) trains
+    and evaluates its arms as its first arm did."""
+    return argparse.Namespace(**{**vars(args), "overrides": [
+        *args.overrides, f"learner.bf16={str(pin['learner_bf16']).lower()}",
+        f"engine.dtype={pin['engine_dtype']}"]})
 
 
 # --- stages -------------------------------------------------------------------------------
@@ -292,6 +319,12 @@ def arms(args: argparse.Namespace) -> dict[str, Any]:
     d, e = best["demos"], best["epochs"]
     for seed in args.seeds:
         runs = done.setdefault(str(seed), {})
+        if all(a in runs for a in args.arms):
+            continue
+        pin = runs.setdefault(PRECISION, seed_precision(cfg))
+        print(f"  seed {seed}: learner bf16 {pin['learner_bf16']}, engine {pin['engine_dtype']}",
+              flush=True)
+        seed_args = pinned(args, pin)
 
         def record(arm: str, result: dict[str, Any], runs: dict[str, Any] = runs,
                    seed: int = seed) -> None:
@@ -310,17 +343,17 @@ def arms(args: argparse.Namespace) -> dict[str, Any]:
                   "still start from it: training it again", flush=True)
             runs["best_sft_lost"] = runs.pop("best_sft")
         if "best_sft" not in runs and "best_sft" in args.arms:
-            ckpt, stats = sft(args, f"best-s{seed}", [
+            ckpt, stats = sft(seed_args, f"best-s{seed}", [
                 f"sft.num_demos={d}", f"sft.epochs={e}", f"sft.demo_seed={seed}",
                 f"learner.seed={seed}"])
-            res = evaluate(args, f"best_sft-s{seed}", ckpt, args.split, args.test_tasks, seed)
+            res = evaluate(seed_args, f"best_sft-s{seed}", ckpt, args.split, args.test_tasks, seed)
             record("best_sft", {"checkpoint": ckpt, **stats, **res})
         start = runs.get("best_sft", {}).get("checkpoint")
         for arm, extra in RL_ARMS.items():
             if arm in runs or arm not in args.arms or start is None:
                 continue
-            final, stats = rl(args, f"{arm}-s{seed}", seed, start, extra)
-            res = evaluate(args, f"{arm}-s{seed}", final, args.split, args.test_tasks, seed)
+            final, stats = rl(seed_args, f"{arm}-s{seed}", seed, start, extra)
+            res = evaluate(seed_args, f"{arm}-s{seed}", final, args.split, args.test_tasks, seed)
             drop_checkpoints(args, final)
             record(arm, {"checkpoint": final, **stats, **res})
         rl_s = runs.get("rl_step", {}).get("rl_s")
@@ -331,12 +364,12 @@ def arms(args: argparse.Namespace) -> dict[str, Any]:
             per_step_s = runs["best_sft"]["sft_s"] / max(runs["best_sft"]["sft_steps"], 1)
             demos = min(args.max_fresh_demos,
                         cfg.sft.batch_episodes * math.ceil(1.5 * rl_s / per_step_s))
-            ckpt, stats = sft(args, f"sft_continued-s{seed}", [
+            ckpt, stats = sft(seed_args, f"sft_continued-s{seed}", [
                 f"model.init_from={start}", f"sft.num_demos={demos}",
                 f"sft.epochs={CONTINUED_EPOCHS}",
                 f"sft.demo_seed={seed}", f"sft.demo_offset={d}", f"learner.seed={seed}",
                 f"sft.max_wall_time_s={rl_s:.0f}"])
-            res = evaluate(args, f"sft_continued-s{seed}", ckpt, args.split, args.test_tasks,
+            res = evaluate(seed_args, f"sft_continued-s{seed}", ckpt, args.split, args.test_tasks,
                            seed)
             drop_checkpoints(args, ckpt)
             record("sft_continued", {"checkpoint": ckpt, "fresh_demos": demos, **stats, **res})

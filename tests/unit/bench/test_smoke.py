@@ -612,13 +612,17 @@ def test_sft_vs_rl_trains_best_sft_again_when_its_checkpoint_is_gone_and_arms_re
 
     monkeypatch.setattr(mod, "run_logged", fake)
     monkeypatch.setattr(mod, "rl", rl)
+    # this machine's bf16 verdict today; seed 0's record says fp32, and the record wins
+    monkeypatch.setattr(mod, "seed_precision",
+                        lambda cfg: {"learner_bf16": True, "engine_dtype": "bfloat16"})
     out = tmp_path / "out"
     out.mkdir()
     (out / "best.json").write_text(json.dumps({"demos": 32, "epochs": 2}))
     gone = str(tmp_path / "a-session-ago/checkpoints/step-4")
     first = {"checkpoint": gone, "metric": 0.9, "sft_s": 10.0, "sft_steps": 4}
+    fp32 = {"learner_bf16": False, "engine_dtype": "float32"}
     (out / "arms.json").write_text(json.dumps({
-        "0": {"best_sft": first},                                  # rl_step still to run
+        "0": {"best_sft": first, "precision": fp32},               # rl_step still to run
         "1": {"best_sft": first, "rl_step": {"metric": 0.8}}}))    # nothing left to run
     args = mod.parser().parse_args(["--config", "configs/default.yaml", "--stage", "arms",
                                     "--out", str(out), "--seeds", "0", "1", "--arms",
@@ -628,7 +632,8 @@ def test_sft_vs_rl_trains_best_sft_again_when_its_checkpoint_is_gone_and_arms_re
     # started from the new checkpoint; the first record is kept beside it
     [sft_cmd] = [c for c in fake.cmds if "sft" in c]
     assert {"sft.num_demos=32", "sft.epochs=2", "sft.demo_seed=0", "learner.seed=0",
-            "launch.name=best-s0"} <= set(sft_cmd)
+            "launch.name=best-s0", "learner.bf16=false", "engine.dtype=float32"} <= set(sft_cmd)
+    assert all({"learner.bf16=false", "engine.dtype=float32"} <= set(c) for c in fake.cmds)
     new = str(out / "runs/best-s0/checkpoints/step-4")
     assert done["0"]["best_sft"]["checkpoint"] == new
     assert (done["0"]["best_sft"]["metric"], done["0"]["best_sft"]["episodes"]) == (1.0, 5)
@@ -646,6 +651,8 @@ def test_context_builders_runs_each_builders_cell_through_the_arms_stage(
     mod = load("bench_context_builders")
     fake = FakeCli()
     monkeypatch.setattr(mod.sft_vs_rl, "run_logged", fake)
+    monkeypatch.setattr(mod.sft_vs_rl, "seed_precision",
+                        lambda cfg: {"learner_bf16": True, "engine_dtype": "bfloat16"})
     args = argparse.Namespace(config=mod.ROOT / "configs/world.yaml", overrides=["sft.batch_episodes=4"],
                               out=tmp_path, seeds=[1], demos=16, epochs=2, budget_s=60.0, updates=2,
                               test_tasks=3, metric="progress", horizon_bins=[10, 20])
@@ -654,7 +661,10 @@ def test_context_builders_runs_each_builders_cell_through_the_arms_stage(
     assert len(evals) == 3 * 2  # best_sft and rl_step per builder
     for builder, keys in mod.BUILDERS.items():
         done = json.loads((tmp_path / builder / "arms.json").read_text())
-        assert list(done) == ["1"] and sorted(done["1"]) == ["best_sft", "rl_step"]
+        assert list(done) == ["1"] and sorted(done["1"]) == ["best_sft", "precision", "rl_step"]
+        # a new seed records the precision this machine resolves, and every command runs at it
+        assert done["1"]["precision"] == {"learner_bf16": True, "engine_dtype": "bfloat16"}
+        assert all({"learner.bf16=true", "engine.dtype=bfloat16"} <= set(c) for c in fake.cmds)
         assert done["1"]["rl_step"]["metric"] == 0.5  # progress, the bench's metric
         launch = next(c for c in fake.cmds if "launch" in c and f"launch.run_root={tmp_path / builder}/runs" in c)
         assert (done["1"]["rl_step"]["updates"], done["1"]["rl_step"]["rl_s"]) == (2, 100.0)
