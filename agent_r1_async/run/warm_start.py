@@ -34,11 +34,12 @@ _SFT_KEYED_WHEN_SET = {"demo_seed": -1, "demo_offset": 0, "max_wall_time_s": 0.0
                        "resume_from": ""}
 """Settings in the key only when they differ from these defaults, so that a warm start cached
 before they existed keeps its key."""
-_CONTEXT_COMPACT_KEYS = ("summary_max_tokens", "summary_prompt")
-"""Context settings in the key only under `context.builder: compact` (the only builder they
-change), so that a warm start cached before they existed keeps its key."""
-_CONTEXT_TRUNCATE_KEYS = ("truncate_to",)
-"""Context settings in the key only under `context.builder: truncate` and when set, likewise."""
+_CONTEXT_BUILDER_KEYS = {"summary_max_tokens": "compact", "summary_prompt": "compact",
+                         "truncate_to": "truncate"}
+"""Context settings in the key only under the builder they change, so that a warm start cached
+before they existed keeps its key."""
+_CONTEXT_KEYED_WHEN_SET = {"truncate_to": 0}
+"""Of those, the ones in the key only when they differ from these defaults, likewise."""
 
 
 def warm_start_key(cfg: RunConfig) -> str:
@@ -54,9 +55,8 @@ def warm_start_key(cfg: RunConfig) -> str:
         "model": [cfg.model.name_or_path, cfg.model.dtype, cfg.model.max_model_len],
         "env": msgspec.to_builtins(cfg.env),
         "context": {k: v for k, v in msgspec.to_builtins(cfg.context).items()
-                    if (k not in _CONTEXT_COMPACT_KEYS or cfg.context.builder == "compact")
-                    and (k not in _CONTEXT_TRUNCATE_KEYS
-                         or (cfg.context.builder == "truncate" and v))},
+                    if _CONTEXT_BUILDER_KEYS.get(k, cfg.context.builder) == cfg.context.builder
+                    and not (k in _CONTEXT_KEYED_WHEN_SET and v == _CONTEXT_KEYED_WHEN_SET[k])},
         "sft": {k: v for k, v in sft.items() if k not in _SFT_IGNORED
                 and not (k in _SFT_KEYED_WHEN_SET and v == _SFT_KEYED_WHEN_SET[k])},
         "learner": {k: learner[k] for k in _LEARNER_KEYS},
