@@ -43,7 +43,9 @@ already there, so a stage can be stopped and run again):
   that seed passes them, so a seed resumed in another session, whose `auto` verdict may
   differ (bf16/probe.py measures it per machine), trains and evaluates as it began. A seed
   whose best SFT checkpoint is gone (run directories do not outlive a session) trains it
-  again first, at that precision, where arms still start from it.
+  again first, at that precision, where arms still start from it; the gone one's record stays
+  as `best_sft_lost` (then `best_sft_lost2`, ...), and each arm records the checkpoint it
+  started from (`start`).
 - **summarize**: OUT/table.md (each arm per seed, mean ± sd; paired 95 % t intervals for
   rl_step − best_sft, rl_step − sft_continued, rl_step − rl_token, rl_filter − rl_step),
   OUT/results.json, and,
@@ -179,6 +181,13 @@ def rl_wall_s(run_dir: Path, final: Path, updates: list[dict[str, Any]]) -> floa
         return manifest.stat().st_mtime - float(phases["processes"])
     times = [float(r["time"]) for r in updates]
     return max(times) - min(times) if times else 0.0
+
+
+def lost_key(runs: dict[str, Any]) -> str:
+    """The record name for a seed's best SFT whose checkpoint is gone: `best_sft_lost`, then
+    `best_sft_lost2`, ... so an arm that started from an earlier one keeps its start's score."""
+    n = 1 + sum(1 for k in runs if k.startswith("best_sft_lost"))
+    return "best_sft_lost" if n == 1 else f"best_sft_lost{n}"
 
 
 def drop_checkpoints(args: argparse.Namespace, ckpt: str) -> bool:
@@ -341,7 +350,7 @@ def arms(args: argparse.Namespace) -> dict[str, Any]:
             # the arms still to run start from a best SFT measured here; the first is kept
             print(f"  seed {seed} best_sft: checkpoint {lost} is gone and {', '.join(pending)} "
                   "still start from it: training it again", flush=True)
-            runs["best_sft_lost"] = runs.pop("best_sft")
+            runs[lost_key(runs)] = runs.pop("best_sft")
         if "best_sft" not in runs and "best_sft" in args.arms:
             ckpt, stats = sft(seed_args, f"best-s{seed}", [
                 f"sft.num_demos={d}", f"sft.epochs={e}", f"sft.demo_seed={seed}",
@@ -355,7 +364,7 @@ def arms(args: argparse.Namespace) -> dict[str, Any]:
             final, stats = rl(seed_args, f"{arm}-s{seed}", seed, start, extra)
             res = evaluate(seed_args, f"{arm}-s{seed}", final, args.split, args.test_tasks, seed)
             drop_checkpoints(args, final)
-            record(arm, {"checkpoint": final, **stats, **res})
+            record(arm, {"checkpoint": final, "start": start, **stats, **res})
         rl_s = runs.get("rl_step", {}).get("rl_s")
         if "sft_continued" not in runs and "sft_continued" in args.arms and rl_s and start:
             # as many fresh demonstrations as the RL arm's time could use at the warm start's
@@ -372,7 +381,8 @@ def arms(args: argparse.Namespace) -> dict[str, Any]:
             res = evaluate(seed_args, f"sft_continued-s{seed}", ckpt, args.split, args.test_tasks,
                            seed)
             drop_checkpoints(args, ckpt)
-            record("sft_continued", {"checkpoint": ckpt, "fresh_demos": demos, **stats, **res})
+            record("sft_continued", {"checkpoint": ckpt, "start": start, "fresh_demos": demos,
+                                     **stats, **res})
     return done
 
 
