@@ -45,7 +45,9 @@ already there, so a stage can be stopped and run again):
   whose best SFT checkpoint is gone (run directories do not outlive a session) trains it
   again first, at that precision, where arms still start from it; the gone one's record stays
   as `best_sft_lost` (then `best_sft_lost2`, ...), and each arm records the checkpoint it
-  started from (`start`).
+  started from (`start`). Each SFT records its weights' digest (`weights`, from the
+  checkpoint's manifest); a best SFT trained again to the same digest keeps the gone one's
+  evaluation instead of running it again.
 - **summarize**: OUT/table.md (each arm per seed, mean ± sd; paired 95 % t intervals for
   rl_step − best_sft, rl_step − sft_continued, rl_step − rl_token, rl_filter − rl_step),
   OUT/results.json, and,
@@ -70,6 +72,7 @@ config's: the bench never changes the task.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import shutil
@@ -110,9 +113,23 @@ def sft(args: argparse.Namespace, name: str, overrides: list[str]) -> tuple[str,
     line = next(x for x in stdout.splitlines() if "; checkpoint " in x)
     steps, seconds = line.split("[sft] ")[1].split(" steps in ")
     loaded = next(x for x in stdout.splitlines() if " demonstrations from " in x)
-    return line.split("; checkpoint ")[1].strip(), {
-        "sft_steps": int(steps), "sft_s": float(seconds.split(" s")[0]),
-        "sft_demos": int(loaded.split("[sft] ")[1].split()[0])}
+    ckpt = line.split("; checkpoint ")[1].strip()
+    return ckpt, {"sft_steps": int(steps), "sft_s": float(seconds.split(" s")[0]),
+                  "sft_demos": int(loaded.split("[sft] ")[1].split()[0]),
+                  **({"weights": w} if (w := weights_digest(ckpt)) else {})}
+
+
+def weights_digest(ckpt: str) -> str | None:
+    """SHA-256 over the names and SHA-256s of a checkpoint's model weights (the top-level
+    `*.safetensors` its manifest lists), or None without a manifest: two checkpoints with the
+    same digest hold the same weights byte for byte."""
+    try:
+        files = json.loads((Path(ckpt) / MANIFEST).read_text())["files"]
+        lines = sorted(f"{name} {f['sha256']}" for name, f in files.items()
+                       if name.endswith(".safetensors") and "/" not in name)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest() if lines else None
 
 
 def evaluate(args: argparse.Namespace, name: str, model: str, split: str, tasks: int,
@@ -344,19 +361,32 @@ def arms(args: argparse.Namespace) -> dict[str, Any]:
 
         pending = [a for a in (*RL_ARMS, "sft_continued") if a in args.arms and a not in runs]
         lost = runs.get("best_sft", {}).get("checkpoint")
+        lost_as = None
         if lost and pending and not Path(lost).exists():
             # the session that trained it ended and took its run directory (not committed):
             # train it again (same demonstrations, order and seed) and evaluate that one, so
             # the arms still to run start from a best SFT measured here; the first is kept
             print(f"  seed {seed} best_sft: checkpoint {lost} is gone and {', '.join(pending)} "
                   "still start from it: training it again", flush=True)
-            runs[lost_key(runs)] = runs.pop("best_sft")
+            lost_as = lost_key(runs)
+            runs[lost_as] = runs.pop("best_sft")
         if "best_sft" not in runs and "best_sft" in args.arms:
             ckpt, stats = sft(seed_args, f"best-s{seed}", [
                 f"sft.num_demos={d}", f"sft.epochs={e}", f"sft.demo_seed={seed}",
                 f"learner.seed={seed}"])
-            res = evaluate(seed_args, f"best_sft-s{seed}", ckpt, args.split, args.test_tasks, seed)
-            record("best_sft", {"checkpoint": ckpt, **stats, **res})
+            gone = runs.get(lost_as or "", {})
+            if stats.get("weights") and stats["weights"] == gone.get("weights"):
+                # the same weights byte for byte: the gone checkpoint's evaluation stands
+                runs["best_sft"] = {**runs.pop(lost_as or ""), "checkpoint": ckpt,
+                                    "trained_again": {**stats, "date": utc_date(),
+                                                      "load": load_line()}}
+                _save(path, done)
+                print(f"  seed {seed} best_sft: trained again to the same weights; its test "
+                      f"{args.metric} {runs['best_sft']['metric']:.3f} stands", flush=True)
+            else:
+                res = evaluate(seed_args, f"best_sft-s{seed}", ckpt, args.split,
+                               args.test_tasks, seed)
+                record("best_sft", {"checkpoint": ckpt, **stats, **res})
         start = runs.get("best_sft", {}).get("checkpoint")
         for arm, extra in RL_ARMS.items():
             if arm in runs or arm not in args.arms or start is None:

@@ -5,6 +5,7 @@ No timing is asserted here: this only keeps the bench scripts from silently rott
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 from pathlib import Path
@@ -575,6 +576,8 @@ class FakeCli:
 
     def __init__(self) -> None:
         self.cmds: list[list[str]] = []
+        self.weights_sha = "ab" * 32
+        """model.safetensors' SHA-256 in the manifest of every checkpoint an sft writes."""
 
     def __call__(self, cmd: list[str], log: Path) -> str:
         self.cmds.append(cmd)
@@ -582,6 +585,9 @@ class FakeCli:
         if "sft" in cmd:
             ckpt = Path(sets["launch.run_root"]) / sets["launch.name"] / "checkpoints/step-4"
             ckpt.mkdir(parents=True)
+            (ckpt / "manifest.json").write_text(json.dumps({"format": 1, "hash": "sha256", "files": {
+                "model.safetensors": {"size": 8, "sha256": self.weights_sha},
+                "dcp/__0_0.distcp": {"size": 8, "sha256": "cd" * 32}}}))
             return (f"[sft] 32 demonstrations from oracle: 64 steps\n"
                     f"[sft] 4 steps in 12.5 s; checkpoint {ckpt}\n")
         if "launch" in cmd:
@@ -645,6 +651,47 @@ def test_sft_vs_rl_trains_best_sft_again_when_its_checkpoint_is_gone_and_arms_re
     # seed 1: every arm done, so its missing checkpoint is left alone
     assert done["1"] == {"best_sft": first, "rl_step": {"metric": 0.8}}
     assert json.loads((out / "arms.json").read_text()) == done
+
+
+def test_sft_vs_rl_weights_digest_covers_the_top_level_safetensors_only(tmp_path: Path) -> None:
+    mod = load("bench_sft_vs_rl")
+    assert mod.weights_digest(str(tmp_path)) is None  # no manifest
+    (tmp_path / "manifest.json").write_text(json.dumps({"files": {
+        "model-00002-of-00002.safetensors": {"size": 1, "sha256": "22"},
+        "model-00001-of-00002.safetensors": {"size": 1, "sha256": "11"},
+        "dcp/x.safetensors": {"size": 1, "sha256": "33"}, "config.json": {"size": 1, "sha256": "44"}}}))
+    expected = hashlib.sha256(b"model-00001-of-00002.safetensors 11\n"
+                              b"model-00002-of-00002.safetensors 22").hexdigest()
+    assert mod.weights_digest(str(tmp_path)) == expected
+
+
+def test_sft_vs_rl_best_sft_trained_again_to_the_same_weights_keeps_its_evaluation(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mod = load("bench_sft_vs_rl")
+    fake = FakeCli()
+    monkeypatch.setattr(mod, "run_logged", fake)
+    monkeypatch.setattr(mod, "rl", lambda args, name, seed, ckpt, extra: (ckpt, {"rl_s": 0.0}))
+    monkeypatch.setattr(mod, "seed_precision",
+                        lambda cfg: {"learner_bf16": True, "engine_dtype": "bfloat16"})
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "best.json").write_text(json.dumps({"demos": 32, "epochs": 2}))
+    same = hashlib.sha256(f"model.safetensors {fake.weights_sha}".encode()).hexdigest()
+    first = {"checkpoint": str(tmp_path / "gone/checkpoints/step-4"), "metric": 0.7,
+             "sft_s": 10.0, "sft_steps": 4, "weights": same, "rows": "evals/best_sft-s0.jsonl"}
+    (out / "arms.json").write_text(json.dumps({"0": {"best_sft": first}}))
+    args = mod.parser().parse_args(["--config", "configs/default.yaml", "--stage", "arms",
+                                    "--out", str(out), "--seeds", "0", "--arms",
+                                    "best_sft", "rl_step", "--test-tasks", "5"])
+    done = mod.arms(args)
+    new = str(out / "runs/best-s0/checkpoints/step-4")
+    best = done["0"]["best_sft"]
+    # no evaluation of the warm start: the only eval is rl_step's; 0.7 stands, not the fake's 1.0
+    assert [c[c.index("--model") + 1] for c in fake.cmds if "eval" in c] == [new]
+    assert (best["checkpoint"], best["metric"], best["rows"]) == (new, 0.7, first["rows"])
+    assert (best["trained_again"]["sft_s"], best["trained_again"]["weights"]) == (12.5, same)
+    assert not any(k.startswith("best_sft_lost") for k in done["0"])
+    assert done["0"]["rl_step"]["start"] == new
 
 
 def test_context_builders_runs_each_builders_cell_through_the_arms_stage(
