@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_r1_async.config import RunConfig
+from agent_r1_async.precision import describe as describe_precision
 from agent_r1_async.run.output.run_dir import make_run_dir
 from agent_r1_async.sft.train import train_stage
 
@@ -25,6 +26,8 @@ def run_sft(cfg: RunConfig) -> int:
     n = cfg.sft.eval_num_tasks
     try:
         logger.console(f"[sft] run dir {run_dir}; model {start_path}")
+        logger.console("[sft] " + describe_precision(cfg.engine, cfg.learner,
+                                                     model=cfg.model.name_or_path))
         if cfg.sft.eval_before:
             rows.append(evaluate_and_log(cfg, start_path, "before", logger, 0, n, "[sft]"))
             logger.console(format_table(rows))

@@ -88,6 +88,8 @@ def test_sft_command_end_to_end(tmp_path, capsys):
     assert main(["sft", "--config", str(cfg_file)]) == 0
     out = capsys.readouterr().out
     assert "[sft] step 4/4" in out
+    # the formats this machine resolves the config to: the engine's as configured
+    assert "[sft] precision: engine float32, learner " in out
     table = [line.split() for line in out.splitlines() if line.strip()]
     assert any(cells[0] == "after" and cells[1] == "2" for cells in table)  # model, episodes
     (run_dir,) = (tmp_path / "runs").iterdir()
