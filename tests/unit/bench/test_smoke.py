@@ -10,6 +10,7 @@ import importlib
 import json
 from pathlib import Path
 from types import ModuleType
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -19,7 +20,8 @@ MODULES = ["bench_async_vs_sync", "bench_transport", "bench_weight_sync", "bench
            "bench_tool_overhead", "bench_delta_records", "bench_sft_vs_rl",
            "bench_context_builders", "bench_learner_long_sequences", "bench_episode_sampler", "bench_staleness_bias",
            "bench_shared_prefix", "bench_busy_wait", "bench_engine_speed", "bench_stragglers",
-           "bench_tree_cost", "bench_precision_auto", "bench_world_demonstrators"]
+           "bench_tree_cost", "bench_precision_auto", "bench_world_demonstrators",
+           "bench_twx_gold_paths"]
 
 
 def load(name: str) -> ModuleType:
@@ -726,3 +728,47 @@ def test_context_builders_runs_each_builders_cell_through_the_arms_stage(
         ev = next(c for c in evals if f"{builder}/evals/rl_step-s1.jsonl" in " ".join(c))
         assert {*mod.WINDOW, *keys, "sft.batch_episodes=4", "launch.seed=1"} <= set(ev)
         assert ev[ev.index("--num-tasks") + 1] == "3" and ev[ev.index("--split") + 1] == "test"
+
+
+class CoinHouse:
+    """A four-room house for `shortest_route`: A (start) east to B, north to D; B east to C,
+    north to D; D east to B; the coin in C. Each room's observation is its name."""
+
+    EXITS: ClassVar[dict[str, dict[str, str]]] = {
+             "A": {"move east": "B", "move north": "D"},
+             "B": {"move west": "A", "move east": "C", "move north": "D"},
+             "C": {"move west": "B"}, "D": {"move south": "A", "move east": "B"}}
+
+    def __init__(self) -> None:
+        self.room, self.steps = "A", 0
+
+    def _frame(self, won: bool = False):  # type: ignore[no-untyped-def]
+        from agent_r1_async.envs.twx.game import Frame
+
+        extra = ("take coin",) if self.room == "C" else ()
+        return Frame(self.room, float(won), won, False,
+                     tuple(sorted([*self.EXITS[self.room], "look around", "inventory", *extra])))
+
+    def start(self, gid, gold=False):  # type: ignore[no-untyped-def]
+        self.room = "A"
+        return self._frame()
+
+    def step(self, command):  # type: ignore[no-untyped-def]
+        self.steps += 1
+        if command == "take coin":
+            return self._frame(won=True)
+        self.room = self.EXITS[self.room].get(command, self.room)
+        return self._frame()
+
+
+def test_twx_gold_paths_shortest_route_is_breadth_first_and_skips_passive_commands() -> None:
+    mod = load("bench_twx_gold_paths")
+    house = CoinHouse()
+    assert mod.shortest_route(house, None) == ("move east", "move east", "take coin")
+    # by hand, level by level, passive commands never tried: A's east (B, new) and north (D,
+    # new); B's east (C, new), north (D, seen), west (A, seen); D's east and south (seen); C's
+    # west (seen) and take coin (won): 9 commands, each after its prefix replayed from the
+    # start: 0 + 0 + 1 + 1 + 1 + 1 + 1 + 2 + 2 = 9 replayed steps
+    assert house.steps == 9 + 9
+    with pytest.raises(ValueError, match="within 3 commands"):
+        mod.shortest_route(CoinHouse(), None, max_expansions=3)
