@@ -364,8 +364,10 @@ def arms(args: argparse.Namespace) -> dict[str, Any]:
         lost_as = None
         if lost and pending and not Path(lost).exists():
             # the session that trained it ended and took its run directory (not committed):
-            # train it again (same demonstrations, order and seed) and evaluate that one, so
-            # the arms still to run start from a best SFT measured here; the first is kept
+            # train it again (same demonstration seed, order and learner seed; an oracle that
+            # draws, as CoinCollector's, may give a game another path) and evaluate that one
+            # unless its weights match, so the arms still to run start from a best SFT measured
+            # here; the first is kept
             print(f"  seed {seed} best_sft: checkpoint {lost} is gone and {', '.join(pending)} "
                   "still start from it: training it again", flush=True)
             lost_as = lost_key(runs)
