@@ -207,6 +207,17 @@ def lost_key(runs: dict[str, Any]) -> str:
     return "best_sft_lost" if n == 1 else f"best_sft_lost{n}"
 
 
+def keep_rows(record: dict[str, Any], name: str) -> dict[str, Any]:
+    """`record` with its evaluation's rows moved to evals/NAME.jsonl beside them, so that the
+    arm's next evaluation, which writes to the arm's own file, leaves them."""
+    rows = record.get("rows")
+    if not rows or not (ROOT / rows).is_file():
+        return record
+    moved = (ROOT / rows).with_name(f"{name}.jsonl")
+    (ROOT / rows).replace(moved)
+    return {**record, "rows": _in_repo(moved)}
+
+
 def drop_checkpoints(args: argparse.Namespace, ckpt: str) -> bool:
     """Remove the run's `checkpoints/` directory that holds checkpoint `ckpt` unless
     `--keep-checkpoints`; whether it did. Nothing outside a directory of that name goes."""
@@ -371,7 +382,8 @@ def arms(args: argparse.Namespace) -> dict[str, Any]:
             print(f"  seed {seed} best_sft: checkpoint {lost} is gone and {', '.join(pending)} "
                   "still start from it: training it again", flush=True)
             lost_as = lost_key(runs)
-            runs[lost_as] = runs.pop("best_sft")
+            runs[lost_as] = keep_rows(runs.pop("best_sft"), f"{lost_as}-s{seed}")
+            _save(path, done)
         if "best_sft" not in runs and "best_sft" in args.arms:
             ckpt, stats = sft(seed_args, f"best-s{seed}", [
                 f"sft.num_demos={d}", f"sft.epochs={e}", f"sft.demo_seed={seed}",

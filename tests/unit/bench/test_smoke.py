@@ -629,9 +629,12 @@ def test_sft_vs_rl_trains_best_sft_again_when_its_checkpoint_is_gone_and_arms_re
     gone = str(tmp_path / "a-session-ago/checkpoints/step-4")
     first = {"checkpoint": gone, "metric": 0.9, "sft_s": 10.0, "sft_steps": 4}
     older = {"checkpoint": gone + "-older", "metric": 0.5}  # a loss in an earlier session
+    (out / "evals").mkdir()
+    (out / "evals/best_sft-s0.jsonl").write_text("its rows\n")
+    lost0 = {**first, "rows": str(out / "evals/best_sft-s0.jsonl")}
     fp32 = {"learner_bf16": False, "engine_dtype": "float32"}
     (out / "arms.json").write_text(json.dumps({
-        "0": {"best_sft": first, "best_sft_lost": older,           # rl_step still to run
+        "0": {"best_sft": lost0, "best_sft_lost": older,           # rl_step still to run
               "precision": fp32},
         "1": {"best_sft": first, "rl_step": {"metric": 0.8}}}))    # nothing left to run
     args = mod.parser().parse_args(["--config", "configs/default.yaml", "--stage", "arms",
@@ -647,7 +650,12 @@ def test_sft_vs_rl_trains_best_sft_again_when_its_checkpoint_is_gone_and_arms_re
     new = str(out / "runs/best-s0/checkpoints/step-4")
     assert done["0"]["best_sft"]["checkpoint"] == new
     assert (done["0"]["best_sft"]["metric"], done["0"]["best_sft"]["episodes"]) == (1.0, 5)
-    assert (done["0"]["best_sft_lost"], done["0"]["best_sft_lost2"]) == (older, first)
+    # the gone one's rows moved beside the arm's file, which the new evaluation wrote
+    kept = str(out / "evals/best_sft_lost2-s0.jsonl")
+    assert (done["0"]["best_sft_lost"], done["0"]["best_sft_lost2"]) == (older, {**lost0, "rows": kept})
+    assert Path(kept).read_text() == "its rows\n"
+    assert done["0"]["best_sft"]["rows"] == str(out / "evals/best_sft-s0.jsonl")
+    assert len((out / "evals/best_sft-s0.jsonl").read_text().splitlines()) == 5
     assert started == [("rl_step-s0", new)]
     assert done["0"]["rl_step"]["start"] == new
     # seed 1: every arm done, so its missing checkpoint is left alone
