@@ -390,8 +390,10 @@ def arms(args: argparse.Namespace) -> dict[str, Any]:
                 f"learner.seed={seed}"])
             gone = runs.get(lost_as or "", {})
             if stats.get("weights") and stats["weights"] == gone.get("weights"):
-                # the same weights byte for byte: the gone checkpoint's evaluation stands
-                runs["best_sft"] = {**runs.pop(lost_as or ""), "checkpoint": ckpt,
+                # the same weights byte for byte: the gone checkpoint's evaluation (its rows
+                # back under the arm's own name) stands
+                kept = keep_rows(runs.pop(lost_as or ""), f"best_sft-s{seed}")
+                runs["best_sft"] = {**kept, "checkpoint": ckpt,
                                     "trained_again": {**stats, "date": utc_date(),
                                                       "load": load_line()}}
                 _save(path, done)

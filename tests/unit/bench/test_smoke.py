@@ -688,7 +688,10 @@ def test_sft_vs_rl_best_sft_trained_again_to_the_same_weights_keeps_its_evaluati
     (out / "best.json").write_text(json.dumps({"demos": 32, "epochs": 2}))
     same = hashlib.sha256(f"model.safetensors {fake.weights_sha}".encode()).hexdigest()
     first = {"checkpoint": str(tmp_path / "gone/checkpoints/step-4"), "metric": 0.7,
-             "sft_s": 10.0, "sft_steps": 4, "weights": same, "rows": "evals/best_sft-s0.jsonl"}
+             "sft_s": 10.0, "sft_steps": 4, "weights": same,
+             "rows": str(out / "evals/best_sft-s0.jsonl")}
+    (out / "evals").mkdir()
+    (out / "evals/best_sft-s0.jsonl").write_text("its rows\n")
     (out / "arms.json").write_text(json.dumps({"0": {"best_sft": first}}))
     args = mod.parser().parse_args(["--config", "configs/default.yaml", "--stage", "arms",
                                     "--out", str(out), "--seeds", "0", "--arms",
@@ -701,6 +704,9 @@ def test_sft_vs_rl_best_sft_trained_again_to_the_same_weights_keeps_its_evaluati
     assert (best["checkpoint"], best["metric"], best["rows"]) == (new, 0.7, first["rows"])
     assert (best["trained_again"]["sft_s"], best["trained_again"]["weights"]) == (12.5, same)
     assert not any(k.startswith("best_sft_lost") for k in done["0"])
+    # its rows went to best_sft_lost-s0.jsonl while it was gone, and back under its own name
+    assert (out / "evals/best_sft-s0.jsonl").read_text() == "its rows\n"
+    assert not (out / "evals/best_sft_lost-s0.jsonl").exists()
     assert done["0"]["rl_step"]["start"] == new
 
 
