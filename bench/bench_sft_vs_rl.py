@@ -218,6 +218,25 @@ def keep_rows(record: dict[str, Any], name: str) -> dict[str, Any]:
     return {**record, "rows": _in_repo(moved)}
 
 
+def restart_arms(runs: dict[str, Any], arms: list[str], seed: int) -> list[str]:
+    """Move each of `arms` recorded as started from a best SFT since replaced (the checkpoint
+    of a `best_sft_lostN` record) to `ARM_from_lostN`, its rows to evals/ARM_from_lostN-sS.jsonl,
+    so that it runs again from the seed's best SFT and every arm a seed pairs shares one start;
+    the arms moved."""
+    current = runs.get("best_sft", {}).get("checkpoint")
+    lost = {r["checkpoint"]: k for k, r in runs.items()
+            if k.startswith("best_sft_lost") and isinstance(r, dict) and r.get("checkpoint")}
+    moved = []
+    for arm in arms:
+        start = runs.get(arm, {}).get("start")
+        if arm == "best_sft" or start is None or start == current or start not in lost:
+            continue
+        key = f"{arm}_from_{lost[start].removeprefix('best_sft_')}"
+        runs[key] = keep_rows(runs.pop(arm), f"{key}-s{seed}")
+        moved.append(arm)
+    return moved
+
+
 def drop_checkpoints(args: argparse.Namespace, ckpt: str) -> bool:
     """Remove the run's `checkpoints/` directory that holds checkpoint `ckpt` unless
     `--keep-checkpoints`; whether it did. Nothing outside a directory of that name goes."""
@@ -356,6 +375,10 @@ def arms(args: argparse.Namespace) -> dict[str, Any]:
     d, e = best["demos"], best["epochs"]
     for seed in args.seeds:
         runs = done.setdefault(str(seed), {})
+        if moved := restart_arms(runs, args.arms, seed):
+            _save(path, done)
+            print(f"  seed {seed}: {', '.join(moved)} started from an earlier best SFT: "
+                  "running again from this one", flush=True)
         if all(a in runs for a in args.arms):
             continue
         pin = runs.setdefault(PRECISION, seed_precision(cfg))
@@ -404,6 +427,11 @@ def arms(args: argparse.Namespace) -> dict[str, Any]:
                                args.test_tasks, seed)
                 record("best_sft", {"checkpoint": ckpt, **stats, **res})
         start = runs.get("best_sft", {}).get("checkpoint")
+        if moved := restart_arms(runs, args.arms, seed):
+            # done from the best SFT just trained again in its place
+            _save(path, done)
+            print(f"  seed {seed}: {', '.join(moved)} started from the gone best SFT: "
+                  "running again from the one trained now", flush=True)
         for arm, extra in RL_ARMS.items():
             if arm in runs or arm not in args.arms or start is None:
                 continue

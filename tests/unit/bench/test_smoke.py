@@ -663,6 +663,50 @@ def test_sft_vs_rl_trains_best_sft_again_when_its_checkpoint_is_gone_and_arms_re
     assert json.loads((out / "arms.json").read_text()) == done
 
 
+def test_sft_vs_rl_runs_an_arm_again_that_started_from_a_replaced_best_sft(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mod = load("bench_sft_vs_rl")
+    fake = FakeCli()
+    monkeypatch.setattr(mod, "run_logged", fake)
+    monkeypatch.setattr(mod, "rl", lambda args, name, seed, ckpt, extra: pytest.fail("no RL"))
+    out = tmp_path / "out"
+    (out / "evals").mkdir(parents=True)
+    (out / "best.json").write_text(json.dumps({"demos": 32, "epochs": 2}))
+    now, before = tmp_path / "best-now/checkpoints/step-4", str(tmp_path / "best-before/step-4")
+    now.mkdir(parents=True)
+    (out / "evals/sft_continued-s0.jsonl").write_text("its rows\n")
+    old = {"checkpoint": "c", "start": before, "metric": 0.83,
+           "rows": str(out / "evals/sft_continued-s0.jsonl")}
+    runs = {"best_sft": {"checkpoint": str(now), "metric": 0.54, "sft_s": 40.0, "sft_steps": 4},
+            "best_sft_lost": {"checkpoint": "older", "metric": 0.53},
+            "best_sft_lost2": {"checkpoint": before, "metric": 0.73},
+            "rl_step": {"start": str(now), "rl_s": 25.0, "metric": 0.72},
+            "rl_step_from_lost": {"start": "older", "metric": 0.68},
+            "sft_continued": old,
+            "precision": {"learner_bf16": True, "engine_dtype": "bfloat16"}}
+    (out / "arms.json").write_text(json.dumps({"0": runs}))
+    args = mod.parser().parse_args(["--config", "configs/default.yaml", "--stage", "arms",
+                                    "--out", str(out), "--seeds", "0", "--arms", "best_sft",
+                                    "rl_step", "sft_continued", "--test-tasks", "5"])
+    done = mod.arms(args)["0"]
+    # sft_continued started from best_sft_lost2's checkpoint: kept under that start's name,
+    # its rows beside it, and trained again from today's best SFT for rl_step's 25 s
+    kept = str(out / "evals/sft_continued_from_lost2-s0.jsonl")
+    assert done["sft_continued_from_lost2"] == {**old, "rows": kept}
+    assert Path(kept).read_text() == "its rows\n"
+    [cmd] = [c for c in fake.cmds if "sft" in c]
+    assert {f"model.init_from={now}", "sft.max_wall_time_s=25", "sft.demo_offset=32",
+            "launch.name=sft_continued-s0"} <= set(cmd)
+    # 8 demonstrations a batch x ceil(1.5 x 25 s / (40 s / 4 steps)) = 8 x 4
+    assert "sft.num_demos=32" in cmd
+    assert done["sft_continued"]["start"] == str(now)
+    assert (done["sft_continued"]["metric"], done["sft_continued"]["episodes"]) == (1.0, 5)
+    # rl_step shares the start and is left; the record already named for its start is too
+    assert done["rl_step"] == runs["rl_step"]
+    assert done["rl_step_from_lost"] == runs["rl_step_from_lost"]
+    assert mod.restart_arms(done, ["best_sft", "rl_step", "sft_continued"], 0) == []
+
+
 def test_sft_vs_rl_weights_digest_covers_the_top_level_safetensors_only(tmp_path: Path) -> None:
     mod = load("bench_sft_vs_rl")
     assert mod.weights_digest(str(tmp_path)) is None  # no manifest
