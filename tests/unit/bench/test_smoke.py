@@ -707,6 +707,42 @@ def test_sft_vs_rl_runs_an_arm_again_that_started_from_a_replaced_best_sft(
     assert mod.restart_arms(done, ["best_sft", "rl_step", "sft_continued"], 0) == []
 
 
+def test_sft_vs_rl_arms_done_from_a_gone_best_sft_run_again_from_its_retraining(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mod = load("bench_sft_vs_rl")
+    fake = FakeCli()
+    fake.weights_sha = "ef" * 32  # not the gone checkpoint's weights: the retrain is evaluated
+    started: list[tuple[str, str]] = []
+
+    def rl(args, name, seed, ckpt, extra):  # type: ignore[no-untyped-def]
+        started.append((name, ckpt))
+        return ckpt, {"updates": 3, "rl_s": 20.0}
+
+    monkeypatch.setattr(mod, "run_logged", fake)
+    monkeypatch.setattr(mod, "rl", rl)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "best.json").write_text(json.dumps({"demos": 32, "epochs": 2}))
+    gone = str(tmp_path / "a-session-ago/checkpoints/step-4")
+    rl_done = {"checkpoint": "r", "start": gone, "rl_s": 30.0, "metric": 0.6}
+    (out / "arms.json").write_text(json.dumps({"0": {
+        "best_sft": {"checkpoint": gone, "metric": 0.5, "sft_s": 40.0, "sft_steps": 4},
+        "rl_step": rl_done, "precision": {"learner_bf16": False, "engine_dtype": "float32"}}}))
+    args = mod.parser().parse_args(["--config", "configs/default.yaml", "--stage", "arms",
+                                    "--out", str(out), "--seeds", "0", "--arms", "best_sft",
+                                    "rl_step", "sft_continued", "--test-tasks", "5"])
+    done = mod.arms(args)["0"]
+    new = str(out / "runs/best-s0/checkpoints/step-4")
+    # sft_continued still to run, so best_sft is trained again; rl_step, done from the gone
+    # one, is kept as rl_step_from_lost and runs again, and sft_continued takes the new
+    # rl_step's 20 s at the retrain's pace: 8 x ceil(1.5 x 20 / (12.5 / 4)) = 80 demonstrations
+    assert done["best_sft"]["checkpoint"] == new and done["best_sft_lost"]["checkpoint"] == gone
+    assert done["rl_step_from_lost"] == rl_done
+    assert started == [("rl_step-s0", new)] and done["rl_step"]["start"] == new
+    [cont] = [c for c in fake.cmds if "sft" in c and "launch.name=sft_continued-s0" in c]
+    assert {f"model.init_from={new}", "sft.max_wall_time_s=20", "sft.num_demos=80"} <= set(cont)
+
+
 def test_sft_vs_rl_weights_digest_covers_the_top_level_safetensors_only(tmp_path: Path) -> None:
     mod = load("bench_sft_vs_rl")
     assert mod.weights_digest(str(tmp_path)) is None  # no manifest
