@@ -291,26 +291,37 @@ class Supervisor:
 
     def _update_need(self) -> tuple[float, str]:
         """(What the update in progress may still need in seconds, what that is judged by):
-        1.5 × the longest update's compute so far (its time less its wait for data, which
-        the stop ends) less its time so far; before any update has finished (a long-horizon
-        run's first update can outlast the wall-clock budget), 1.5 × its whole compute as
-        the share of its work done so far extrapolates it (rank 0's `progress`), less its
-        compute so far; 0 with none in progress or nothing to go by."""
+        the longer of 1.5 × the longest update's compute so far (its time less its wait for
+        data, which the stop ends) and, from rank 0's `progress`, 1.5 × its whole compute as
+        the share of its work done so far extrapolates it (a long-horizon run's first update
+        can outlast the wall-clock budget), each less its compute so far. Its compute so far
+        is rank 0's, not the time since the update was asked for, which counts its wait for
+        data; a rank that does not answer leaves that time. 0 with none in progress, none
+        computing (it waits for data, which the stop ends) or nothing to go by."""
         if self._update_started is None:
             return 0.0, ""
-        if self._longest_update_s > 0:
-            left = 1.5 * self._longest_update_s - (time.monotonic() - self._update_started)
-            return max(0.0, left), f"the longest so far computed for {self._longest_update_s:.0f} s"
         try:
             seen = self.ray.get(self.learner.leader.progress.remote(), timeout=10)
-        except Exception:  # a rank that does not answer: nothing to go by
+        except Exception:  # a rank that does not answer: only the longest update to go by
+            seen = None
+        if seen is not None and "computing_s" not in seen:
             return 0.0, ""
-        done, total = float(seen.get("work_done", 0)), float(seen.get("work_total", 0))
-        spent = float(seen.get("computing_s", 0.0))
-        if done <= 0 or total <= 0:
+        spent = (float(seen["computing_s"]) if seen is not None
+                 else time.monotonic() - self._update_started)
+        options = []
+        if self._longest_update_s > 0:
+            options.append((1.5 * self._longest_update_s - spent,
+                            f"the longest so far computed for {self._longest_update_s:.0f} s"))
+        done, total = (float(seen.get("work_done", 0)), float(seen.get("work_total", 0))) \
+            if seen is not None else (0.0, 0.0)
+        if done > 0 and total > 0:
+            which = "this one" if self._longest_update_s > 0 else "the first"
+            options.append((1.5 * spent * total / done - spent,
+                            f"{which}, {done / total:.0%} of its work done in {spent:.0f} s"))
+        if not options:
             return 0.0, ""
-        return (max(0.0, 1.5 * spent * total / done - spent),
-                f"the first, {done / total:.0%} of its work done in {spent:.0f} s")
+        left, judged_by = max(options)
+        return max(0.0, left), judged_by
 
     def shutdown(self, checkpoint: bool) -> str | None:
         """Actors first (their aborted-episode records reach the buffer), then a buffer

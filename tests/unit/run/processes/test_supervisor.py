@@ -397,3 +397,43 @@ def test_a_first_update_still_computing_gets_the_time_its_progress_extrapolates(
     assert sup.update_left_s() == 0.0
     answer[0] = None
     assert sup.update_left_s() == 0.0
+
+
+def test_a_later_update_is_judged_by_its_compute_not_by_its_wait_for_data(
+        capsys, tmp_path, monkeypatch):
+    """A CoinCollector launch stopped at its wall clock lost two updates: its third update
+    had waited ~1,000 s for data and only then began computing, so 1.5 × the longest compute
+    (400 s) less the 1,100 s since the update was asked for left nothing, and the checkpoint
+    timed out at the 300 s bound behind it. Rank 0 reports 4 of 40 forward passes done in
+    100 s of compute: the longest-so-far rule leaves 1.5 × 400 − 100 = 500 s, the extrapolation
+    1.5 × 100 × 40 / 4 − 100 = 1,400 s, and the longer stands."""
+    from agent_r1_async.run.processes import supervisor as sup_mod
+
+    bounds: list[float | None] = []
+    answer: list[dict] = [{"doing": "an update", "for_s": 1100.0, "work_done": 4.0,
+                           "work_total": 40.0, "computing_s": 100.0}]
+
+    class _Learner:
+        leader = types.SimpleNamespace(progress=types.SimpleNamespace(
+            remote=lambda: lambda: answer[0]))
+
+        def call(self, method, timeout_s=None):
+            bounds.append(timeout_s)
+            return "/r/checkpoints/step-3" if method == "save_checkpoint" else None
+
+    now = [1000.0]
+    monkeypatch.setattr(sup_mod.time, "monotonic", lambda: now[0])
+    sup = _stopping_supervisor(tmp_path, _Learner())
+    sup._updated({"metrics": {"version": 2, "update_time_s": 445.0, "data_wait_s": 45.0}})
+    sup._update_started = now[0]
+    now[0] += 1100.0
+    assert sup.update_left_s() == pytest.approx(1400.0)
+    assert sup.shutdown(checkpoint=True) == "/r/checkpoints/step-3"
+    assert bounds == [30.0, pytest.approx(1700.0)]
+    assert ("[launch] stopping: the update in progress (this one, 10% of its work done in "
+            "100 s) ends before the checkpoint; waiting up to 1700 s") in capsys.readouterr().out
+    answer[0] = {"doing": "an update", "for_s": 1100.0, "work_done": 36.0, "work_total": 40.0,
+                 "computing_s": 300.0}  # nearly done: the longest-so-far rule is the longer
+    assert sup.update_left_s() == pytest.approx(1.5 * 400.0 - 300.0)
+    answer[0] = {"doing": "an update", "for_s": 1100.0}  # still waiting for data
+    assert sup.update_left_s() == 0.0
