@@ -332,6 +332,21 @@ def _stopping_supervisor(tmp_path, learner) -> Supervisor:
     return sup
 
 
+def _checkpointing_learner(bounds: list, path: str, progress=None):
+    """A learner group whose calls record their `timeout_s` in `bounds` and whose
+    `save_checkpoint` returns `path`; rank 0's `progress` calls `progress` (none: no leader,
+    so the supervisor's probe of it fails as a silent rank's would)."""
+    class _Learner:
+        def call(self, method, timeout_s=None):
+            bounds.append(timeout_s)
+            return path if method == "save_checkpoint" else None
+
+    if progress is not None:
+        _Learner.leader = types.SimpleNamespace(progress=types.SimpleNamespace(
+            remote=lambda: progress))
+    return _Learner()
+
+
 def test_the_final_checkpoint_waits_for_the_update_in_progress_beyond_the_bound(
         capsys, tmp_path, monkeypatch):
     """A world launch stopped at its wall clock while an update that computes for ~770 s ran
@@ -342,14 +357,9 @@ def test_the_final_checkpoint_waits_for_the_update_in_progress_beyond_the_bound(
 
     bounds: list[float | None] = []
 
-    class _Learner:
-        def call(self, method, timeout_s=None):
-            bounds.append(timeout_s)
-            return "/r/checkpoints/step-3" if method == "save_checkpoint" else None
-
     now = [1000.0]
     monkeypatch.setattr(sup_mod.time, "monotonic", lambda: now[0])
-    sup = _stopping_supervisor(tmp_path, _Learner())
+    sup = _stopping_supervisor(tmp_path, _checkpointing_learner(bounds, "/r/checkpoints/step-3"))
     assert sup.update_left_s() == 0.0  # no update in progress
     sup._updated({"metrics": {"version": 2, "update_time_s": 800.0, "data_wait_s": 40.0}})
     sup._update_started = now[0]  # the next update starts
@@ -378,15 +388,9 @@ def test_a_first_update_still_computing_gets_the_time_its_progress_extrapolates(
             raise TimeoutError("no answer")
         return answer[0]
 
-    class _Learner:
-        leader = types.SimpleNamespace(progress=types.SimpleNamespace(remote=lambda: progress))
-
-        def call(self, method, timeout_s=None):
-            bounds.append(timeout_s)
-            return "/r/checkpoints/step-1" if method == "save_checkpoint" else None
-
     monkeypatch.setattr(sup_mod.time, "monotonic", lambda: 5000.0)
-    sup = _stopping_supervisor(tmp_path, _Learner())
+    sup = _stopping_supervisor(tmp_path, _checkpointing_learner(
+        bounds, "/r/checkpoints/step-1", progress=progress))
     sup._update_started = 4100.0  # the first update, 900 s ago (700 of them waiting for data)
     assert sup.update_left_s() == pytest.approx(1000.0)
     assert sup.shutdown(checkpoint=True) == "/r/checkpoints/step-1"
@@ -413,17 +417,10 @@ def test_a_later_update_is_judged_by_its_compute_not_by_its_wait_for_data(
     answer: list[dict] = [{"doing": "an update", "for_s": 1100.0, "work_done": 4.0,
                            "work_total": 40.0, "computing_s": 100.0}]
 
-    class _Learner:
-        leader = types.SimpleNamespace(progress=types.SimpleNamespace(
-            remote=lambda: lambda: answer[0]))
-
-        def call(self, method, timeout_s=None):
-            bounds.append(timeout_s)
-            return "/r/checkpoints/step-3" if method == "save_checkpoint" else None
-
     now = [1000.0]
     monkeypatch.setattr(sup_mod.time, "monotonic", lambda: now[0])
-    sup = _stopping_supervisor(tmp_path, _Learner())
+    sup = _stopping_supervisor(tmp_path, _checkpointing_learner(
+        bounds, "/r/checkpoints/step-3", progress=lambda: answer[0]))
     sup._updated({"metrics": {"version": 2, "update_time_s": 445.0, "data_wait_s": 45.0}})
     sup._update_started = now[0]
     now[0] += 1100.0
