@@ -403,14 +403,15 @@ def test_a_first_update_still_computing_gets_the_time_its_progress_extrapolates(
     assert sup.update_left_s() == 0.0
 
 
-def test_a_later_update_is_judged_by_its_compute_not_by_its_wait_for_data(
+def test_a_later_update_is_judged_by_its_own_progress_and_compute(
         capsys, tmp_path, monkeypatch):
-    """A CoinCollector launch stopped at its wall clock lost two updates: its third update
-    had waited ~1,000 s for data and only then began computing, so 1.5 × the longest compute
-    (400 s) less the 1,100 s since the update was asked for left nothing, and the checkpoint
-    timed out at the 300 s bound behind it. Rank 0 reports 4 of 40 forward passes done in
-    100 s of compute: the longest-so-far rule leaves 1.5 × 400 − 100 = 500 s, the extrapolation
-    1.5 × 100 × 40 / 4 − 100 = 1,400 s, and the longer stands."""
+    """A CoinCollector launch stopped at its wall clock lost two updates: its third update had
+    computed for ~950 s, past 1.5 × the longest before it (~400 s), and the stop went by that
+    rule alone, less the time since the update was asked for (its wait for data included), so
+    the checkpoint behind it had only the 300 s bound. Here the update was asked for 1,100 s
+    ago and rank 0 reports 4 of 40 forward passes done in 100 s of compute: the longest-so-far
+    rule leaves 1.5 × 400 − 100 = 500 s, the extrapolation 1.5 × 100 × 40 / 4 − 100 =
+    1,400 s, and the longer stands."""
     from agent_r1_async.run.processes import supervisor as sup_mod
 
     bounds: list[float | None] = []
