@@ -375,10 +375,14 @@ def arms(args: argparse.Namespace) -> dict[str, Any]:
     d, e = best["demos"], best["epochs"]
     for seed in args.seeds:
         runs = done.setdefault(str(seed), {})
-        if moved := restart_arms(runs, args.arms, seed):
-            _save(path, done)
-            print(f"  seed {seed}: {', '.join(moved)} started from an earlier best SFT: "
-                  "running again from this one", flush=True)
+
+        def restart(runs: dict[str, Any] = runs, seed: int = seed) -> None:
+            if moved := restart_arms(runs, args.arms, seed):
+                _save(path, done)
+                print(f"  seed {seed}: {', '.join(moved)} started from a best SFT since "
+                      "replaced: running again from the seed's best SFT", flush=True)
+
+        restart()
         if all(a in runs for a in args.arms):
             continue
         pin = runs.setdefault(PRECISION, seed_precision(cfg))
@@ -427,11 +431,7 @@ def arms(args: argparse.Namespace) -> dict[str, Any]:
                                args.test_tasks, seed)
                 record("best_sft", {"checkpoint": ckpt, **stats, **res})
         start = runs.get("best_sft", {}).get("checkpoint")
-        if moved := restart_arms(runs, args.arms, seed):
-            # done from the best SFT just trained again in its place
-            _save(path, done)
-            print(f"  seed {seed}: {', '.join(moved)} started from the gone best SFT: "
-                  "running again from the one trained now", flush=True)
+        restart()  # arms done from the best SFT just trained again in its place
         for arm, extra in RL_ARMS.items():
             if arm in runs or arm not in args.arms or start is None:
                 continue

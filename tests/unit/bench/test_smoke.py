@@ -608,18 +608,22 @@ class FakeCli:
         return ""
 
 
+def _recording_rl(started: list[tuple[str, str]], rl_s: float):  # type: ignore[no-untyped-def]
+    """bench_sft_vs_rl's `rl` that records each (launch name, start checkpoint) in `started`
+    and returns the start as its final checkpoint after 3 updates in `rl_s` seconds."""
+    def rl(args, name, seed, ckpt, extra):  # type: ignore[no-untyped-def]
+        started.append((name, ckpt))
+        return ckpt, {"updates": 3, "rl_s": rl_s}
+    return rl
+
+
 def test_sft_vs_rl_trains_best_sft_again_when_its_checkpoint_is_gone_and_arms_remain(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     mod = load("bench_sft_vs_rl")
     fake = FakeCli()
     started: list[tuple[str, str]] = []
-
-    def rl(args, name, seed, ckpt, extra):  # type: ignore[no-untyped-def]
-        started.append((name, ckpt))
-        return ckpt, {"updates": 3, "rl_s": 0.0}
-
     monkeypatch.setattr(mod, "run_logged", fake)
-    monkeypatch.setattr(mod, "rl", rl)
+    monkeypatch.setattr(mod, "rl", _recording_rl(started, rl_s=0.0))
     # this machine's bf16 verdict today; seed 0's record says fp32, and the record wins
     monkeypatch.setattr(mod, "seed_precision",
                         lambda cfg: {"learner_bf16": True, "engine_dtype": "bfloat16"})
@@ -713,13 +717,8 @@ def test_sft_vs_rl_arms_done_from_a_gone_best_sft_run_again_from_its_retraining(
     fake = FakeCli()
     fake.weights_sha = "ef" * 32  # not the gone checkpoint's weights: the retrain is evaluated
     started: list[tuple[str, str]] = []
-
-    def rl(args, name, seed, ckpt, extra):  # type: ignore[no-untyped-def]
-        started.append((name, ckpt))
-        return ckpt, {"updates": 3, "rl_s": 20.0}
-
     monkeypatch.setattr(mod, "run_logged", fake)
-    monkeypatch.setattr(mod, "rl", rl)
+    monkeypatch.setattr(mod, "rl", _recording_rl(started, rl_s=20.0))
     out = tmp_path / "out"
     out.mkdir()
     (out / "best.json").write_text(json.dumps({"demos": 32, "epochs": 2}))
