@@ -50,10 +50,10 @@ already there, so a stage can be stopped and run again):
   evaluation instead of running it again.
 - **summarize**: OUT/table.md (each arm per seed, mean ± sd; paired 95 % t intervals for
   rl_step − best_sft, rl_step − sft_continued, rl_step − rl_token, rl_filter − rl_step),
-  OUT/results.json, and,
-  where episodes report `optimal_len` (the world env), success against the optimal plan's
-  length (buckets `--horizon-bins`) for best SFT and both RL arms: OUT/horizon.json and
-  OUT/success_vs_horizon.png.
+  OUT/results.json, and, where episodes report `optimal_len` (the world, TextWorldExpress),
+  success against the optimal plan's length (buckets `--horizon-bins`, each the lengths above
+  the previous bound up to its own) for best SFT, SFT continued and the RL arms:
+  OUT/horizon.json and OUT/success_vs_horizon.png.
 
 Disk: every checkpoint holds the weights and the optimizer's state (2.2 GB for
 SmolLM2-135M). Once nothing will read one again, the bench removes its run's `checkpoints/`
@@ -97,6 +97,9 @@ CONTINUED_EPOCHS = 8
 the first run only where the train split holds fewer fresh demonstrations than that time uses."""
 PRECISION = "precision"
 """arms.json's key, per seed, for the precision its arms run at (not an arm)."""
+HORIZON_ARMS = ("best_sft", "sft_continued", *RL_ARMS)
+"""The arms the success-against-horizon curve shows: the warm start, its equal-compute
+control and every RL arm."""
 COMPARISONS = (("rl_step", "best_sft"), ("rl_step", "sft_continued"), ("rl_step", "rl_token"),
                ("rl_filter", "rl_step"))
 
@@ -536,8 +539,7 @@ def summarize(args: argparse.Namespace) -> str:
                 lines.append(paired_line(f"{a} − {b}", [s for s, _ in pairs],
                                          [x for _, x in pairs]))
     curves = {arm: [horizon(r["rows"], args.horizon_bins, args.metric) for _, r in runs]
-              for arm, runs in per_arm.items() if arm in ("best_sft", *RL_ARMS)
-              and runs}
+              for arm, runs in per_arm.items() if arm in HORIZON_ARMS and runs}
     if any(c and c[0] for c in curves.values()):
         _save(args.out / "horizon.json", curves)
         plot_horizon(curves, args.out / "success_vs_horizon.png", args.metric)
@@ -558,6 +560,7 @@ def plot_horizon(curves: dict[str, list[list[dict[str, float]]]], path: Path,
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
+    bounds: set[int] = set()
     for i, (arm, per_seed) in enumerate(curves.items()):
         pooled: dict[int, list[float]] = {}
         for seed_rows in per_seed:
@@ -565,9 +568,12 @@ def plot_horizon(curves: dict[str, list[list[dict[str, float]]]], path: Path,
                 n, s = pooled.setdefault(int(b["le"]), [0.0, 0.0])
                 pooled[int(b["le"])] = [n + b["episodes"], s + b["episodes"] * b["metric"]]
         xs = sorted(pooled)
+        bounds.update(xs)
         ax.plot(xs, [pooled[x][1] / pooled[x][0] for x in xs], "o-", color=f"C{i}", label=arm)
     ax.set(xscale="log", xlabel="optimal plan length (bucket upper bound, steps)",
            ylabel=metric, ylim=(-0.02, 1.02), title="Success against horizon (test)")
+    ax.minorticks_off()
+    ax.set_xticks(sorted(bounds), [str(b) for b in sorted(bounds)])
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()

@@ -370,6 +370,41 @@ def test_sft_vs_rl_summary_pairs_the_filtered_arm_with_rl_step(tmp_path: Path) -
     assert "| rl_filter | s0 0.850, s1 0.780 | 0.815 ± 0.049 | 10, 10 |" in text
 
 
+def test_sft_vs_rl_horizon_curve_shows_sft_continued_beside_best_sft_and_rl(
+        tmp_path: Path) -> None:
+    import argparse
+    import json
+
+    mod = load("bench_sft_vs_rl")
+    per_arm = {  # (optimal_len, success) per episode
+        "best_sft": [(2, 1), (3, 0), (3, 1), (6, 0)],
+        "sft_continued": [(2, 1), (3, 1), (3, 1), (6, 1)],
+        "rl_step": [(2, 1), (3, 1), (3, 0), (6, 0)],
+    }
+    arms: dict[str, dict[str, object]] = {}
+    for arm, eps in per_arm.items():
+        path = tmp_path / f"{arm}.jsonl"
+        path.write_text("".join(json.dumps({"metrics": {"success": float(s), "optimal_len": n}})
+                                + "\n" for n, s in eps))
+        arms[arm] = {"metric": sum(s for _, s in eps) / len(eps), "updates": 2, "rows": str(path)}
+    (tmp_path / "arms.json").write_text(json.dumps({"0": arms}))
+    args = argparse.Namespace(out=tmp_path, config=Path("configs/twx_coin.yaml"),
+                              metric="success", split="test", horizon_bins=[2, 4, 7])
+    mod.summarize(args)
+    curves = json.loads((tmp_path / "horizon.json").read_text())
+    # buckets (0, 2], (2, 4], (4, 7]: 1, 2 and 1 episodes
+    assert curves == {
+        "best_sft": [[{"le": 2, "episodes": 1, "metric": 1.0}, {"le": 4, "episodes": 2, "metric": 0.5},
+                      {"le": 7, "episodes": 1, "metric": 0.0}]],
+        "sft_continued": [[{"le": 2, "episodes": 1, "metric": 1.0},
+                           {"le": 4, "episodes": 2, "metric": 1.0},
+                           {"le": 7, "episodes": 1, "metric": 1.0}]],
+        "rl_step": [[{"le": 2, "episodes": 1, "metric": 1.0}, {"le": 4, "episodes": 2, "metric": 0.5},
+                     {"le": 7, "episodes": 1, "metric": 0.0}]],
+    }
+    assert (tmp_path / "success_vs_horizon.png").stat().st_size > 0
+
+
 def test_context_builders_bench_configs_load_and_the_table_pairs_compact_by_hand(
         tmp_path: Path) -> None:
     import argparse
