@@ -49,8 +49,8 @@ already there, so a stage can be stopped and run again):
   checkpoint's manifest); a best SFT trained again to the same digest keeps the gone one's
   evaluation instead of running it again.
 - **summarize**: OUT/table.md (each arm per seed, mean ± sd; paired 95 % t intervals for
-  rl_step − best_sft, rl_step − sft_continued, rl_step − rl_token, rl_filter − rl_step),
-  OUT/results.json, and, where episodes report `optimal_len` (the world, TextWorldExpress),
+  rl_step − best_sft, rl_step − sft_continued, rl_step − rl_token, rl_filter − rl_step and
+  sft_continued − best_sft, by seed and, within each seed, by task), and, where episodes report `optimal_len` (the world, TextWorldExpress),
   success against the optimal plan's length (buckets `--horizon-bins`, each the lengths above
   the previous bound up to its own) for best SFT, SFT continued and the RL arms:
   OUT/horizon.json and OUT/success_vs_horizon.png.
@@ -84,7 +84,15 @@ from agent_r1_async.config import load_config
 from agent_r1_async.learner.checkpoint_files import MANIFEST
 from agent_r1_async.run.output.report import read_metrics
 from bench.cli_runs import ROOT, cli, run_logged, sets
-from bench.stats import load_line, machine_kind, machine_line, mean_sd, paired_diffs, utc_date
+from bench.stats import (
+    load_line,
+    machine_kind,
+    machine_line,
+    mean_ci,
+    mean_sd,
+    paired_diffs,
+    utc_date,
+)
 
 RL_ARMS = {"rl_step": [], "rl_token": ["algorithm.credit=token"],
            "rl_filter": ["algorithm.filter_groups=true"]}
@@ -101,7 +109,7 @@ HORIZON_ARMS = ("best_sft", "sft_continued", *RL_ARMS)
 """The arms the success-against-horizon curve shows: the warm start, its equal-compute
 control and every RL arm."""
 COMPARISONS = (("rl_step", "best_sft"), ("rl_step", "sft_continued"), ("rl_step", "rl_token"),
-               ("rl_filter", "rl_step"))
+               ("rl_filter", "rl_step"), ("sft_continued", "best_sft"))
 
 
 # --- one command each ---------------------------------------------------------------------
@@ -479,6 +487,29 @@ def horizon(rows_path: str, bins: list[int], name: str) -> list[dict[str, float]
     return out
 
 
+def paired_by_task(rows_a: str, rows_b: str,
+                   name: str) -> tuple[int, float, float, float] | None:
+    """`name` of arm a minus arm b over the tasks both evaluated (a task's episodes averaged, a
+    failed episode counting 0): (tasks, mean, 95 % t lo, hi); None under two tasks in common
+    or rows without `task_id`."""
+    per_arm = []
+    for path in (rows_a, rows_b):
+        by_task: dict[str, list[float]] = {}
+        for line in (ROOT / path).read_text().splitlines():
+            row = json.loads(line)
+            if "task_id" not in row:
+                return None
+            by_task.setdefault(row["task_id"], []).append(
+                float(row["metrics"].get(name, 0.0)))
+        per_arm.append({t: statistics.fmean(v) for t, v in by_task.items()})
+    a, b = per_arm
+    common = sorted(set(a) & set(b))
+    if len(common) < 2:
+        return None
+    m, half = mean_ci([a[t] - b[t] for t in common])
+    return len(common), m, m - half, m + half
+
+
 def spread(values: list[float]) -> str:
     """`mean ± sd` over seeds, or the one value and "(one seed)"."""
     if len(values) < 2:
@@ -538,6 +569,13 @@ def summarize(args: argparse.Namespace) -> str:
             if pairs:
                 lines.append(paired_line(f"{a} − {b}", [s for s, _ in pairs],
                                          [x for _, x in pairs]))
+            for s, r in per_arm[a]:
+                by_task = paired_by_task(r["rows"], by_seed[s]["rows"], args.metric) \
+                    if s in by_seed else None
+                if by_task:
+                    n, m, lo, hi = by_task
+                    lines.append(f"  - seed {s}, paired by task ({n} tasks): {m:+.3f}, "
+                                 f"95 % t [{lo:+.3f}, {hi:+.3f}]")
     curves = {arm: [horizon(r["rows"], args.horizon_bins, args.metric) for _, r in runs]
               for arm, runs in per_arm.items() if arm in HORIZON_ARMS and runs}
     if any(c and c[0] for c in curves.values()):

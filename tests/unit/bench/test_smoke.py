@@ -370,6 +370,33 @@ def test_sft_vs_rl_summary_pairs_the_filtered_arm_with_rl_step(tmp_path: Path) -
     assert "| rl_filter | s0 0.850, s1 0.780 | 0.815 ± 0.049 | 10, 10 |" in text
 
 
+def test_sft_vs_rl_pairs_arms_by_task_within_a_seed_by_hand(tmp_path: Path) -> None:
+    import json
+
+    mod = load("bench_sft_vs_rl")
+
+    def rows(name: str, eps: list[tuple[str, dict[str, float]]]) -> str:
+        path = tmp_path / name
+        path.write_text("".join(json.dumps({"task_id": t, "metrics": m}) + "\n" for t, m in eps))
+        return str(path)
+
+    # a: t1 twice (1, 0: 0.5), t2 0, t3 1, t4 failed (no metrics: 0); b: t1 0, t2 0, t3 1, t4 1,
+    # and t5, which a did not evaluate
+    a = rows("a.jsonl", [("t1", {"success": 1.0}), ("t1", {"success": 0.0}),
+                         ("t2", {"success": 0.0}), ("t3", {"success": 1.0}), ("t4", {})])
+    b = rows("b.jsonl", [(t, {"success": s}) for t, s in
+                         [("t1", 0.0), ("t2", 0.0), ("t3", 1.0), ("t4", 1.0), ("t5", 1.0)]])
+    # diffs 0.5, 0, 0, -1: mean -0.125, sd sqrt(1.1875 / 3) = 0.629153, se 0.314576,
+    # t(3) from the table, 3.182, × se = 1.000982
+    n, m, lo, hi = mod.paired_by_task(a, b, "success")
+    assert n == 4 and m == pytest.approx(-0.125)
+    assert (lo, hi) == (pytest.approx(-1.125982, abs=1e-6), pytest.approx(0.875982, abs=1e-6))
+    no_ids = tmp_path / "multihop.jsonl"
+    no_ids.write_text(json.dumps({"metrics": {"em": 1.0}}) + "\n")
+    assert mod.paired_by_task(str(no_ids), b, "success") is None
+    assert mod.paired_by_task(rows("one.jsonl", [("t1", {"success": 1.0})]), b, "success") is None
+
+
 def test_sft_vs_rl_horizon_curve_shows_sft_continued_beside_best_sft_and_rl(
         tmp_path: Path) -> None:
     import argparse
