@@ -50,10 +50,11 @@ already there, so a stage can be stopped and run again):
   evaluation instead of running it again.
 - **summarize**: OUT/table.md (each arm per seed, mean ± sd; paired 95 % t intervals for
   rl_step − best_sft, rl_step − sft_continued, rl_step − rl_token, rl_filter − rl_step and
-  sft_continued − best_sft, by seed and, within each seed, by task), and, where episodes report `optimal_len` (the world, TextWorldExpress),
-  success against the optimal plan's length (buckets `--horizon-bins`, each the lengths above
-  the previous bound up to its own) for best SFT, SFT continued and the RL arms:
-  OUT/horizon.json and OUT/success_vs_horizon.png.
+  sft_continued − best_sft, by seed and, within each seed, by task), and, where episodes
+  report `optimal_len` (the world, TextWorldExpress), success against the optimal plan's
+  length (buckets `--horizon-bins`, each the lengths above the previous bound up to its own)
+  for best SFT, SFT continued and the RL arms: OUT/horizon.json and
+  OUT/success_vs_horizon.png.
 
 Disk: every checkpoint holds the weights and the optimizer's state (2.2 GB for
 SmolLM2-135M). Once nothing will read one again, the bench removes its run's `checkpoints/`

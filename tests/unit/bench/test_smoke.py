@@ -406,7 +406,7 @@ def test_sft_vs_rl_horizon_curve_shows_sft_continued_beside_best_sft_and_rl(
     per_arm = {  # (optimal_len, success) per episode
         "best_sft": [(2, 1), (3, 0), (3, 1), (6, 0)],
         "sft_continued": [(2, 1), (3, 1), (3, 1), (6, 1)],
-        "rl_step": [(2, 1), (3, 1), (3, 0), (6, 0)],
+        "rl_step": [(2, 1), (3, 1), (4, 1), (6, 0)],
     }
     arms: dict[str, dict[str, object]] = {}
     for arm, eps in per_arm.items():
@@ -419,16 +419,13 @@ def test_sft_vs_rl_horizon_curve_shows_sft_continued_beside_best_sft_and_rl(
                               metric="success", split="test", horizon_bins=[2, 4, 7])
     mod.summarize(args)
     curves = json.loads((tmp_path / "horizon.json").read_text())
-    # buckets (0, 2], (2, 4], (4, 7]: 1, 2 and 1 episodes
-    assert curves == {
-        "best_sft": [[{"le": 2, "episodes": 1, "metric": 1.0}, {"le": 4, "episodes": 2, "metric": 0.5},
-                      {"le": 7, "episodes": 1, "metric": 0.0}]],
-        "sft_continued": [[{"le": 2, "episodes": 1, "metric": 1.0},
-                           {"le": 4, "episodes": 2, "metric": 1.0},
-                           {"le": 7, "episodes": 1, "metric": 1.0}]],
-        "rl_step": [[{"le": 2, "episodes": 1, "metric": 1.0}, {"le": 4, "episodes": 2, "metric": 0.5},
-                     {"le": 7, "episodes": 1, "metric": 0.0}]],
-    }
+    def curve(*metrics: float) -> list[list[dict[str, float]]]:
+        # buckets (0, 2], (2, 4], (4, 7]: 1, 2 and 1 episodes
+        return [[{"le": le, "episodes": n, "metric": m}
+                 for (le, n), m in zip([(2, 1), (4, 2), (7, 1)], metrics, strict=True)]]
+
+    assert curves == {"best_sft": curve(1.0, 0.5, 0.0), "sft_continued": curve(1.0, 1.0, 1.0),
+                      "rl_step": curve(1.0, 1.0, 0.0)}
     assert (tmp_path / "success_vs_horizon.png").stat().st_size > 0
 
 
