@@ -153,7 +153,7 @@ def evaluate(args: argparse.Namespace, name: str, model: str, split: str, tasks:
                    "--num-tasks", str(tasks), "--episodes-out", str(rows_path),
                    *sets([*args.overrides, *args.eval_overrides, f"launch.seed={seed}"])),
                args.out / "logs" / f"eval-{name}.log")
-    rows = [json.loads(x) for x in rows_path.read_text().splitlines()]
+    rows = read_rows(rows_path)
     return {"metric": metric_of(rows, args.metric),
             **({"tiebreak": metric_of(rows, args.tiebreak), "tiebreak_name": args.tiebreak}
                if args.tiebreak else {}),
@@ -166,6 +166,11 @@ def _in_repo(path: Path) -> str:
     their files so that any checkout reads them), else as given."""
     p = path.resolve()
     return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(path)
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """An evaluation's episode rows (JSON lines), `path` absolute or in the repository."""
+    return [json.loads(x) for x in (ROOT / path).read_text().splitlines()]
 
 
 def metric_of(rows: list[dict[str, Any]], name: str) -> float:
@@ -478,7 +483,7 @@ def arms(args: argparse.Namespace) -> dict[str, Any]:
 def horizon(rows_path: str, bins: list[int], name: str) -> list[dict[str, float]]:
     """Success by the optimal plan's length: one row per bucket (optimal_len ≤ bin) with the
     episodes in it and their mean `name`."""
-    rows = [json.loads(x) for x in (ROOT / rows_path).read_text().splitlines()]
+    rows = read_rows(rows_path)
     out, lo = [], 0
     for b in bins:
         inside = [r for r in rows if lo < r["metrics"].get("optimal_len", -1) <= b]
@@ -495,14 +500,13 @@ def paired_by_task(rows_a: str, rows_b: str,
     or rows without `task_id`."""
     per_arm = []
     for path in (rows_a, rows_b):
-        by_task: dict[str, list[float]] = {}
-        for line in (ROOT / path).read_text().splitlines():
-            row = json.loads(line)
-            if "task_id" not in row:
-                return None
-            by_task.setdefault(row["task_id"], []).append(
-                float(row["metrics"].get(name, 0.0)))
-        per_arm.append({t: statistics.fmean(v) for t, v in by_task.items()})
+        rows = read_rows(path)
+        if any("task_id" not in r for r in rows):
+            return None
+        by_task: dict[str, list[dict[str, Any]]] = {}
+        for r in rows:
+            by_task.setdefault(r["task_id"], []).append(r)
+        per_arm.append({t: metric_of(episodes, name) for t, episodes in by_task.items()})
     a, b = per_arm
     common = sorted(set(a) & set(b))
     if len(common) < 2:
