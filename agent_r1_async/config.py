@@ -444,6 +444,10 @@ class LearnerConfig(_Section):
     shared_prefix: bool = True
     """Train a group's sequences as one row with a tree attention mask, so their common prefix
     (the prompt) is computed once: same loss and gradient (learner/prefix_tree.py)."""
+    skip_zero_advantage: bool = True
+    """Leave steps of advantage exactly 0 out of the forward and backward, their tokens kept in
+    the loss's denominator: the same gradient for less compute. Only where their gradient is
+    exactly 0: not under PPO, `algorithm.kl_coef` or `algorithm.entropy_coef` (learner/loop.py)."""
     total_updates: int = 100
     """Updates (optimizer steps over a batch) before the run ends."""
     publish_every: int = 1

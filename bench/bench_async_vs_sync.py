@@ -246,7 +246,8 @@ class SleepTrainer:
         for mb in mbs:
             mb.proximal_logprobs = mb.behavior_logprobs.clone()
 
-    def optimize(self, mbs: list, version: int | None = None) -> dict[str, float]:
+    def optimize(self, mbs: list, version: int | None = None,
+                 counts: tuple[int, int] | None = None) -> dict[str, float]:
         time.sleep(self.update_s)
         return {"loss": 0.0}
 

@@ -93,13 +93,14 @@ def sample_batch(prompts: list[tuple[list[int], list[list[int]]]], group_size: i
 
 def batch_rows(batch: Any, cfg: Any) -> list[Any]:
     """The learner's rows of a batch (learner/loop.py `_prepare`, GRPO)."""
+    from agent_r1_async import returns as ret
     from agent_r1_async.learner import advantages as adv
     from agent_r1_async.learner import batching
 
     algo = cfg.algorithm
     groups = batching.trainable_groups(batch)
     rewards = batching.episode_rewards([g for g, _ in groups])
-    returns = [[adv.discounted_returns(ep, algo.gamma) for ep in g] for g in rewards]
+    returns = [[ret.discounted_returns(ep, algo.gamma) for ep in g] for g in rewards]
     advantages = adv.compute_advantages(returns, algo.name, algo.credit, algo.std_normalize)
     return batching.build_rows(groups, advantages, rewards)
 

@@ -11,27 +11,21 @@ DAPO's dynamic sampling, done where the group completes rather than by over-samp
 
 The rule reads what the learner will train: a group's trainable episodes (status `ok` or
 `truncated`, with steps), rewards r_t = process reward of step t plus the outcome on the last
-step, returns G_t = Σ_{k≥t} γ^(k−t) r_k. Returns within `TOLERANCE` of each other count as
-equal (a GRPO advantage from such a spread is below 1e-3 after the std normalization).
+step, returns G_t = Σ_{k≥t} γ^(k−t) r_k, and equal returns are those within 1e-9 of each
+other (returns.py: the learner's advantages for them are exactly 0).
 """
 
 from __future__ import annotations
 
+from agent_r1_async.returns import discounted_returns, equal, step_rewards
 from agent_r1_async.wire.messages import TRAINABLE_STATUSES, Episode, Group
-
-TOLERANCE = 1e-9
 
 
 def returns_to_go(episode: Episode, gamma: float) -> list[float]:
     """G_t for each step of `episode`, in step order."""
-    rewards = [float(s.process_reward)
-               for s in sorted(episode.steps, key=lambda s: s.step_index)]
-    rewards[-1] += float(episode.end.outcome_reward)
-    out, running = [0.0] * len(rewards), 0.0
-    for t in range(len(rewards) - 1, -1, -1):
-        running = rewards[t] + gamma * running
-        out[t] = running
-    return out
+    steps = sorted(episode.steps, key=lambda s: s.step_index)
+    return discounted_returns(step_rewards([s.process_reward for s in steps],
+                                           episode.end.outcome_reward), gamma)
 
 
 def zero_advantage(group: Group, credit: str, gamma: float) -> bool:
@@ -45,4 +39,4 @@ def zero_advantage(group: Group, credit: str, gamma: float) -> bool:
     else:
         columns = [[g[t] for g in returns if len(g) > t]
                    for t in range(max(len(g) for g in returns))]
-    return all(max(c) - min(c) <= TOLERANCE for c in columns)
+    return all(equal(c) for c in columns)

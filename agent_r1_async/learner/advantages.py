@@ -3,8 +3,8 @@
 Shapes are nested lists because episodes of one group may have different numbers of steps:
 `Nested = list[list[list[float]]]` indexed `[group][episode][step]`.
 
-Rewards. Step t of an episode earns r_t = process_reward_t, plus the outcome reward on the
-last step. The step return is G_t = Σ_{k≥t} γ^(k-t) r_k.
+Rewards (returns.py). Step t of an episode earns r_t = process_reward_t, plus the outcome
+reward on the last step. The step return is G_t = Σ_{k≥t} γ^(k-t) r_k.
 
 Baselines (design choice). `credit: token` gives every step of an episode the episode's
 advantage, from its return G_0 against the group's (GRPO, RLOO) or the batch's (REINFORCE++)
@@ -20,8 +20,9 @@ rewards, γ = 1 and episodes of equal length both credits give the same numbers.
 - RLOO:        A_t = G_t − mean of G_t over the *other* episodes with a step t (0 when none)
   (token credit: t = 0 everywhere, G_0 on every step)
 - PPO:         step-level GAE from V(s_t), δ_t = r_t + γ V(s_{t+1}) − V(s_t), V(s_T) = 0
-Stds are population stds (a step index whose returns are all equal gets A = 0, never a
-division by zero).
+Stds are population stds. A column (one step index's returns, or the episode returns) of
+equal returns (returns.py `equal`: within 1e-9, float noise) gets A = 0 exactly, never noise
+divided by the std epsilon.
 """
 
 from __future__ import annotations
@@ -30,29 +31,12 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Literal
 
+from agent_r1_async.returns import equal
+
 Nested = list[list[list[float]]]
 """Per-step numbers indexed [group][episode][step]."""
 
 STD_EPS = 1e-6
-
-
-def step_rewards(process_rewards: Sequence[float], outcome_reward: float) -> list[float]:
-    """r_t = process reward of step t, plus the outcome on the last step."""
-    if not process_rewards:
-        raise ValueError("an episode needs at least one step to carry its outcome reward")
-    rewards = [float(r) for r in process_rewards]
-    rewards[-1] += float(outcome_reward)
-    return rewards
-
-
-def discounted_returns(rewards: Sequence[float], gamma: float) -> list[float]:
-    """G_t = r_t + γ G_{t+1}, G_T = 0 (computed backwards)."""
-    out = [0.0] * len(rewards)
-    running = 0.0
-    for t in range(len(rewards) - 1, -1, -1):
-        running = float(rewards[t]) + gamma * running
-        out[t] = running
-    return out
 
 
 def _mean_std(xs: Sequence[float]) -> tuple[float, float]:
@@ -80,8 +64,10 @@ def _by_step_index(episodes: list[list[float]], credit: str, column: Column) -> 
 
 
 def _standardized(std_normalize: bool) -> Column:
-    """(x − mean) / (std + eps), or x − mean without std normalization."""
+    """(x − mean) / (std + eps), or x − mean without std normalization; 0 for equal returns."""
     def column(values: list[float]) -> list[float]:
+        if equal(values):
+            return [0.0] * len(values)
         mean, std = _mean_std(values)
         scale = std + STD_EPS if std_normalize else 1.0
         return [(v - mean) / scale for v in values]
@@ -89,9 +75,9 @@ def _standardized(std_normalize: bool) -> Column:
 
 
 def _leave_one_out(values: list[float]) -> list[float]:
-    """v − mean of the other values; all 0 when there is no other value."""
+    """v − mean of the other values; all 0 when there is no other value or all are equal."""
     n = len(values)
-    if n < 2:
+    if n < 2 or equal(values):
         return [0.0] * n  # nothing to compare with: no learning signal
     total = sum(values)
     return [v - (total - v) / (n - 1) for v in values]

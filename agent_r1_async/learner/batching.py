@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from agent_r1_async import returns as ret
 from agent_r1_async.learner import advantages as adv
 from agent_r1_async.learner import prefix_tree
 from agent_r1_async.learner.prefix_tree import SubTree, TreeBatch
@@ -184,7 +185,7 @@ def episode_rewards(groups: Sequence[messages.Group]) -> adv.Nested:
     """r_t per step: process rewards plus the outcome on the last step; [group][episode][step]."""
     return [
         [
-            adv.step_rewards([s.process_reward for s in sorted_steps(e)], e.end.outcome_reward)
+            ret.step_rewards([s.process_reward for s in sorted_steps(e)], e.end.outcome_reward)
             for e in g.episodes
         ]
         for g in groups
@@ -353,6 +354,25 @@ def plan_micro_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int
 def training_sequences(rows: Sequence[Row], pack: bool = False) -> list[list[int]]:
     """Row indices per training sequence: chained steps when packing, else one row each."""
     return chain_steps(rows) if pack else [[i] for i in range(len(rows))]
+
+
+def trained_sequences(rows: Sequence[Row], seqs: Sequence[Sequence[int]]) -> list[list[int]]:
+    """`seqs` cut to what carries a gradient when a step of advantage 0 carries none
+    (`learner.skip_zero_advantage`): each sequence ends at its last step with a nonzero
+    advantage (the zero steps before it are its prefix, computed anyway), and a sequence
+    without one is left out."""
+    out: list[list[int]] = []
+    for seq in seqs:
+        keep = max((k + 1 for k, i in enumerate(seq) if rows[i].advantage != 0.0), default=0)
+        if keep:
+            out.append(list(seq[:keep]))
+    return out
+
+
+def batch_counts(rows: Sequence[Row]) -> tuple[int, int]:
+    """(steps, action tokens) of a whole batch: the loss's denominators (`PolicyTrainer.optimize`),
+    whichever of its steps the micro-batches hold."""
+    return len(rows), sum(len(r.action_ids) for r in rows)
 
 
 def sequence_tokens(rows: Sequence[Row], seq: Sequence[int]) -> list[int]:

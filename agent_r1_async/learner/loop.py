@@ -36,6 +36,7 @@ import time
 import torch
 
 from agent_r1_async import config, models
+from agent_r1_async import returns as ret
 from agent_r1_async.learner import advantages as adv
 from agent_r1_async.learner import batching, checkpoint, memory_savers
 from agent_r1_async.learner import distributed as dist_util
@@ -137,7 +138,8 @@ class Learner:
                 self.trainer.proximal_pass(mbs)
             if self.cfg.algorithm.name == "ppo":
                 fill_gae(rows, mbs, self.cfg.algorithm)
-            metrics = epoch_mean([self.trainer.optimize(mbs, self.version)
+            counts = batching.batch_counts(rows)
+            metrics = epoch_mean([self.trainer.optimize(mbs, self.version, counts)
                                   for _ in range(self.cfg.learner.ppo_epochs)])
         finally:
             self._computing = None
@@ -251,13 +253,15 @@ class Learner:
         if not groups:
             raise ValueError(f"batch at version {self.version} has no trainable episodes")
         rewards = batching.episode_rewards([g for g, _ in groups])
-        returns = [[adv.discounted_returns(ep, algo.gamma) for ep in g] for g in rewards]
+        returns = [[ret.discounted_returns(ep, algo.gamma) for ep in g] for g in rewards]
         if algo.name == "ppo":  # filled in after the proximal pass has read V(s_t)
             advantages = [[[0.0] * len(ep) for ep in g] for g in returns]
         else:
             advantages = adv.compute_advantages(returns, algo.name, algo.credit, algo.std_normalize)
         rows = batching.build_rows(groups, advantages, rewards)
         seqs = batching.training_sequences(rows, self.cfg.learner.pack_steps)
+        if skips_zero_advantage(self.cfg):
+            seqs = batching.trained_sequences(rows, seqs)
         budget, pad = self.cfg.learner.micro_batch_tokens, self.trainer.pad_id
         # The units ranks share are the forward's rows: a group's prefix tree stays on one rank.
         trees = batching.plan_trees(rows, seqs, budget, self.trainer.shared_prefix,
@@ -283,6 +287,15 @@ class Learner:
             self.save_checkpoint()
             metrics["checkpoint_saved"] = 1.0
         return metrics
+
+
+def skips_zero_advantage(cfg: config.RunConfig) -> bool:
+    """`learner.skip_zero_advantage` where a step of advantage 0 has exactly zero gradient: its
+    policy loss is w·min(r·0, clip(r)·0) = 0, and no other term reads it (no value head, no KL
+    or entropy term)."""
+    algo = cfg.algorithm
+    return (cfg.learner.skip_zero_advantage and algo.name != "ppo" and algo.kl_coef == 0
+            and algo.entropy_coef == 0)
 
 
 def fill_gae(rows: list[batching.Row], mbs: list[batching.MicroBatch], algo: config.AlgorithmConfig) -> None:
@@ -350,19 +363,25 @@ def batch_metrics(rows: list[batching.Row], mbs: list[batching.MicroBatch], vers
     rewards, sizes (`micro_batches`: this rank's; `micro_batch_tokens_max`: the padded tokens
     of its largest, at most `learner.micro_batch_tokens` in a launched run), and the tokens one
     forward over the whole batch computes (`tokens_computed`, padding aside) against what flat
-    rows would (`tokens_flat`): below it where `learner.shared_prefix` shares prompts."""
+    rows would (`tokens_flat`): below it where `learner.shared_prefix` shares prompts. Steps
+    of advantage exactly 0 (`zero_advantage_frac`) are left out of the forward under
+    `learner.skip_zero_advantage`, so `rows_trained` and the token counts fall below the whole
+    batch's (a packed sequence's zero steps before its last trained one stay in it)."""
     stale = torch.tensor([version - v for r in rows for v in r.token_versions], dtype=torch.float32)
     episodes = {(r.group_index, r.episode_index): 0.0 for r in rows}
     for r in rows:
         episodes[(r.group_index, r.episode_index)] += r.reward
-    computed, flat = dist_util.all_reduce([sum(mb.computed_tokens for mb in mbs),
-                                           sum(mb.flat_tokens for mb in mbs)])
+    computed, flat, trained = dist_util.all_reduce([sum(mb.computed_tokens for mb in mbs),
+                                                    sum(mb.flat_tokens for mb in mbs),
+                                                    sum(mb.steps for mb in mbs)])
     return {
         "staleness_mean": float(stale.mean()) if stale.numel() else 0.0,
         "staleness_max": float(stale.max()) if stale.numel() else 0.0,
         "reward_mean": sum(episodes.values()) / max(len(episodes), 1),
         "advantage_mean": sum(r.advantage for r in rows) / max(len(rows), 1),
         "rows": float(len(rows)),
+        "rows_trained": trained,
+        "zero_advantage_frac": sum(r.advantage == 0.0 for r in rows) / max(len(rows), 1),
         "episodes": float(len(episodes)),
         "micro_batches": float(len(mbs)),
         "micro_batch_tokens_max": float(max((mb.num_tokens for mb in mbs), default=0)),

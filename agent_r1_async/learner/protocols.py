@@ -52,9 +52,11 @@ class Trainer(Protocol):
         """Fill each micro-batch's proximal log-probs (and values, reference) under no_grad."""
         ...
 
-    def optimize(self, mbs: list[MicroBatch], version: int | None = None) -> dict[str, float]:
-        """One optimizer step over all micro-batches (`version`: the proximal policy's);
-        returns its metrics."""
+    def optimize(self, mbs: list[MicroBatch], version: int | None = None,
+                 counts: tuple[int, int] | None = None) -> dict[str, float]:
+        """One optimizer step over all micro-batches (`version`: the proximal policy's;
+        `counts`: the whole batch's steps and action tokens, the loss's denominators, when the
+        micro-batches leave some out); returns its metrics."""
         ...
 
     def published_state_dict(self, dtype: torch.dtype | None = None) -> dict[str, Tensor]:

@@ -288,10 +288,15 @@ class PolicyTrainer:
                 return self.forward(mb).logprobs.cpu()
         return self.forward(mb, net=self.reference).logprobs.cpu()
 
-    def optimize(self, mbs: list[MicroBatch], version: int | None = None) -> dict[str, float]:
+    def optimize(self, mbs: list[MicroBatch], version: int | None = None,
+                 counts: tuple[int, int] | None = None) -> dict[str, float]:
         """One optimizer step over all micro-batches (gradient accumulation); returns metrics,
         with the training–inference mismatch of the batch (`MismatchMeter`; `version`: the
-        proximal policy's, which makes a token fresh).
+        proximal policy's, which makes a token fresh). `counts`: the whole batch's (steps,
+        action tokens) when `mbs` leave steps out (`learner.skip_zero_advantage`); None: the
+        micro-batches' own, summed over ranks. With no micro-batch on any rank the step still
+        runs, on zero gradients, as a forward of zero loss would give: AdamW's momentum and
+        weight decay move the weights as they would have.
 
         Normaliser, global over ranks: each micro-batch loss is its token sum divided by the
         WHOLE batch's action tokens (rows for seq-mean-token-sum) summed over all ranks, and
@@ -302,13 +307,14 @@ class PolicyTrainer:
         """
         self.optimizer.zero_grad(set_to_none=True)
         clock = StepClock(self.device)
-        rows, tokens = dist_util.all_reduce(
+        rows, tokens = counts if counts is not None else dist_util.all_reduce(
             [sum(mb.steps for mb in mbs), sum(mb.num_action_tokens for mb in mbs)])
         denom = tokens if self.algo.loss_agg == "token-mean" else rows
         sums = dict.fromkeys(self._summed_metrics(), 0.0)
         w_max = 0.0
         mismatch = MismatchMeter(self.algo, version)
-        for mb, real in self._lockstep(mbs):
+        passes = self._lockstep(mbs)
+        for mb, real in passes:
             self.work_done += TRAIN_WORK
             clock.lap("sync")
             out = self.forward(mb, values=self.value_head is not None,
@@ -345,6 +351,9 @@ class PolicyTrainer:
             w_max = max(w_max, float(m.pop("is_weight_max")))
             for k, v in m.items():
                 sums[k] = sums.get(k, 0.0) + float(v)
+        if not passes:  # every rank: nothing to compute (all steps left out)
+            for p in self.trainable_parameters():
+                p.grad = torch.zeros_like(p)
         clip = self.lcfg.grad_clip if self.lcfg.grad_clip > 0 else math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable_parameters(), clip)
         if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor of the global norm

@@ -7,8 +7,10 @@ with single-process runs in this process on the same batches (same FakeSource se
 - one update per algorithm variant: the parameters equal the single-process update's to
   1e-5 (fp32). Variants cover step packing on and off, the skipped and the separate proximal
   pass, PPO (value head in the FSDP root, V(s_t) all-reduced for GAE), seq-mean-token-sum
-  with a sharded reference model (KL) and entropy. The 64-token micro-batch budget gives the
-  ranks different numbers of rows and of micro-batches (zero-weight fillers run);
+  with a sharded reference model (KL) and entropy, and steps of advantage 0 left out
+  (`learner.skip_zero_advantage`; the other GRPO variants compute every step). The 64-token
+  micro-batch budget gives the ranks different numbers of rows and of micro-batches
+  (zero-weight fillers run);
 - checkpoints: 2 updates at world_size 2, a DCP checkpoint, a 3rd update at world_size 1
   equals the uninterrupted 2-rank run's 3rd; and 1 → 2: a checkpoint written here by one
   process, resumed by 2 ranks;
@@ -38,8 +40,9 @@ SEED = 6
 """A batch whose token-balanced split is uneven in rows (4 / 5 packed) and in micro-batches
 (2 / 1: rank 1 runs a filler)."""
 VARIANTS = {
-    "grpo-packed": ({}, {"pack_steps": True, "ppo_epochs": 1}),
-    "grpo-unpacked": ({}, {"pack_steps": False, "ppo_epochs": 2}),
+    "grpo-packed": ({}, {"pack_steps": True, "ppo_epochs": 1, "skip_zero_advantage": False}),
+    "grpo-unpacked": ({}, {"pack_steps": False, "ppo_epochs": 2, "skip_zero_advantage": False}),
+    "grpo-skip": ({}, {"pack_steps": True, "ppo_epochs": 1}),
     "ppo": ({"name": "ppo", "gamma": 0.9}, {"ppo_epochs": 2}),
     "rloo-kl-seqmean": ({"name": "rloo", "credit": "token", "loss_agg": "seq-mean-token-sum",
                          "kl_coef": 0.1, "entropy_coef": 0.01}, {"ppo_epochs": 1}),
@@ -146,7 +149,10 @@ def test_one_update_equals_the_single_process_update(ranks, name):
     assert r0["metrics"]["loss"] == pytest.approx(m["loss"], abs=1e-5)
     assert r0["metrics"]["grad_norm"] == pytest.approx(m["grad_norm"], rel=1e-4)
     # Balanced by tokens, not rows: the shares' token counts are close and both ranks trained.
-    assert r0["rows"] + r1["rows"] == m["rows"] and r0["rows"] > 0 and r1["rows"] > 0
+    assert r0["rows"] + r1["rows"] == m["rows_trained"] and r0["rows"] > 0 and r1["rows"] > 0
+    skips = lc.get("skip_zero_advantage", True) and algo.get("name", "grpo") == "grpo"
+    assert (m["rows_trained"] < m["rows"]) is skips
+    assert r0["metrics"]["rows_trained"] == m["rows_trained"]
     assert r0["metrics"]["load_imbalance"] == pytest.approx(
         max(r0["tokens"], r1["tokens"]) / ((r0["tokens"] + r1["tokens"]) / 2))
 

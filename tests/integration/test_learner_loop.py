@@ -53,7 +53,10 @@ def _receive(sub: WeightSubscriber, version: int, timeout_s: float = 10.0):
 
 
 def test_updates_publish_identical_weights_and_resume(tmp_path, transport):
+    # Every step computed (a lone episode's step 1 has advantage 0 and would be left out), so
+    # the 64-token budget splits each batch into micro-batches whose gradients accumulate.
     cfg = _cfg()
+    cfg.learner.skip_zero_advantage = False
     sender = ZmqWeightSender(transport)
     sub = WeightSubscriber(transport, sender.endpoint)
     source = FakeSource(VOCAB, group_size=2, not_ready_first=1)

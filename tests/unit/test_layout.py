@@ -63,7 +63,7 @@ RUN_IMPORTERS = ("run", "cli")
 ENVS_MUST_NOT_IMPORT = ("actors", "learner", "buffers", "weights", "run")
 """envs/ (tasks, tools, rewards, the agent contract) knows none of the processes that run it."""
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("", "config", "models", "sampling", "disk"),
+    ("", "config", "models", "sampling", "disk", "returns"),
     ("bf16",),
     ("precision", "wire"),
     ("weights", "envs"),

@@ -17,6 +17,7 @@ import asyncio
 
 import pytest
 
+from agent_r1_async import returns as ret
 from agent_r1_async.actors.context import CompactContext, History, make_context_builder
 from agent_r1_async.actors.rollout import CONTEXT_METRICS, EpisodeIds, Rollout
 from agent_r1_async.config import (
@@ -336,7 +337,7 @@ def test_the_learner_trains_the_summary_tokens(tok, credit, pack):
     batch, summaries = _batch(tok)
     groups = batching.trainable_groups(batch)
     rewards = batching.episode_rewards([g for g, _ in groups])
-    returns = [[adv.discounted_returns(ep, 1.0) for ep in g] for g in rewards]
+    returns = [[ret.discounted_returns(ep, 1.0) for ep in g] for g in rewards]
     advantages = adv.compute_advantages(returns, "grpo", credit)
     rows = batching.build_rows(groups, advantages, rewards)
     seqs = batching.training_sequences(rows, pack)

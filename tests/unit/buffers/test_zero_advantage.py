@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from agent_r1_async import returns as ret
 from agent_r1_async.buffers.buffer import ZERO_ADVANTAGE, EpisodeBuffer
 from agent_r1_async.buffers.zero_advantage import returns_to_go, zero_advantage
 from agent_r1_async.config import AlgorithmConfig, BufferConfig
@@ -74,7 +75,7 @@ def test_the_rule_agrees_with_the_learner_s_advantages(credit: str, gamma: float
         group = _group(*eps)
         trainable = batching.trainable_groups(SampleBatch([group], [1.0], 0))
         if trainable:
-            returns = [[adv.discounted_returns(r, gamma) for r in g]
+            returns = [[ret.discounted_returns(r, gamma) for r in g]
                        for g in batching.episode_rewards([trainable[0][0]])]
             advantages = adv.compute_advantages(returns, name, credit)  # type: ignore[arg-type]
             learner_zero = all(abs(a) < 1e-3 for ep in advantages[0] for a in ep)

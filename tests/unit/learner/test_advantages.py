@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from agent_r1_async import returns as ret
 from agent_r1_async.learner import advantages as adv
 
 
@@ -12,16 +13,16 @@ def approx(xs, **kw):
 
 
 def test_step_rewards_put_outcome_on_last_step():
-    assert adv.step_rewards([0.1, 0.0, 0.2], 1.0) == approx([0.1, 0.0, 1.2])
+    assert ret.step_rewards([0.1, 0.0, 0.2], 1.0) == approx([0.1, 0.0, 1.2])
     with pytest.raises(ValueError, match="at least one step"):
-        adv.step_rewards([], 1.0)
+        ret.step_rewards([], 1.0)
 
 
 def test_discounted_returns():
     # r = [1, 0, 2], γ = 0.5: G_2 = 2, G_1 = 0 + 0.5·2 = 1, G_0 = 1 + 0.5·1 = 1.5
-    assert adv.discounted_returns([1.0, 0.0, 2.0], 0.5) == approx([1.5, 1.0, 2.0])
+    assert ret.discounted_returns([1.0, 0.0, 2.0], 0.5) == approx([1.5, 1.0, 2.0])
     # γ = 1: suffix sums
-    assert adv.discounted_returns([1.0, 0.0, 2.0], 1.0) == approx([3.0, 2.0, 2.0])
+    assert ret.discounted_returns([1.0, 0.0, 2.0], 1.0) == approx([3.0, 2.0, 2.0])
 
 
 def test_grpo_token_credit_is_textbook_grpo():
@@ -53,7 +54,7 @@ def test_step_and_token_credit_agree_for_outcome_only_equal_lengths():
 def test_grpo_step_credit_with_process_rewards():
     # Episode A: r = [0.5, 1.0] (γ = 1) → G = [1.5, 1.0]; episode B: r = [0.0] → G = [0.0].
     # Step 0: {1.5, 0} mean 0.75 → A 0.75, B −0.75. Step 1: only A reached it → 0.
-    returns = [[adv.discounted_returns([0.5, 1.0], 1.0), [0.0]]]
+    returns = [[ret.discounted_returns([0.5, 1.0], 1.0), [0.0]]]
     step = adv.grpo_advantages(returns, credit="step", std_normalize=False)
     assert step == [[approx([0.75, 0.0]), approx([-0.75])]]
     # Token credit: one episode advantage (G_0 − mean) on every step.
@@ -84,6 +85,20 @@ def test_equal_scores_give_zero_advantage_even_with_earlier_process_rewards():
 def test_equal_returns_give_zero_advantage_not_nan():
     out = adv.grpo_advantages([[[1.0], [1.0, 1.0]]], std_normalize=True)
     assert out == [[approx([0.0]), approx([0.0, 0.0])]]
+
+
+def test_returns_equal_up_to_float_noise_give_exactly_zero():
+    # 0.95 eight times: the mean is 0.95 − 1.1e-16, so (x − mean) / (0 + 1e-6) was −1.1e-10 on
+    # every episode, not 0, and the learner (which skips rows of exactly 0) trained them.
+    assert sum([0.95] * 8) / 8 != 0.95
+    for credit in ("step", "token"):
+        assert adv.grpo_advantages([[[0.95]] * 8], credit=credit) == [[[0.0]] * 8]
+        assert adv.rloo_advantages([[[0.95]] * 8], credit=credit) == [[[0.0]] * 8]
+        assert adv.reinforce_pp_advantages([[[0.95]] * 4] * 2, credit=credit) == [[[0.0]] * 4] * 2
+    # A spread under 1e-9 is noise (returns.EQUAL_RETURNS); 2e-9 is a difference: ±1e-9 / (1e-9 + 1e-6).
+    assert adv.grpo_advantages([[[0.5], [0.5 + 5e-10]]]) == [[[0.0], [0.0]]]
+    got = adv.grpo_advantages([[[0.5], [0.5 + 2e-9]]])
+    assert got == [[approx([-1e-9 / (1e-9 + 1e-6)], rel=1e-6), approx([1e-9 / (1e-9 + 1e-6)], rel=1e-6)]]
 
 
 def test_reinforce_pp_normalizes_over_the_batch():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from agent_r1_async import returns as ret
 from agent_r1_async.learner import advantages as adv
 from agent_r1_async.learner import batching
 from tests.fakes.records import episode, sample_batch, step
@@ -32,7 +33,7 @@ def _two_step_batch():
 def _rows():
     groups = batching.trainable_groups(_two_step_batch())
     rewards = batching.episode_rewards([g for g, _ in groups])
-    returns = [[adv.discounted_returns(ep, 1.0) for ep in g] for g in rewards]
+    returns = [[ret.discounted_returns(ep, 1.0) for ep in g] for g in rewards]
     advs = adv.grpo_advantages(returns, credit="step", std_normalize=False)
     return batching.build_rows(groups, advs, rewards)
 
@@ -46,6 +47,22 @@ def test_rows_rewards_and_step_advantages():
     assert [r.advantage for r in rows] == pytest.approx([0.75, 0.0, -0.75])
     assert rows[0].token_versions == [3, 3]  # policy_version broadcast
     assert rows[2].token_versions == [4, 4, 5]  # per-token versions kept
+
+
+def test_trained_sequences_end_at_the_last_step_with_a_gradient():
+    rows = _rows()  # advantages 0.75, 0, -0.75: A's step 1 was reached by A alone
+    assert batching.training_sequences(rows, pack=True) == [[0, 1], [2]]
+    assert batching.trained_sequences(rows, [[0, 1], [2]]) == [[0], [2]]
+    assert batching.trained_sequences(rows, [[0], [1], [2]]) == [[0], [2]]
+    # A zero step before a trained one stays: it is that step's prefix, computed anyway.
+    rows[0].advantage, rows[1].advantage = 0.0, 0.3
+    assert batching.trained_sequences(rows, [[0, 1], [2]]) == [[0, 1], [2]]
+    rows[2].advantage = 0.0
+    assert batching.trained_sequences(rows, [[0, 1], [2]]) == [[0, 1]]
+    rows[1].advantage = 0.0
+    assert batching.trained_sequences(rows, [[0, 1], [2]]) == []
+    # The denominators count every step and action token: 3 steps, 2 + 1 + 3 tokens.
+    assert batching.batch_counts(rows) == (3, 6)
 
 
 def test_collate_masks_alignment_and_padding():

@@ -109,9 +109,9 @@ def test_an_update_reports_its_compute_progress_in_forward_passes(model_dir):  #
     seen: list[tuple[int, dict[str, float]]] = []
     optimize = learner.trainer.optimize
 
-    def watched(mbs, version=None):  # type: ignore[no-untyped-def]
+    def watched(mbs, version=None, counts=None):  # type: ignore[no-untyped-def]
         seen.append((len(mbs), learner.compute_progress()))
-        return optimize(mbs, version)
+        return optimize(mbs, version, counts)
 
     learner.trainer.optimize = watched  # type: ignore[method-assign]
     assert learner.compute_progress() == {}
