@@ -53,8 +53,8 @@ already there, so a stage can be stopped and run again):
   sft_continued − best_sft, by seed and, within each seed, by task), and, where episodes
   report `optimal_len` (the world, TextWorldExpress), success against the optimal plan's
   length (buckets `--horizon-bins`, each the lengths above the previous bound up to its own)
-  for best SFT, SFT continued and the RL arms: OUT/horizon.json and
-  OUT/success_vs_horizon.png.
+  for best SFT, SFT continued and the RL arms: OUT/horizon.json and the curve,
+  `--figure` (default OUT/success_vs_horizon.png; README's figures live in docs/).
 
 Disk: every checkpoint holds the weights and the optimizer's state (2.2 GB for
 SmolLM2-135M). Once nothing will read one again, the bench removes its run's `checkpoints/`
@@ -585,9 +585,9 @@ def summarize(args: argparse.Namespace) -> str:
               for arm, runs in per_arm.items() if arm in HORIZON_ARMS and runs}
     if any(c and c[0] for c in curves.values()):
         _save(args.out / "horizon.json", curves)
-        plot_horizon(curves, args.out / "success_vs_horizon.png", args.metric)
-        lines += ["", "Success against the optimal plan's length: success_vs_horizon.png, "
-                  "horizon.json"]
+        figure = args.figure or args.out / "success_vs_horizon.png"
+        plot_horizon(curves, figure, args.metric)
+        lines += ["", f"Success against the optimal plan's length: {figure}, horizon.json"]
     text = "\n".join(lines) + "\n"
     (args.out / "table.md").write_text(text)
     print(text)
@@ -620,6 +620,7 @@ def plot_horizon(curves: dict[str, list[list[dict[str, float]]]], path: Path,
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -657,6 +658,9 @@ def parser() -> argparse.ArgumentParser:
                     help="RL arms stop after this many updates (0: at --budget-s only)")
     ap.add_argument("--max-fresh-demos", type=int, default=2048)
     ap.add_argument("--horizon-bins", type=int, nargs="+", default=[10, 20, 40, 80, 160])
+    ap.add_argument("--figure", type=Path, default=None,
+                    help="where summarize draws the horizon curve (default: "
+                         "OUT/success_vs_horizon.png)")
     ap.add_argument("--keep-checkpoints", action="store_true",
                     help="keep every run's checkpoints (by default those nothing reads again "
                          "are removed)")

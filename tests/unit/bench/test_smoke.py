@@ -362,7 +362,7 @@ def test_sft_vs_rl_summary_pairs_the_filtered_arm_with_rl_step(tmp_path: Path) -
                           1: {"rl_step": 0.70, "rl_filter": 0.78}}.items()}
     (tmp_path / "arms.json").write_text(json.dumps(arms))
     args = argparse.Namespace(out=tmp_path, config=Path("configs/multihop.yaml"), metric="em",
-                              split="test", horizon_bins=[10])
+                              split="test", horizon_bins=[10], figure=None)
     text = mod.summarize(args)
     # differences +0.05 and +0.08: mean +0.065, sd 0.0212, t(1) 12.706 × 0.0212 / √2 = 0.1906
     assert ("- rl_filter − rl_step, paired by seed (+0.050, +0.080): mean +0.065, "
@@ -416,7 +416,8 @@ def test_sft_vs_rl_horizon_curve_shows_sft_continued_beside_best_sft_and_rl(
         arms[arm] = {"metric": sum(s for _, s in eps) / len(eps), "updates": 2, "rows": str(path)}
     (tmp_path / "arms.json").write_text(json.dumps({"0": arms}))
     args = argparse.Namespace(out=tmp_path, config=Path("configs/twx_coin.yaml"),
-                              metric="success", split="test", horizon_bins=[2, 4, 7])
+                              metric="success", split="test", horizon_bins=[2, 4, 7],
+                              figure=None)
     mod.summarize(args)
     curves = json.loads((tmp_path / "horizon.json").read_text())
     def curve(*metrics: float) -> list[list[dict[str, float]]]:
@@ -427,6 +428,9 @@ def test_sft_vs_rl_horizon_curve_shows_sft_continued_beside_best_sft_and_rl(
     assert curves == {"best_sft": curve(1.0, 0.5, 0.0), "sft_continued": curve(1.0, 1.0, 1.0),
                       "rl_step": curve(1.0, 1.0, 0.0)}
     assert (tmp_path / "success_vs_horizon.png").stat().st_size > 0
+    args.figure = tmp_path / "docs" / "coin_horizon.png"  # --figure: where README's figures live
+    assert "docs/coin_horizon.png, horizon.json" in mod.summarize(args)
+    assert args.figure.stat().st_size > 0
 
 
 def test_context_builders_bench_configs_load_and_the_table_pairs_compact_by_hand(
