@@ -323,7 +323,8 @@ def fill_gae(rows: list[batching.Row], mbs: list[batching.MicroBatch], algo: con
 
 def rank_metrics(tokens: int, train_s: float) -> dict[str, float]:
     """Tokens/s per rank and in total, load imbalance (max / mean tokens over ranks; 1 =
-    even) and this rank's peak memory (CUDA: allocated; CPU: peak RSS), worst rank too."""
+    even, or nothing computed) and this rank's peak memory (CUDA: allocated; CPU: peak RSS),
+    worst rank too."""
     n, r = dist_util.world_size(), dist_util.rank()
     per_rank = [0.0] * n
     per_rank[r] = float(tokens)
@@ -334,7 +335,7 @@ def rank_metrics(tokens: int, train_s: float) -> dict[str, float]:
     return {
         "tokens_per_s_rank": speed,
         "tokens_per_s_total": total_speed,
-        "load_imbalance": max(per_rank) / max(sum(per_rank) / n, 1e-9),
+        "load_imbalance": max(per_rank) / (sum(per_rank) / n) if sum(per_rank) > 0 else 1.0,
         "peak_memory_gb": peak,
         "peak_memory_gb_max_rank": dist_util.all_reduce([peak], op="max")[0],
     }

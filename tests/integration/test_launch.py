@@ -67,6 +67,9 @@ def test_launch_tiny_runs_to_the_end_and_resumes(tmp_path: Path):
         assert 0 <= r["staleness/max"] <= 1  # tiny.yaml: buffer.max_staleness 1
         assert 0 <= r["mismatch/fresh_frac"] <= 1 and r["mismatch/logprob_gap_mean"] >= 0
         assert sum(r["staleness/hist"]["counts"]) > 0
+        # steps of advantage 0 are left out (tiny.yaml's random model scores its episodes alike)
+        assert 0 <= r["learner/rows_trained"] <= r["learner/rows"]
+        assert (r["learner/rows_trained"] == 0) is (r["learner/zero_advantage_frac"] == 1.0)
     assert any(k.startswith("actor/actor-") for r in rows for k in r)
     wandb_runs = list((run_dir / "wandb-root" / "wandb").glob("offline-run-*"))
     assert len(wandb_runs) == 1 and any(wandb_runs[0].glob("*.wandb"))
@@ -101,15 +104,20 @@ def _check_episode_samples(run_dir: Path, wandb_run: Path) -> None:
     for r in trained:
         assert r["update"] == 3 and r["versions"] and all(0 <= v <= 2 for v in r["versions"])
         assert r["staleness"] == 2 - r["versions"][0] and 0 <= r["staleness"] <= 1
-        assert r["is_weight_mean"] > 0 and r["is_weight_min"] <= r["is_weight_max"]
+        if r["advantage"] == 0.0:  # left out of the forward (learner.skip_zero_advantage)
+            assert r["is_weight_mean"] is None is r["is_weight_max"]
+        else:
+            assert r["is_weight_mean"] > 0 and r["is_weight_min"] <= r["is_weight_max"]
         assert isinstance(r["action"], str) and r["action_tokens"] > 0
 
     history = wandb_offline.history(next(wandb_run.glob("*.wandb")))
     by_step = {int(h["_step"]): h for h in history}
     assert {1, 2, 3} <= set(by_step)
+    trained_rows = {r["update"]: r["learner/rows_trained"] for r in _records(run_dir)}
     for step in (1, 2, 3):
         assert by_step[step]["staleness/hist._type"] == "histogram"
-        assert by_step[step]["is_weight/hist._type"] == "histogram"
+        # importance weights exist for the steps the learner computed
+        assert (by_step[step].get("is_weight/hist._type") == "histogram") is (trained_rows[step] > 0)
     for step in (2, 3):  # each update trains new groups: lengths since the previous record
         assert by_step[step]["episodes/trained_hist._type"] == "histogram"
     table = wandb_offline.table(wandb_run / "files", by_step[3], "episodes/sample")
@@ -128,7 +136,9 @@ def _check_episode_samples(run_dir: Path, wandb_run: Path) -> None:
     assert shown.returncode == 0, shown.stderr
     worst = min(trained, key=lambda r: r["return"])
     assert shown.stdout.startswith(f"update 3 · episode {worst['episode_id']} ")
-    assert "── step 0 · v" in shown.stdout and "IS w mean" in shown.stdout
+    first = next(r for r in trained if (r["episode_id"], r["step"]) == (worst["episode_id"], 0))
+    assert "── step 0 · v" in shown.stdout
+    assert ("IS w mean" if first["advantage"] != 0.0 else "left out (advantage 0)") in shown.stdout
 
 
 @pytest.mark.slow

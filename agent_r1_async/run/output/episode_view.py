@@ -209,6 +209,8 @@ def _render_step(x: dict[str, Any], previous: list[int] | None,
         if w_max > hi or w_min < lo:
             text = s(f"{text} min {w_min:.2f} (outside [{lo:g}, {hi:g}])", "red", "bold")
         parts.append(text)
+    elif x.get("advantage") == 0.0:  # learner.skip_zero_advantage: no forward, no weight
+        parts.append("left out (advantage 0)")
     parts += [f"reward {_reward(x.get('process_reward'), s)}",
               f"adv {_num(x.get('advantage'))}", f"{x.get('finish_reason', '')}"]
     lines = ["── " + " · ".join(parts)]

@@ -144,7 +144,8 @@ def test_updates_that_skip_give_the_weights_of_updates_that_compute(model_dir): 
     after_1 = [p.detach().clone() for p in skip.trainer.trainable_parameters()]
     m_skip, m_full = skip.update(), full.update()
     assert (m_skip["rows"], m_skip["zero_advantage_frac"], m_skip["rows_trained"],
-            m_skip["micro_batches"], m_skip["tokens_flat"]) == (8, 1.0, 0, 0, 0)
+            m_skip["micro_batches"], m_skip["tokens_flat"], m_skip["load_imbalance"]) \
+        == (8, 1.0, 0, 0, 0, 1.0)
     assert m_full["rows_trained"] > 0 and m_full["grad_norm"] == 0.0 == m_skip["grad_norm"]
     for name, a, b, s, p1 in zip(
             [n for n, p in skip.trainer.net.named_parameters() if p.requires_grad],

@@ -194,6 +194,14 @@ def test_worst_id_list_and_the_default(tmp_path, capsys):
     assert out.splitlines()[0] == "update 4: 3 episodes" and "ep-fail" in out.splitlines()[3]
 
 
+def test_a_step_the_learner_left_out_says_so(tmp_path, capsys):
+    rows = _sample()
+    rows[0].update(advantage=0.0, is_weight_mean=None, is_weight_max=None, is_weight_min=None)
+    _write(tmp_path, rows)
+    _, out, _ = _run(tmp_path, capsys=capsys)
+    assert "── step 0 · v3 · staleness 1 · left out (advantage 0) · reward +0.30 · adv +0.00" in out
+
+
 def test_the_band_is_the_runs_own(tmp_path, capsys):
     _write(tmp_path, _sample())
     (tmp_path / "config.yaml").write_text("algorithm:\n  c_max: 8.0\n  is_mask_high: 10.0\n")
