@@ -13,27 +13,13 @@ engine core share the other, so a spinning engine core takes CPU time from the l
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
-
-from bench.launch_pairs import run_pairs
-from bench.learner_common import DEFAULT_CONFIG
-
-ROOT = Path(__file__).resolve().parents[1]
+from bench.launch_pairs import pairs_main
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", default=DEFAULT_CONFIG)
-    ap.add_argument("--updates", type=int, default=12)
-    ap.add_argument("--repeats", type=int, default=3, help="pairs of launches")
-    ap.add_argument("--set", action="append", default=[], help="extra config override a.b=v")
-    ap.add_argument("--run-root", type=Path, default=ROOT / "runs" / "bench-busy-wait")
-    ap.add_argument("--json", type=Path, default=None, help="every launch's row, as JSON")
-    args = ap.parse_args()
-    run_pairs("vLLM busy-wait end to end", args.config,
-              {"spin": ["engine.ipc_busy_wait_s=1"], "park": ["engine.ipc_busy_wait_s=0"]},
-              args.updates, args.repeats, args.run_root, args.set, args.json)
+    pairs_main(__doc__.splitlines()[0], "vLLM busy-wait end to end",
+               {"spin": ["engine.ipc_busy_wait_s=1"], "park": ["engine.ipc_busy_wait_s=0"]},
+               "bench-busy-wait")
 
 
 if __name__ == "__main__":

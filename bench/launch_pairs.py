@@ -5,14 +5,16 @@ Each launch is `agent-r1-async launch --config CONFIG` with the held-out evaluat
 the steady state: episodes trained per second between the first update's metrics record and the
 last one's (the first update, which waits for the engine to start, is left out), the mean update
 time without the learner's wait for data, the learner's idle share, and the actors' generated
-tokens per second (`actors/tokens_per_s`, mean over the same records). The warm start must be
+tokens per second (`actors/tokens_per_s`, mean over the same records), the share of the flat
+tokens computed and the mean share of rows of advantage 0. The warm start must be
 cached beforehand: a launch that trains it is marked "cold" in its line (and still counted).
 Per pair, the ratio second side / first side; the mean ratio with its 95 % t interval over the
-pairs. Used by bench_shared_prefix.py `--launches` and bench_busy_wait.py.
+pairs. Used by bench_shared_prefix.py `--launches`, bench_busy_wait.py and bench_zero_skip.py.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import time
@@ -22,6 +24,8 @@ from typing import Any
 from agent_r1_async.run.output.metrics_file import read_records
 from bench.cli_runs import cli, run_logged, sets
 from bench.stats import fmt_ci, load_line, mean_ci
+
+ROOT = Path(__file__).resolve().parents[1]
 
 METRICS = (("samples_per_s", "samples/s"), ("update_s", "update s"),
            ("gen_tok_s", "generated tok/s"))
@@ -61,6 +65,8 @@ def steady_state(records: list[dict[str, Any]], min_updates: int = 3) -> dict[st
         "computed": sum(r["learner/tokens_computed"] for r in later)
         / sum(r["learner/tokens_flat"] for r in later),
         "gen_tok_s": statistics.mean(gen) if gen else float("nan"),
+        "zero_adv": statistics.mean(r.get("learner/zero_advantage_frac", float("nan"))
+                                    for r in later),
     }
 
 
@@ -87,7 +93,8 @@ def run_pairs(title: str, config: str, sides: dict[str, list[str]], updates: int
             res[name].append(row)
             print(f"pair {i + 1} {name}: {row['samples_per_s']:.3f} samples/s, update "
                   f"{row['update_s']:.2f} s, learner idle {row['idle']:.1%}, generated "
-                  f"{row['gen_tok_s']:.1f} tok/s, tokens computed {row['computed']:.3f} of flat"
+                  f"{row['gen_tok_s']:.1f} tok/s, tokens computed {row['computed']:.3f} of flat, "
+                  f"rows of advantage 0 {row['zero_adv']:.1%}"
                   f"{' (cold: trained the warm start)' if row['cold'] else ''}; {row['load']}",
                   flush=True)
             if json_out is not None:
@@ -103,3 +110,21 @@ def run_pairs(title: str, config: str, sides: dict[str, list[str]], updates: int
         print(f"{label} {second} / {first}: {fmt_ci(ratios, 3)}; {interval}")
     print(f"# done; {load_line()}")
     return res
+
+
+def pairs_main(description: str, title: str, sides: dict[str, list[str]],
+               run_root_name: str) -> None:
+    """A bench's command line: `--config` (the default launch's), `--updates`, `--repeats`,
+    `--set`, `--run-root` (runs/RUN_ROOT_NAME), `--json`; then `run_pairs`."""
+    from bench.learner_common import DEFAULT_CONFIG
+
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--config", default=DEFAULT_CONFIG)
+    ap.add_argument("--updates", type=int, default=12)
+    ap.add_argument("--repeats", type=int, default=3, help="pairs of launches")
+    ap.add_argument("--set", action="append", default=[], help="extra config override a.b=v")
+    ap.add_argument("--run-root", type=Path, default=ROOT / "runs" / run_root_name)
+    ap.add_argument("--json", type=Path, default=None, help="every launch's row, as JSON")
+    args = ap.parse_args()
+    run_pairs(title, args.config, sides, args.updates, args.repeats, args.run_root, args.set,
+              args.json)

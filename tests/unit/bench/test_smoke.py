@@ -21,7 +21,7 @@ MODULES = ["bench_async_vs_sync", "bench_transport", "bench_weight_sync", "bench
            "bench_context_builders", "bench_learner_long_sequences", "bench_episode_sampler", "bench_staleness_bias",
            "bench_shared_prefix", "bench_busy_wait", "bench_engine_speed", "bench_stragglers",
            "bench_tree_cost", "bench_precision_auto", "bench_world_demonstrators",
-           "bench_twx_gold_paths"]
+           "bench_twx_gold_paths", "bench_zero_skip"]
 
 
 def load(name: str) -> ModuleType:
@@ -166,7 +166,8 @@ def test_launch_pairs_steady_state_leaves_the_first_update_out() -> None:
 
     def upd(t: float, wait: float, flat: int) -> dict:
         return {"time": t, "learner/update_time_s": 10.0, "learner/data_wait_s": wait,
-                "learner/episodes": 16, "learner/tokens_computed": 300, "learner/tokens_flat": flat}
+                "learner/episodes": 16, "learner/tokens_computed": 300, "learner/tokens_flat": flat,
+                "learner/zero_advantage_frac": flat / 2000}
 
     records = [{"time": 50.0, "actors/tokens_per_s": 999.0},  # before the first update: out
                upd(100.0, 9.0, 1000), {"time": 105.0, "actors/tokens_per_s": 60.0},
@@ -179,6 +180,7 @@ def test_launch_pairs_steady_state_leaves_the_first_update_out() -> None:
     assert row["idle"] == pytest.approx(0.05)
     assert row["computed"] == pytest.approx(600 / 1500)
     assert row["gen_tok_s"] == pytest.approx(70.0)
+    assert row["zero_adv"] == pytest.approx((0.5 + 0.25) / 2)
     with pytest.raises(ValueError, match="2 updates logged"):
         steady_state(records[:4])
 
