@@ -23,6 +23,7 @@ from typing import Any
 
 from agent_r1_async.run.output.metrics_file import read_records
 from bench.cli_runs import cli, run_logged, sets
+from bench.learner_common import DEFAULT_CONFIG
 from bench.stats import fmt_ci, load_line, mean_ci
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,8 +117,6 @@ def pairs_main(description: str, title: str, sides: dict[str, list[str]],
                run_root_name: str) -> None:
     """A bench's command line: `--config` (the default launch's), `--updates`, `--repeats`,
     `--set`, `--run-root` (runs/RUN_ROOT_NAME), `--json`; then `run_pairs`."""
-    from bench.learner_common import DEFAULT_CONFIG
-
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--config", default=DEFAULT_CONFIG)
     ap.add_argument("--updates", type=int, default=12)
